@@ -1,0 +1,7 @@
+// SPDX-License-Identifier: Apache-2.0
+export { openBroker, EmbeddedBroker, type BrokerOptions } from "./broker/broker.js";
+export * from "./errors.js";
+export type * from "./types.js";
+export type { Logger } from "./log/logger.js";
+export type { FileSystem, FileHandle } from "./log/io.js";
+export { partitionForKey, murmur2 } from "./streams/murmur2.js";

@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * All file I/O of the storage engine goes through `FileSystem`, so tests can inject torn writes,
+ * EIO, ENOSPC and the loss of un-synced data (see src/testing/faulty-fs.ts). Nothing in
+ * src/log, src/store or src/queues may import node:fs directly for data or metadata files.
+ */
+import * as nfs from "node:fs";
+import { dirname, join } from "node:path";
+
+export interface FileHandle {
+  readonly path: string;
+  /** Writes every byte of `buffers` at `position` (loops over short writes) or throws. */
+  write(buffers: readonly Uint8Array[], position: number): Promise<void>;
+  /** Reads up to `length` bytes at `position` into buf[offset..]; returns bytes read (0 at EOF). */
+  read(buf: Uint8Array, offset: number, length: number, position: number): Promise<number>;
+  /** fdatasync: data and the metadata needed to read it back (the size) are durable. */
+  datasync(): Promise<void>;
+  truncate(length: number): Promise<void>;
+  size(): Promise<number>;
+  close(): Promise<void>;
+}
+
+export type OpenMode = "r" | "rw" | "create";
+
+export interface FileSystem {
+  /** "r": read-only; "rw": read-write, must exist; "create": read-write, created if missing (never truncated). */
+  open(path: string, mode: OpenMode): Promise<FileHandle>;
+  readFile(path: string): Promise<Buffer>;
+  mkdir(path: string): Promise<void>;
+  readdir(path: string): Promise<string[]>;
+  rename(from: string, to: string): Promise<void>;
+  unlink(path: string): Promise<void>;
+  /** Recursive remove; missing paths are fine. */
+  rm(path: string): Promise<void>;
+  /** fsync of a directory, making creates/renames/unlinks in it durable. */
+  fsyncDir(path: string): Promise<void>;
+  /** Size in bytes, or null if missing. */
+  stat(path: string): Promise<{ size: number; isDirectory: boolean } | null>;
+}
+
+function p<T>(fn: (cb: (err: NodeJS.ErrnoException | null, v: T) => void) => void): Promise<T> {
+  return new Promise((resolve, reject) => fn((err, v) => (err ? reject(err) : resolve(v))));
+}
+
+class NodeFileHandle implements FileHandle {
+  constructor(readonly path: string, private fd: number) {}
+  async write(buffers: readonly Uint8Array[], position: number): Promise<void> {
+    let bufs = buffers.filter((b) => b.length > 0) as Uint8Array[];
+    let pos = position;
+    while (bufs.length > 0) {
+      // writev may write fewer bytes than asked (signals, quotas); loop until all is written.
+      const n = await p<number>((cb) => nfs.writev(this.fd, bufs as NodeJS.ArrayBufferView[], pos, cb));
+      pos += n;
+      let rest = n;
+      while (bufs.length > 0 && rest >= bufs[0].length) {
+        rest -= bufs[0].length;
+        bufs.shift();
+      }
+      if (rest > 0) bufs[0] = bufs[0].subarray(rest);
+      if (n === 0 && bufs.length > 0) throw Object.assign(new Error("write returned 0 bytes"), { code: "EIO" });
+    }
+  }
+  read(buf: Uint8Array, offset: number, length: number, position: number): Promise<number> {
+    return p<number>((cb) => nfs.read(this.fd, buf, offset, length, position, cb));
+  }
+  datasync(): Promise<void> {
+    return p<void>((cb) => nfs.fdatasync(this.fd, (e) => cb(e, undefined)));
+  }
+  truncate(length: number): Promise<void> {
+    return p<void>((cb) => nfs.ftruncate(this.fd, length, (e) => cb(e, undefined)));
+  }
+  async size(): Promise<number> {
+    return (await p<nfs.Stats>((cb) => nfs.fstat(this.fd, cb))).size;
+  }
+  close(): Promise<void> {
+    return p<void>((cb) => nfs.close(this.fd, (e) => cb(e, undefined)));
+  }
+}
+
+export class NodeFileSystem implements FileSystem {
+  async open(path: string, mode: OpenMode): Promise<FileHandle> {
+    const flags = mode === "r" ? "r" : mode === "rw" ? "r+" : nfs.constants.O_RDWR | nfs.constants.O_CREAT;
+    const fd = await p<number>((cb) => nfs.open(path, flags, 0o644, cb));
+    return new NodeFileHandle(path, fd);
+  }
+  readFile(path: string): Promise<Buffer> {
+    return nfs.promises.readFile(path);
+  }
+  async mkdir(path: string): Promise<void> {
+    await nfs.promises.mkdir(path, { recursive: true });
+  }
+  readdir(path: string): Promise<string[]> {
+    return nfs.promises.readdir(path);
+  }
+  rename(from: string, to: string): Promise<void> {
+    return nfs.promises.rename(from, to);
+  }
+  unlink(path: string): Promise<void> {
+    return nfs.promises.unlink(path);
+  }
+  rm(path: string): Promise<void> {
+    return nfs.promises.rm(path, { recursive: true, force: true });
+  }
+  async fsyncDir(path: string): Promise<void> {
+    const fd = await p<number>((cb) => nfs.open(path, "r", cb));
+    try {
+      await p<void>((cb) => nfs.fsync(fd, (e) => cb(e, undefined)));
+    } finally {
+      await p<void>((cb) => nfs.close(fd, (e) => cb(e, undefined)));
+    }
+  }
+  async stat(path: string): Promise<{ size: number; isDirectory: boolean } | null> {
+    try {
+      const s = await nfs.promises.stat(path);
+      return { size: s.size, isDirectory: s.isDirectory() };
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "ENOENT") return null;
+      throw e;
+    }
+  }
+}
+
+/**
+ * Replaces `path` atomically and durably: write `path.tmp`, fdatasync, rename over `path`,
+ * fsync the directory. After a crash a reader sees either the old or the new content, never
+ * a mix (invariant META-1 in docs/ARCHITECTURE.md).
+ */
+export async function writeFileAtomic(fs: FileSystem, path: string, data: Uint8Array | string): Promise<void> {
+  const tmp = `${path}.tmp`;
+  const buf = typeof data === "string" ? Buffer.from(data, "utf8") : data;
+  const fh = await fs.open(tmp, "create");
+  try {
+    await fh.truncate(0);
+    await fh.write([buf], 0);
+    await fh.datasync();
+  } finally {
+    await fh.close();
+  }
+  await fs.rename(tmp, path);
+  await fs.fsyncDir(dirname(path));
+}
+
+/** Reads a JSON metadata file written by writeFileAtomic; null if missing. */
+export async function readJsonFile<T>(fs: FileSystem, path: string): Promise<T | null> {
+  if ((await fs.stat(path)) === null) return null;
+  return JSON.parse((await fs.readFile(path)).toString("utf8")) as T;
+}
+
+export { join };

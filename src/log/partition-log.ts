@@ -1,0 +1,946 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * One partition: an ordered list of segments, the append pipeline with group commit, reads,
+ * recovery, retention and idempotent-producer state.
+ *
+ * Invariants (docs/ARCHITECTURE.md):
+ *  LOG-1 offsets are contiguous: segment[i+1].baseOffset === segment[i].endOffset.
+ *  LOG-3 with durability "always", an append resolves only after an fdatasync covering it,
+ *        and readers never see past the durable end (highWatermark), so a record a consumer
+ *        saw can never vanish in a crash and its offset is never reused.
+ *  LOG-4 a sealed segment was fdatasync'ed before its successor was created.
+ *  LOG-6 logStartOffset is written durably before any segment below it is deleted.
+ */
+import { join } from "node:path";
+import {
+  CorruptRecordError,
+  InvalidBatchError,
+  OffsetOutOfRangeError,
+  OutOfOrderSequenceError,
+  ProducerFencedError,
+  RecordTooLargeError,
+  StorageError,
+  StorageFullError,
+  ValidationError,
+  AbortedError,
+} from "../errors.js";
+import { readJsonFile, writeFileAtomic, type FileHandle, type FileSystem } from "./io.js";
+import { silentLogger, type Logger } from "./logger.js";
+import {
+  decodeRecords,
+  encodeBatch,
+  HEADER_SIZE,
+  MAX_BATCH_BYTES,
+  readBatchLength,
+  recordSize,
+  stampBatch,
+  verifyBatch,
+  type BatchHeader,
+  type PreparedRecord,
+  type ProducerInfo,
+  type StoredRecord,
+} from "./record-batch.js";
+import { readFully, Segment, segmentFileName, SparseIndex } from "./segment.js";
+
+export type Durability = "always" | "interval" | "never";
+
+export interface LogConfig {
+  segmentBytes: number;
+  segmentMs: number;
+  maxMessageBytes: number;
+  durability: Durability;
+  flushIntervalMs: number;
+  retentionMs: number;
+  retentionBytes: number;
+}
+
+export interface PartitionLogOptions {
+  fs: FileSystem;
+  dir: string;
+  topic: string;
+  partition: number;
+  config: LogConfig;
+  logger?: Logger;
+}
+
+export interface AppendResult {
+  baseOffset: number;
+  duplicate: boolean;
+  synced: boolean;
+}
+
+interface PendingAppend {
+  buf: Buffer;
+  baseOffset: number;
+  count: number;
+  maxTs: number;
+  resolve(r: AppendResult): void;
+  reject(e: unknown): void;
+  undo: (() => void) | null;
+}
+
+interface ProducerBatch {
+  firstSeq: number;
+  count: number;
+  baseOffset: number;
+}
+
+interface ProducerEntry {
+  epoch: number;
+  lastSeq: number;
+  lastTimestamp: number;
+  /** The last few batches, for duplicate detection of retries (Kafka keeps 5). */
+  batches: ProducerBatch[];
+}
+
+const PRODUCER_BATCHES_KEPT = 5;
+/** Bound on producer state per partition; the least recently active are forgotten first. */
+const MAX_PRODUCERS = 10_000;
+const PRODUCER_EXPIRY_MS = 7 * 86_400_000;
+/** Bound on bytes handed to one write (group commit round). */
+const MAX_WRITE_BYTES = 16 * 1024 * 1024;
+/** Bound on open read handles of sealed segments per partition. */
+const MAX_OPEN_SEALED = 4;
+/** Bound on bytes waiting to be written; appends beyond it wait (back-pressure). */
+const MAX_PENDING_BYTES = 256 * 1024 * 1024;
+
+interface PartitionMeta {
+  logStartOffset: number;
+}
+
+interface ProducerSnapshot {
+  offset: number;
+  producers: [number, ProducerEntry][];
+}
+
+export class PartitionLog {
+  readonly fs: FileSystem;
+  readonly dir: string;
+  readonly topic: string;
+  readonly partition: number;
+  config: LogConfig;
+  private readonly logger: Logger;
+  private segments: Segment[] = [];
+  private _logStart = 0;
+  /** Next offset to assign. */
+  private nextOffset = 0;
+  /** Readable, durable-per-policy end (LOG-3). */
+  private hwm = 0;
+  /** Byte position in the active segment matching hwm. */
+  private readableSize = 0;
+  /** Bytes in the active segment known to be on disk (fdatasync'ed). */
+  private syncedSize = 0;
+  private pending: PendingAppend[] = [];
+  private pendingBytes = 0;
+  private flushing = false;
+  private faulted: Error | null = null;
+  private closed = false;
+  private producers = new Map<number, ProducerEntry>();
+  private waiters = new Set<{ offset: number; wake: () => void }>();
+  private spaceWaiters: (() => void)[] = [];
+  private flushTimer: NodeJS.Timeout | null = null;
+  private dirty = false;
+  private metaLock: Promise<void> = Promise.resolve();
+
+  private constructor(opts: PartitionLogOptions) {
+    this.fs = opts.fs;
+    this.dir = opts.dir;
+    this.topic = opts.topic;
+    this.partition = opts.partition;
+    this.config = opts.config;
+    this.logger = opts.logger ?? silentLogger;
+  }
+
+  get logStartOffset(): number {
+    return this._logStart;
+  }
+  get logEndOffset(): number {
+    return this.nextOffset;
+  }
+  get highWatermark(): number {
+    return this.hwm;
+  }
+  get sizeBytes(): number {
+    let s = 0;
+    for (const seg of this.segments) s += seg.size;
+    return s;
+  }
+  get segmentCount(): number {
+    return this.segments.length;
+  }
+  private get active(): Segment {
+    return this.segments[this.segments.length - 1];
+  }
+
+  // ───────────────────────────── open / recovery ─────────────────────────────
+
+  static async open(opts: PartitionLogOptions): Promise<PartitionLog> {
+    const log = new PartitionLog(opts);
+    await log.recover();
+    return log;
+  }
+
+  private async recover(): Promise<void> {
+    const { fs, dir } = this;
+    await fs.mkdir(dir);
+    const meta = await readJsonFile<PartitionMeta>(fs, join(dir, "partition.json"));
+    this._logStart = meta?.logStartOffset ?? 0;
+    const names = await fs.readdir(dir);
+    const cleanPath = join(dir, ".clean");
+    const clean = names.includes(".clean");
+    for (const n of names) if (n.endsWith(".tmp")) await fs.unlink(join(dir, n));
+    const bases = names
+      .filter((n) => /^\d{20}\.log$/.test(n))
+      .map((n) => Number(n.slice(0, 20)))
+      .sort((a, b) => a - b);
+    // Segments wholly below the log start are leftovers of an interrupted deletion (LOG-6).
+    while (bases.length > 1 && bases[1] <= this._logStart) {
+      const b = bases.shift()!;
+      await this.unlinkSegmentFiles(new Segment(fs, dir, b));
+    }
+    if (clean) {
+      // The marker is removed durably before any new write, so a later crash is never
+      // mistaken for a clean shutdown.
+      await fs.unlink(cleanPath);
+      await fs.fsyncDir(dir);
+    }
+    if (bases.length === 0) bases.push(this._logStart);
+    for (let i = 0; i < bases.length; i++) {
+      const seg = new Segment(fs, dir, bases[i]);
+      const st = await fs.stat(seg.logPath);
+      seg.size = st?.size ?? 0;
+      if (i < bases.length - 1) {
+        seg.sealed = true;
+        seg.endOffset = bases[i + 1];
+      }
+      this.segments.push(seg);
+    }
+    if (this._logStart < this.segments[0].baseOffset) this._logStart = this.segments[0].baseOffset;
+
+    const active = this.active;
+    active.handle = await fs.open(active.logPath, "create");
+    active.size = await active.handle.size();
+    const trusted = clean && (await active.loadIndexes(active.size, null));
+    if (!trusted) await this.recoverActive(active);
+    active.bytesSinceIndex = active.index && active.index.n > 0 ? active.size - active.index.pos[active.index.n - 1] : active.size;
+    this.nextOffset = this.hwm = active.endOffset;
+    this.readableSize = this.syncedSize = active.size;
+    if (this._logStart > this.nextOffset) this._logStart = this.nextOffset;
+    await this.recoverProducers(clean);
+    if (this.config.durability === "interval") this.startFlushTimer();
+  }
+
+  /** Scans the active segment after an unclean shutdown, truncating a torn tail (LOG-7). */
+  private async recoverActive(seg: Segment): Promise<void> {
+    seg.index = null;
+    seg.maxTimestamp = -1;
+    seg.endOffset = seg.baseOffset;
+    seg.bytesSinceIndex = 0;
+    let validEnd = 0;
+    let tornAt: number | null = null;
+    let tornDetail = "";
+    const end = await Segment.scan(seg.handle!, 0, seg.baseOffset, seg.size, {
+      onBatch: (h, pos) => {
+        seg.noteBatch(h.baseOffset, h.count, pos, h.length, h.maxTimestamp);
+        validEnd = pos + h.length;
+      },
+      onCorrupt: (pos, expected, detail, next) => {
+        if (next === null) {
+          tornAt = pos;
+          tornDetail = detail;
+          return "stop";
+        }
+        // Intact batches follow: this is damage inside acknowledged data, not a torn write.
+        // Never drop it silently: keep the bytes, record the range, serve a typed error.
+        this.logger.error({ file: seg.logPath, position: pos, offset: expected, nextOffset: next.offset, detail }, "corrupt batch inside active segment");
+        seg.corrupt.push({ offset: expected, nextOffset: next.offset, pos, nextPos: next.pos });
+        seg.endOffset = next.offset;
+        return "skip";
+      },
+    });
+    if (tornAt !== null) {
+      const dropped = seg.size - tornAt;
+      this.logger.warn({ file: seg.logPath, position: tornAt, bytesDropped: dropped, detail: tornDetail }, "truncating torn tail of active segment");
+      await seg.handle!.truncate(tornAt);
+      await seg.handle!.datasync();
+      seg.size = tornAt;
+    } else seg.size = end.pos;
+    if (validEnd > seg.size) throw new Error("recovery invariant: valid end beyond size");
+    seg.endOffset = end.offset;
+  }
+
+  private async recoverProducers(clean: boolean): Promise<void> {
+    const snap = await readJsonFile<ProducerSnapshot>(this.fs, join(this.dir, "producers.json")).catch(() => null);
+    let from = this._logStart;
+    if (snap && snap.offset >= this._logStart && snap.offset <= this.nextOffset) {
+      for (const [pid, e] of snap.producers) this.producers.set(pid, e);
+      from = snap.offset;
+    }
+    if (clean && from === this.nextOffset) return;
+    // Replay batch headers written after the snapshot (only headers are read).
+    for (const seg of this.segments) {
+      if (seg.endOffset <= from && seg !== this.active) continue;
+      if (seg.baseOffset >= this.nextOffset) break;
+      const fh = seg === this.active ? seg.handle! : await this.fs.open(seg.logPath, "r");
+      try {
+        await Segment.scan(fh, 0, seg.baseOffset, seg === this.active ? this.readableSize : seg.size, {
+          onBatch: (h) => {
+            if (h.baseOffset >= from && h.producerId >= 0) this.applyProducerBatch(h.producerId, h.producerEpoch, h.baseSequence, h.count, h.baseOffset, h.maxTimestamp);
+          },
+          onCorrupt: () => "skip",
+        });
+      } finally {
+        if (seg !== this.active) await fh.close();
+      }
+    }
+  }
+
+  // ───────────────────────────────── append ──────────────────────────────────
+
+  /**
+   * Appends records as one batch. With durability "always" it resolves after fdatasync; many
+   * concurrent appends share one fdatasync (group commit).
+   */
+  async append(records: readonly PreparedRecord[], producer?: ProducerInfo, signal?: AbortSignal): Promise<AppendResult> {
+    this.checkWritable();
+    if (records.length === 0) throw new ValidationError("append needs at least one record");
+    for (const r of records) {
+      const size = recordSize(r);
+      if (size > this.config.maxMessageBytes) throw new RecordTooLargeError(size, this.config.maxMessageBytes);
+      if (!Number.isSafeInteger(r.timestamp) || r.timestamp < 0) throw new ValidationError(`invalid timestamp ${r.timestamp}`);
+    }
+    if (producer) {
+      const dup = this.checkProducer(producer, records.length);
+      if (dup !== null) {
+        await this.waitDurable(dup.baseOffset + dup.count, signal);
+        return { baseOffset: dup.baseOffset, duplicate: true, synced: true };
+      }
+    }
+    const buf = encodeBatch(records, producer);
+    while (this.pendingBytes + buf.length > MAX_PENDING_BYTES && this.pendingBytes > 0) {
+      await new Promise<void>((r) => this.spaceWaiters.push(r));
+      this.checkWritable();
+    }
+    if (producer) {
+      // Re-check after waiting: another append of the same producer may have gone first.
+      const dup = this.checkProducer(producer, records.length);
+      if (dup !== null) {
+        await this.waitDurable(dup.baseOffset + dup.count, signal);
+        return { baseOffset: dup.baseOffset, duplicate: true, synced: true };
+      }
+    }
+    return this.enqueueBatch(buf, records.length, producer);
+  }
+
+  /**
+   * Appends an already-encoded batch (used by the server, which receives encoded batches, and
+   * by tests). The batch is re-verified before use.
+   */
+  appendEncoded(buf: Buffer, producer?: ProducerInfo): Promise<AppendResult> {
+    this.checkWritable();
+    const h = verifyBatch(buf, 0, buf.length, MAX_BATCH_BYTES);
+    if (h.length !== buf.length) throw new InvalidBatchError("trailing bytes after batch");
+    return this.enqueueBatch(buf, h.count, producer);
+  }
+
+  private enqueueBatch(buf: Buffer, count: number, producer?: ProducerInfo): Promise<AppendResult> {
+    const baseOffset = this.nextOffset;
+    // Invariant LOG-1: offsets are assigned in append order, here and nowhere else.
+    stampBatch(buf, baseOffset);
+    this.nextOffset += count;
+    const maxTs = buf.readInt32BE(32) * 4294967296 + buf.readUInt32BE(36);
+    let undo: (() => void) | null = null;
+    if (producer) {
+      const prev = this.producers.get(producer.producerId);
+      const saved = prev ? { ...prev, batches: prev.batches.slice() } : undefined;
+      undo = () => {
+        if (saved) this.producers.set(producer.producerId, saved);
+        else this.producers.delete(producer.producerId);
+      };
+      this.applyProducerBatch(producer.producerId, producer.producerEpoch, producer.baseSequence, count, baseOffset, maxTs);
+    }
+    return new Promise<AppendResult>((resolve, reject) => {
+      this.pending.push({ buf, baseOffset, count, maxTs, resolve, reject, undo });
+      this.pendingBytes += buf.length;
+      if (!this.flushing) {
+        this.flushing = true;
+        // Start on a microtask so appends made in the same tick share the first write.
+        queueMicrotask(() => void this.flushLoop());
+      }
+    });
+  }
+
+  private checkWritable(): void {
+    if (this.closed) throw new StorageError(`partition ${this.topic}/${this.partition} is closed`);
+    if (this.faulted) throw new StorageError(`partition ${this.topic}/${this.partition} is unwritable after an I/O error; reopen the broker to recover`, this.faulted);
+  }
+
+  private checkProducer(p: ProducerInfo, count: number): ProducerBatch | null {
+    if (!Number.isSafeInteger(p.producerId) || p.producerId < 0 || !Number.isInteger(p.producerEpoch) || p.producerEpoch < 0 || p.producerEpoch > 32767)
+      throw new ValidationError("invalid producer id or epoch");
+    if (!Number.isInteger(p.baseSequence) || p.baseSequence < 0 || p.baseSequence + count > 2 ** 31 - 1)
+      throw new ValidationError("invalid base sequence");
+    const st = this.producers.get(p.producerId);
+    if (!st) return null;
+    if (p.producerEpoch < st.epoch)
+      throw new ProducerFencedError(`producer ${p.producerId} epoch ${p.producerEpoch} is fenced by epoch ${st.epoch}`);
+    if (p.producerEpoch > st.epoch) {
+      if (p.baseSequence !== 0) throw new OutOfOrderSequenceError(`new epoch ${p.producerEpoch} of producer ${p.producerId} must start at sequence 0`);
+      return null;
+    }
+    for (const b of st.batches) {
+      if (b.firstSeq === p.baseSequence) {
+        if (b.count !== count) throw new OutOfOrderSequenceError(`retry of sequence ${p.baseSequence} has ${count} records, original had ${b.count}`);
+        return b;
+      }
+    }
+    if (p.baseSequence !== st.lastSeq + 1)
+      throw new OutOfOrderSequenceError(`producer ${p.producerId}: expected sequence ${st.lastSeq + 1}, got ${p.baseSequence}`);
+    return null;
+  }
+
+  private applyProducerBatch(pid: number, epoch: number, seq: number, count: number, baseOffset: number, ts: number): void {
+    let st = this.producers.get(pid);
+    if (!st || epoch !== st.epoch) {
+      st = { epoch, lastSeq: -1, lastTimestamp: ts, batches: [] };
+    }
+    this.producers.delete(pid); // re-insert: Map order doubles as LRU order
+    this.producers.set(pid, st);
+    st.lastSeq = seq + count - 1;
+    st.lastTimestamp = Math.max(st.lastTimestamp, ts);
+    st.batches.push({ firstSeq: seq, count, baseOffset });
+    if (st.batches.length > PRODUCER_BATCHES_KEPT) st.batches.shift();
+    if (this.producers.size > MAX_PRODUCERS) this.producers.delete(this.producers.keys().next().value as number);
+  }
+
+  private async flushLoop(): Promise<void> {
+    try {
+      while (this.pending.length > 0) {
+        let bytes = 0;
+        let n = 0;
+        while (n < this.pending.length && (n === 0 || bytes + this.pending[n].buf.length <= MAX_WRITE_BYTES)) {
+          bytes += this.pending[n].buf.length;
+          n++;
+        }
+        const round = this.pending.splice(0, n);
+        await this.writeRound(round);
+        this.pendingBytes -= bytes;
+        const ws = this.spaceWaiters;
+        this.spaceWaiters = [];
+        for (const w of ws) w();
+      }
+    } finally {
+      this.flushing = false;
+    }
+  }
+
+  private async writeRound(round: PendingAppend[]): Promise<void> {
+    const always = this.config.durability === "always";
+    let done = 0; // items of `round` resolved
+    let chunkStart = 0;
+    let seg = this.active;
+    const chunkBufs: Buffer[] = [];
+    try {
+      for (let i = 0; i <= round.length; i++) {
+        const item = round[i];
+        const mustRoll = item !== undefined && this.shouldRoll(seg, item.buf.length, chunkBufs);
+        if ((item === undefined || mustRoll) && chunkBufs.length > 0) {
+          await this.writeChunk(seg, round.slice(chunkStart, i), chunkBufs);
+          chunkBufs.length = 0;
+          chunkStart = i;
+        }
+        if (mustRoll) {
+          await this.roll();
+          seg = this.active;
+          // Everything before the roll is in the sealed, fdatasync'ed segment (LOG-4).
+          this.publishDurable(round, done, i, true);
+          done = i;
+        }
+        if (item !== undefined) chunkBufs.push(item.buf);
+      }
+      if (always) {
+        await this.syncActive();
+        this.publishDurable(round, done, round.length, true);
+      } else {
+        this.dirty = true;
+        this.publishDurable(round, done, round.length, false);
+        if (this.config.durability === "never") this.syncedSize = this.readableSize;
+      }
+    } catch (e) {
+      await this.failFrom(round, done, e);
+    }
+  }
+
+  private shouldRoll(seg: Segment, incoming: number, chunk: Buffer[]): boolean {
+    let size = seg.size;
+    for (const b of chunk) size += b.length;
+    if (size === 0) return false;
+    return size + incoming > this.config.segmentBytes || Date.now() - seg.createdAtMs >= this.config.segmentMs;
+  }
+
+  private async writeChunk(seg: Segment, items: PendingAppend[], bufs: Buffer[]): Promise<void> {
+    let pos = seg.size;
+    await seg.handle!.write(bufs, pos);
+    for (const it of items) {
+      seg.noteBatch(it.baseOffset, it.count, pos, it.buf.length, it.maxTs);
+      pos += it.buf.length;
+    }
+  }
+
+  private async syncActive(): Promise<void> {
+    const seg = this.active;
+    const size = seg.size;
+    await seg.handle!.datasync();
+    if (seg === this.active && size > this.syncedSize) this.syncedSize = size;
+  }
+
+  /** Makes round[from, to) readable and resolves them. Every item of round[from, to) is written. */
+  private publishDurable(round: PendingAppend[], from: number, to: number, synced: boolean): void {
+    if (to <= from) return;
+    const last = round[to - 1];
+    this.hwm = last.baseOffset + last.count;
+    // All written batches are in round[0, to), so the readable end is the active segment's
+    // end (after a roll the new segment is empty and starts exactly at hwm).
+    if (this.active.endOffset !== this.hwm && this.active.size !== 0) throw new Error("invariant: hwm must end the active segment");
+    this.readableSize = this.active.size;
+    for (let i = from; i < to; i++) round[i].resolve({ baseOffset: round[i].baseOffset, duplicate: false, synced });
+    this.wakeWaiters();
+  }
+
+  /** A write or sync failed: nothing from round[from] on was acknowledged. */
+  private async failFrom(round: PendingAppend[], from: number, cause: unknown): Promise<void> {
+    const code = (cause as NodeJS.ErrnoException)?.code;
+    const failed = [...round.slice(from), ...this.pending];
+    this.pending = [];
+    this.pendingBytes = 0;
+    const seg = this.active;
+    const err =
+      code === "ENOSPC" || code === "EDQUOT"
+        ? new StorageFullError(`disk full while appending to ${this.topic}/${this.partition}`, cause)
+        : new StorageError(`I/O error while appending to ${this.topic}/${this.partition}: ${(cause as Error)?.message}`, cause);
+    // Roll back to the last readable point: truncate what may be partially on disk.
+    const keepSize = this.readableSize;
+    try {
+      await seg.handle!.truncate(keepSize);
+      await seg.handle!.datasync();
+      seg.size = keepSize;
+      seg.endOffset = this.hwm;
+      seg.index?.truncateToPosition(keepSize);
+      // Recompute max timestamp conservatively (it only feeds retention and time lookups).
+      this.nextOffset = this.hwm;
+      this.syncedSize = Math.min(this.syncedSize, keepSize);
+      if (code !== "ENOSPC" && code !== "EDQUOT") this.faulted = err; // EIO etc: fsyncgate, reopen to re-verify
+    } catch (e) {
+      this.faulted = err;
+      this.logger.error({ err: e, topic: this.topic, partition: this.partition }, "could not roll back after I/O error; partition is now read-only");
+    }
+    for (let i = failed.length - 1; i >= 0; i--) failed[i].undo?.();
+    for (const f of failed) f.reject(err);
+  }
+
+  private async roll(): Promise<void> {
+    const old = this.active;
+    await old.handle!.datasync();
+    const seg = new Segment(this.fs, this.dir, old.endOffset);
+    try {
+      seg.handle = await this.fs.open(seg.logPath, "create");
+      await this.fs.fsyncDir(this.dir);
+    } catch (e) {
+      // Leave no file behind that recovery would take for the active segment (LOG-1).
+      if (seg.handle) await seg.handle.close().catch(() => {});
+      await this.fs.unlink(seg.logPath).catch(() => {});
+      throw e;
+    }
+    // Invariant LOG-4: `old` was fdatasync'ed above, before its successor exists.
+    old.sealed = true;
+    old.lastUsed = Date.now();
+    this.segments.push(seg);
+    this.syncedSize = 0;
+    this.readableSize = 0;
+    // Indexes and the producer snapshot are rebuildable from the log: failures are logged only.
+    await old.writeIndexes().catch((e) => this.logger.warn({ err: e, file: old.indexPath }, "could not write index"));
+    await this.writeProducerSnapshot(seg.baseOffset).catch((e) => this.logger.warn({ err: e }, "could not write producer snapshot"));
+    await this.trimOpenHandles();
+  }
+
+  private async writeProducerSnapshot(offset: number): Promise<void> {
+    const now = Date.now();
+    const producers = [...this.producers].filter(([, e]) => now - e.lastTimestamp < PRODUCER_EXPIRY_MS);
+    const snap: ProducerSnapshot = { offset, producers };
+    await writeFileAtomic(this.fs, join(this.dir, "producers.json"), JSON.stringify(snap));
+  }
+
+  private startFlushTimer(): void {
+    this.flushTimer = setInterval(() => {
+      if (!this.dirty || this.closed || this.faulted) return;
+      this.dirty = false;
+      this.syncActive().catch((e) => {
+        this.faulted = new StorageError(`fsync failed for ${this.topic}/${this.partition}`, e);
+        this.logger.error({ err: e }, "interval fsync failed; partition is now read-only");
+      });
+    }, this.config.flushIntervalMs);
+    this.flushTimer.unref();
+  }
+
+  // ────────────────────────────────── read ───────────────────────────────────
+
+  private findSegment(offset: number): Segment {
+    let lo = 0;
+    let hi = this.segments.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >>> 1;
+      if (this.segments[mid].baseOffset <= offset) lo = mid;
+      else hi = mid - 1;
+    }
+    return this.segments[lo];
+  }
+
+  private async acquire(seg: Segment): Promise<FileHandle> {
+    seg.refs++;
+    seg.lastUsed = Date.now();
+    if (seg.handle === null) {
+      try {
+        seg.handle = await this.fs.open(seg.logPath, "r");
+      } catch (e) {
+        seg.refs--;
+        throw e;
+      }
+      await this.trimOpenHandles();
+    }
+    return seg.handle;
+  }
+
+  private async release(seg: Segment): Promise<void> {
+    seg.refs--;
+    if (seg.deleted && seg.refs === 0 && seg.handle) {
+      const h = seg.handle;
+      seg.handle = null;
+      await h.close();
+    }
+  }
+
+  private async trimOpenHandles(): Promise<void> {
+    const open = this.segments.filter((s) => s.sealed && s.handle !== null && s.refs === 0).sort((a, b) => a.lastUsed - b.lastUsed);
+    while (open.length > MAX_OPEN_SEALED) {
+      const s = open.shift()!;
+      const h = s.handle!;
+      s.handle = null;
+      await h.close();
+    }
+  }
+
+  /** Loads (or rebuilds) the index of a sealed segment. */
+  private async ensureIndex(seg: Segment, fh: FileHandle): Promise<void> {
+    if (seg.index !== null) return;
+    if (await seg.loadIndexes(seg.size, seg.endOffset)) return;
+    this.logger.warn({ file: seg.logPath }, "rebuilding index of sealed segment");
+    const endOffset = seg.endOffset;
+    seg.maxTimestamp = -1;
+    seg.bytesSinceIndex = 0;
+    const sealedSize = seg.size;
+    seg.corrupt = [];
+    await Segment.scan(fh, 0, seg.baseOffset, sealedSize, {
+      onBatch: (h, pos) => seg.noteBatch(h.baseOffset, h.count, pos, h.length, h.maxTimestamp),
+      onCorrupt: (pos, expected, detail, next) => {
+        seg.corrupt.push({ offset: expected, nextOffset: next?.offset ?? endOffset, pos, nextPos: next?.pos ?? -1 });
+        this.logger.error({ file: seg.logPath, position: pos, offset: expected, detail }, "corrupt batch in sealed segment");
+        return "skip";
+      },
+    });
+    seg.size = sealedSize;
+    seg.endOffset = endOffset;
+    if (seg.index === null) seg.index = new SparseIndex();
+    await seg.writeIndexes().catch((e) => this.logger.warn({ err: e }, "could not write rebuilt index"));
+  }
+
+  /**
+   * Reads records from `offset`, about `maxBytes` of them (at least one batch if any exists).
+   * Never returns a record that failed verification (LOG-2); a damaged batch at `offset` raises
+   * CorruptRecordError with `nextOffset` where reading can resume.
+   */
+  async read(offset: number, maxBytes: number): Promise<{ records: StoredRecord[]; nextOffset: number }> {
+    if (!Number.isSafeInteger(offset)) throw new ValidationError(`invalid offset ${offset}`);
+    if (offset < this._logStart || offset > this.hwm)
+      throw new OffsetOutOfRangeError(this.topic, this.partition, offset, this._logStart, this.hwm);
+    if (offset === this.hwm) return { records: [], nextOffset: offset };
+    const seg = this.findSegment(offset);
+    const fh = await this.acquire(seg);
+    try {
+      if (seg.sealed) await this.ensureIndex(seg, fh);
+      const limit = seg === this.active ? this.readableSize : seg.size;
+      const segEnd = seg === this.active ? this.hwm : seg.endOffset;
+      const out: StoredRecord[] = [];
+      let pos = 0;
+      let expected = seg.baseOffset;
+      const idx = seg.index;
+      if (idx !== null && idx.n > 0) {
+        const e = idx.floor(offset - seg.baseOffset);
+        if (e >= 0) {
+          pos = idx.pos[e];
+          expected = seg.baseOffset + idx.rel[e];
+        }
+      }
+      let bytes = 0;
+      const chunkSize = Math.max(64 * 1024, Math.min(maxBytes, 8 * 1024 * 1024));
+      let buf = Buffer.allocUnsafe(Math.min(chunkSize, Math.max(limit - pos, HEADER_SIZE)));
+      let bufStart = pos;
+      let bufLen = 0;
+      while (pos < limit && (out.length === 0 || bytes < maxBytes)) {
+        if (!(pos >= bufStart && pos + HEADER_SIZE <= bufStart + bufLen)) {
+          bufStart = pos;
+          bufLen = await readFully(fh, buf, Math.min(buf.length, limit - pos), pos);
+        }
+        let h: BatchHeader | null = null;
+        let detail = "";
+        const len = bufLen - (pos - bufStart) >= HEADER_SIZE ? readBatchLength(buf, pos - bufStart) : 0;
+        if (len < HEADER_SIZE || len > MAX_BATCH_BYTES || len > limit - pos) detail = `implausible batch length ${len}`;
+        else {
+          if (pos + len > bufStart + bufLen) {
+            if (buf.length < len) buf = Buffer.allocUnsafe(len);
+            bufStart = pos;
+            bufLen = await readFully(fh, buf, Math.min(buf.length, limit - pos), pos);
+          }
+          try {
+            h = verifyBatch(buf, pos - bufStart, bufLen, MAX_BATCH_BYTES);
+            if (h.baseOffset !== expected) {
+              detail = `batch claims offset ${h.baseOffset}, expected ${expected}`;
+              h = null;
+            }
+          } catch (e) {
+            if (!(e instanceof InvalidBatchError)) throw e;
+            detail = e.message;
+          }
+        }
+        if (h !== null) {
+          const batchEnd = h.baseOffset + h.count;
+          if (batchEnd > offset) {
+            const before = out.length;
+            try {
+              // Copy out of the shared read buffer: records are views and outlive this call.
+              const own = Buffer.from(buf.subarray(pos - bufStart, pos - bufStart + h.length));
+              decodeRecords(own, 0, h, offset, out);
+            } catch (e) {
+              if (!(e instanceof InvalidBatchError)) throw e;
+              out.length = before;
+              h = null;
+              detail = e.message;
+            }
+            if (h !== null) bytes += h.length;
+          }
+          if (h !== null) {
+            pos += h.length;
+            expected = batchEnd;
+            continue;
+          }
+        }
+        // Damaged batch at `pos`, covering offsets from `expected`.
+        if (out.length > 0) break; // hand out what precedes it; the next read reports it
+        const known = seg.corrupt.find((c) => c.offset === expected);
+        let next: { pos: number; offset: number } | null;
+        if (known) next = known.nextPos >= 0 ? { pos: known.nextPos, offset: known.nextOffset } : null;
+        else {
+          next = await Segment.resync(fh, pos, expected, limit, MAX_BATCH_BYTES);
+          if (seg.corrupt.length < 1000) seg.corrupt.push({ offset: expected, nextOffset: next?.offset ?? segEnd, pos, nextPos: next?.pos ?? -1 });
+        }
+        const nextOffset = next?.offset ?? segEnd;
+        if (offset < nextOffset) throw new CorruptRecordError(this.topic, this.partition, expected, seg.logPath, pos, detail, nextOffset);
+        if (next === null) break;
+        pos = next.pos;
+        expected = next.offset;
+        bufLen = 0;
+      }
+      if (out.length === 0 && pos >= limit && segEnd > offset && seg !== this.active) {
+        // Nothing readable left in this segment from `offset`: continue in the next one.
+        return { records: [], nextOffset: segEnd };
+      }
+      return { records: out, nextOffset: out.length > 0 ? out[out.length - 1].offset + 1 : offset };
+    } finally {
+      await this.release(seg);
+    }
+  }
+
+  /** Resolves true once a record at `offset` is readable, false on timeout. */
+  waitFor(offset: number, maxWaitMs: number, signal?: AbortSignal): Promise<boolean> {
+    if (this.hwm > offset) return Promise.resolve(true);
+    if (maxWaitMs <= 0 || this.closed) return Promise.resolve(false);
+    if (signal?.aborted) return Promise.resolve(false);
+    return new Promise<boolean>((resolve) => {
+      const w = {
+        offset,
+        wake: () => {
+          cleanup();
+          resolve(this.hwm > offset);
+        },
+      };
+      const timer = setTimeout(w.wake, maxWaitMs);
+      const onAbort = (): void => w.wake();
+      const cleanup = (): void => {
+        clearTimeout(timer);
+        this.waiters.delete(w);
+        signal?.removeEventListener("abort", onAbort);
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.waiters.add(w);
+    });
+  }
+
+  private wakeWaiters(): void {
+    if (this.waiters.size === 0) return;
+    for (const w of [...this.waiters]) if (this.hwm > w.offset || this.closed) w.wake();
+  }
+
+  private async waitDurable(endOffset: number, signal?: AbortSignal): Promise<void> {
+    while (this.hwm < endOffset) {
+      this.checkWritable();
+      if (signal?.aborted) throw new AbortedError();
+      await this.waitFor(this.hwm, 1000, signal);
+    }
+  }
+
+  /** First offset whose timestamp is >= ts; the high watermark if there is none. */
+  async offsetForTimestamp(ts: number): Promise<number> {
+    for (const seg of [...this.segments]) {
+      if (seg.endOffset <= this._logStart && seg !== this.active) continue;
+      if (seg.sealed) {
+        const fh = await this.acquire(seg);
+        try {
+          await this.ensureIndex(seg, fh);
+        } finally {
+          await this.release(seg);
+        }
+      }
+      if (seg.maxTimestamp < ts) continue;
+      let start = Math.max(seg.baseOffset, this._logStart);
+      const idx = seg.index;
+      if (idx !== null) {
+        const e = idx.floorTime(ts);
+        if (e >= 0) start = Math.max(start, seg.baseOffset + idx.rel[e]);
+      }
+      const end = seg === this.active ? this.hwm : seg.endOffset;
+      let off = start;
+      while (off < end) {
+        let r: { records: StoredRecord[]; nextOffset: number };
+        try {
+          r = await this.read(off, 256 * 1024);
+        } catch (e) {
+          if (e instanceof CorruptRecordError && e.nextOffset !== undefined) {
+            off = e.nextOffset;
+            continue;
+          }
+          throw e;
+        }
+        for (const rec of r.records) if (rec.timestamp >= ts) return rec.offset;
+        if (r.nextOffset <= off) break;
+        off = r.nextOffset;
+      }
+    }
+    return this.hwm;
+  }
+
+  // ─────────────────────────────── retention ────────────────────────────────
+
+  /** Durably moves the log start to `offset` and deletes whole sealed segments below it (LOG-6). */
+  async advanceLogStart(offset: number): Promise<void> {
+    if (offset <= this._logStart) return;
+    if (offset > this.hwm) throw new ValidationError(`cannot move log start to ${offset} beyond ${this.hwm}`);
+    const run = this.metaLock.then(async () => {
+      await writeFileAtomic(this.fs, join(this.dir, "partition.json"), JSON.stringify({ logStartOffset: offset } satisfies PartitionMeta));
+      this._logStart = Math.max(this._logStart, offset);
+      while (this.segments.length > 1 && this.segments[0].endOffset <= this._logStart) {
+        const seg = this.segments.shift()!;
+        seg.deleted = true;
+        await this.unlinkSegmentFiles(seg);
+        if (seg.refs === 0 && seg.handle) {
+          const h = seg.handle;
+          seg.handle = null;
+          await h.close();
+        }
+      }
+      await this.fs.fsyncDir(this.dir);
+    });
+    this.metaLock = run.catch(() => {});
+    return run;
+  }
+
+  private async unlinkSegmentFiles(seg: Segment): Promise<void> {
+    for (const p of [seg.logPath, seg.indexPath, seg.timeIndexPath]) {
+      await this.fs.unlink(p).catch((e: NodeJS.ErrnoException) => {
+        if (e.code !== "ENOENT") throw e;
+      });
+    }
+  }
+
+  /** Deletes whole sealed segments past retention by time or size; never the active one. */
+  async enforceRetention(now = Date.now()): Promise<number> {
+    const { retentionMs, retentionBytes } = this.config;
+    let newStart = this._logStart;
+    let total = this.sizeBytes;
+    for (let i = 0; i < this.segments.length - 1; i++) {
+      const seg = this.segments[i];
+      if (seg.endOffset <= newStart) {
+        total -= seg.size;
+        continue;
+      }
+      let expired = false;
+      if (retentionMs >= 0) {
+        if (seg.index === null) {
+          const fh = await this.acquire(seg);
+          try {
+            await this.ensureIndex(seg, fh);
+          } finally {
+            await this.release(seg);
+          }
+        }
+        if (seg.maxTimestamp < now - retentionMs) expired = true;
+      }
+      if (retentionBytes >= 0 && total - seg.size >= retentionBytes) expired = true;
+      if (!expired) break;
+      total -= seg.size;
+      newStart = seg.endOffset;
+    }
+    if (newStart > this._logStart) {
+      this.logger.info({ topic: this.topic, partition: this.partition, logStartOffset: newStart }, "retention moved log start");
+      await this.advanceLogStart(newStart);
+    }
+    return this._logStart;
+  }
+
+  // ───────────────────────────────── close ───────────────────────────────────
+
+  /** Flushes, syncs, writes indexes and the producer snapshot, then marks a clean shutdown. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    while (this.flushing || this.pending.length > 0) await new Promise((r) => setImmediate(r));
+    this.closed = true;
+    if (this.flushTimer) clearInterval(this.flushTimer);
+    for (const w of [...this.waiters]) w.wake();
+    await this.metaLock;
+    const active = this.active;
+    if (!this.faulted) {
+      try {
+        await active.handle!.datasync();
+        await active.writeIndexes();
+        await this.writeProducerSnapshot(this.nextOffset);
+        const fh = await this.fs.open(join(this.dir, ".clean"), "create");
+        await fh.close();
+        await this.fs.fsyncDir(this.dir);
+      } catch (e) {
+        this.logger.error({ err: e }, "clean shutdown failed; next open will run recovery");
+      }
+    }
+    for (const seg of this.segments) {
+      if (seg.handle) {
+        const h = seg.handle;
+        seg.handle = null;
+        await h.close().catch(() => {});
+      }
+    }
+  }
+
+  /** Used by tests and tools. */
+  describeSegments(): { baseOffset: number; endOffset: number; size: number; sealed: boolean; file: string }[] {
+    return this.segments.map((s) => ({ baseOffset: s.baseOffset, endOffset: s.endOffset, size: s.size, sealed: s.sealed, file: s.logPath }));
+  }
+}
+
+export { segmentFileName };

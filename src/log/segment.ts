@@ -1,0 +1,308 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * One segment of a partition: `<baseOffset>.log` plus two sparse indexes,
+ * `<baseOffset>.index` (relative offset → byte position, 8 bytes an entry) and
+ * `<baseOffset>.timeindex` (timestamp, relative offset, position; 16 bytes an entry).
+ *
+ * Indexes are hints, never the source of truth: they are validated when loaded and rebuilt
+ * from the log when missing or inconsistent (invariant IDX-1). A sealed segment's time index
+ * ends with a "seal" entry (max timestamp, end offset, size) so opening a partition does not
+ * scan sealed data.
+ */
+import { join } from "node:path";
+import { InvalidBatchError } from "../errors.js";
+import type { FileHandle, FileSystem } from "./io.js";
+import { HEADER_SIZE, MAX_BATCH_BYTES, plausibleHeader, readBatchLength, verifyBatch, type BatchHeader } from "./record-batch.js";
+
+export const INDEX_INTERVAL_BYTES = 4096;
+const OFFSET_ENTRY = 8;
+const TIME_ENTRY = 16;
+const SCAN_CHUNK = 1 << 20;
+
+export function segmentFileName(baseOffset: number, ext: string): string {
+  return `${String(baseOffset).padStart(20, "0")}.${ext}`;
+}
+
+/** Growable sparse index kept in typed arrays (no per-entry objects). */
+export class SparseIndex {
+  rel = new Uint32Array(64);
+  pos = new Uint32Array(64);
+  ts = new Float64Array(64); // max timestamp of all records *before* this entry's batch
+  n = 0;
+  push(rel: number, pos: number, tsBefore: number): void {
+    if (this.n === this.rel.length) {
+      const grow = <A extends Uint32Array | Float64Array>(a: A): A => {
+        const b = new (a.constructor as { new (n: number): A })(a.length * 2);
+        b.set(a);
+        return b;
+      };
+      this.rel = grow(this.rel);
+      this.pos = grow(this.pos);
+      this.ts = grow(this.ts);
+    }
+    this.rel[this.n] = rel;
+    this.pos[this.n] = pos;
+    this.ts[this.n] = tsBefore;
+    this.n++;
+  }
+  /** Index of the last entry with rel <= target, or -1. */
+  floor(target: number): number {
+    let lo = 0;
+    let hi = this.n - 1;
+    let ans = -1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.rel[mid] <= target) {
+        ans = mid;
+        lo = mid + 1;
+      } else hi = mid - 1;
+    }
+    return ans;
+  }
+  /** Index of the last entry whose ts (max before it) is < target, or -1. */
+  floorTime(target: number): number {
+    let lo = 0;
+    let hi = this.n - 1;
+    let ans = -1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.ts[mid] < target) {
+        ans = mid;
+        lo = mid + 1;
+      } else hi = mid - 1;
+    }
+    return ans;
+  }
+  truncateToPosition(size: number): void {
+    while (this.n > 0 && this.pos[this.n - 1] >= size) this.n--;
+  }
+  get bytes(): number {
+    return this.n * (OFFSET_ENTRY + TIME_ENTRY);
+  }
+}
+
+export interface ScanCallbacks {
+  onBatch(h: BatchHeader, pos: number): void;
+  /** A batch that fails verification at `pos`; `next` is where a valid batch resumes (or null). */
+  onCorrupt(pos: number, expectedOffset: number, detail: string, next: { pos: number; offset: number } | null): "skip" | "stop";
+}
+
+export class Segment {
+  readonly logPath: string;
+  readonly indexPath: string;
+  readonly timeIndexPath: string;
+  /** Bytes in the log file that belong to the segment. */
+  size = 0;
+  /** Next offset after the last record in this segment. */
+  endOffset: number;
+  maxTimestamp = -1;
+  index: SparseIndex | null = null;
+  bytesSinceIndex = 0;
+  sealed = false;
+  deleted = false;
+  createdAtMs = Date.now();
+  handle: FileHandle | null = null;
+  refs = 0;
+  lastUsed = 0;
+  /** Ranges [offset, nextOffset) known to be unreadable; reported, never served. */
+  corrupt: { offset: number; nextOffset: number; pos: number; nextPos: number }[] = [];
+
+  constructor(readonly fs: FileSystem, readonly dir: string, readonly baseOffset: number) {
+    this.logPath = join(dir, segmentFileName(baseOffset, "log"));
+    this.indexPath = join(dir, segmentFileName(baseOffset, "index"));
+    this.timeIndexPath = join(dir, segmentFileName(baseOffset, "timeindex"));
+    this.endOffset = baseOffset;
+  }
+
+  /** Records one appended batch in the in-memory index. */
+  noteBatch(baseOffset: number, count: number, pos: number, length: number, maxTs: number): void {
+    if (this.index === null) this.index = new SparseIndex();
+    // Invariant IDX-2: the first batch of a segment is always indexed, later ones every
+    // INDEX_INTERVAL_BYTES, so a lookup never scans more than ~4 KiB plus one batch.
+    if (this.index.n === 0 || this.bytesSinceIndex >= INDEX_INTERVAL_BYTES) {
+      this.index.push(baseOffset - this.baseOffset, pos, this.maxTimestamp);
+      this.bytesSinceIndex = 0;
+    }
+    this.bytesSinceIndex += length;
+    this.size = pos + length;
+    this.endOffset = baseOffset + count;
+    if (maxTs > this.maxTimestamp) this.maxTimestamp = maxTs;
+  }
+
+  /** Writes both index files with the seal entry. They are rebuildable, so no fsync. */
+  async writeIndexes(): Promise<void> {
+    const idx = this.index ?? new SparseIndex();
+    const ob = Buffer.allocUnsafe(idx.n * OFFSET_ENTRY);
+    const tb = Buffer.allocUnsafe((idx.n + 1) * TIME_ENTRY);
+    for (let i = 0; i < idx.n; i++) {
+      ob.writeUInt32BE(idx.rel[i], i * OFFSET_ENTRY);
+      ob.writeUInt32BE(idx.pos[i], i * OFFSET_ENTRY + 4);
+      tb.writeDoubleBE(idx.ts[i], i * TIME_ENTRY);
+      tb.writeUInt32BE(idx.rel[i], i * TIME_ENTRY + 8);
+      tb.writeUInt32BE(idx.pos[i], i * TIME_ENTRY + 12);
+    }
+    const s = idx.n * TIME_ENTRY;
+    tb.writeDoubleBE(this.maxTimestamp, s);
+    tb.writeUInt32BE(this.endOffset - this.baseOffset, s + 8);
+    tb.writeUInt32BE(this.size, s + 12);
+    for (const [path, buf] of [[this.indexPath, ob], [this.timeIndexPath, tb]] as const) {
+      const fh = await this.fs.open(path, "create");
+      try {
+        await fh.truncate(0);
+        await fh.write([buf], 0);
+      } finally {
+        await fh.close();
+      }
+    }
+  }
+
+  /**
+   * Loads the index files if they are consistent with a log of `size` bytes ending at
+   * `endOffset` (null: unknown). Returns false when they must be rebuilt.
+   */
+  async loadIndexes(size: number, endOffset: number | null): Promise<boolean> {
+    const [os, ts] = await Promise.all([this.fs.stat(this.indexPath), this.fs.stat(this.timeIndexPath)]);
+    if (os === null || ts === null) return false;
+    if (os.size % OFFSET_ENTRY !== 0 || ts.size % TIME_ENTRY !== 0) return false;
+    const n = os.size / OFFSET_ENTRY;
+    if (ts.size !== (n + 1) * TIME_ENTRY || n > size / HEADER_SIZE + 1) return false;
+    const ob = await this.fs.readFile(this.indexPath);
+    const tb = await this.fs.readFile(this.timeIndexPath);
+    if (ob.length !== os.size || tb.length !== ts.size) return false;
+    const idx = new SparseIndex();
+    let prevRel = -1;
+    let prevPos = -1;
+    let prevTs = -Infinity;
+    for (let i = 0; i < n; i++) {
+      const rel = ob.readUInt32BE(i * OFFSET_ENTRY);
+      const pos = ob.readUInt32BE(i * OFFSET_ENTRY + 4);
+      const t = tb.readDoubleBE(i * TIME_ENTRY);
+      if (rel <= prevRel || pos <= prevPos || pos >= size || t < prevTs) return false;
+      if (tb.readUInt32BE(i * TIME_ENTRY + 8) !== rel || tb.readUInt32BE(i * TIME_ENTRY + 12) !== pos) return false;
+      if (i === 0 && (rel !== 0 || pos !== 0)) return false;
+      idx.push(rel, pos, t);
+      prevRel = rel;
+      prevPos = pos;
+      prevTs = t;
+    }
+    const s = n * TIME_ENTRY;
+    const maxTs = tb.readDoubleBE(s);
+    const endRel = tb.readUInt32BE(s + 8);
+    const sealSize = tb.readUInt32BE(s + 12);
+    if (sealSize !== size || endRel <= prevRel || (endOffset !== null && endRel !== endOffset - this.baseOffset)) return false;
+    if (n === 0 && size !== 0) return false;
+    if (!Number.isFinite(maxTs) || maxTs < prevTs) return false;
+    this.index = idx;
+    this.maxTimestamp = maxTs;
+    this.endOffset = this.baseOffset + endRel;
+    this.size = size;
+    return true;
+  }
+
+  /**
+   * Walks the batches of the segment from `pos` (expected to hold `expectedOffset`) up to `limit`,
+   * verifying each. Reads in bounded chunks; memory stays O(chunk + largest batch).
+   */
+  static async scan(
+    fh: FileHandle,
+    pos: number,
+    expectedOffset: number,
+    limit: number,
+    cb: ScanCallbacks,
+    maxBatchBytes = MAX_BATCH_BYTES,
+  ): Promise<{ pos: number; offset: number }> {
+    let buf = Buffer.allocUnsafe(Math.min(SCAN_CHUNK, Math.max(limit - pos, HEADER_SIZE)));
+    let bufStart = pos;
+    let bufLen = 0;
+    const ensure = async (at: number, need: number): Promise<boolean> => {
+      if (at >= bufStart && at + need <= bufStart + bufLen) return true;
+      if (at + need > limit) return false;
+      const want = Math.max(need, Math.min(SCAN_CHUNK, limit - at));
+      if (buf.length < want) buf = Buffer.allocUnsafe(want);
+      bufStart = at;
+      bufLen = await readFully(fh, buf, want, at);
+      return bufLen >= need;
+    };
+    while (pos < limit) {
+      let h: BatchHeader | null = null;
+      let detail = "";
+      if (!(await ensure(pos, HEADER_SIZE))) detail = `truncated header (${limit - pos} bytes left)`;
+      else {
+        const len = readBatchLength(buf, pos - bufStart);
+        if (len < HEADER_SIZE || len > maxBatchBytes || len > limit - pos) detail = `implausible or truncated batch length ${len}`;
+        else if (!(await ensure(pos, len))) detail = "short read";
+        else {
+          try {
+            h = verifyBatch(buf, pos - bufStart, bufStart + bufLen - bufStart, maxBatchBytes);
+            if (h.baseOffset !== expectedOffset) {
+              detail = `batch claims offset ${h.baseOffset}, expected ${expectedOffset} (misplaced batch)`;
+              h = null;
+            }
+          } catch (e) {
+            if (!(e instanceof InvalidBatchError)) throw e;
+            detail = e.message;
+          }
+        }
+      }
+      if (h === null) {
+        const next = await Segment.resync(fh, pos, expectedOffset, limit, maxBatchBytes);
+        if (cb.onCorrupt(pos, expectedOffset, detail, next) === "stop" || next === null) return { pos, offset: expectedOffset };
+        pos = next.pos;
+        expectedOffset = next.offset;
+        continue;
+      }
+      cb.onBatch(h, pos);
+      pos += h.length;
+      expectedOffset = h.baseOffset + h.count;
+    }
+    return { pos, offset: expectedOffset };
+  }
+
+  /**
+   * After a bad batch at `pos`, finds the next intact batch whose offset follows
+   * `expectedOffset`. Tries the claimed length first, then scans byte by byte (bounded by the
+   * segment; plausibility is checked before the CRC so garbage is skipped cheaply).
+   */
+  static async resync(
+    fh: FileHandle,
+    pos: number,
+    expectedOffset: number,
+    limit: number,
+    maxBatchBytes: number,
+  ): Promise<{ pos: number; offset: number } | null> {
+    const window = Buffer.allocUnsafe(Math.min(SCAN_CHUNK + HEADER_SIZE, Math.max(0, limit - pos)));
+    let start = pos + 1;
+    while (start + HEADER_SIZE <= limit) {
+      const n = await readFully(fh, window, Math.min(window.length, limit - start), start);
+      const scanEnd = Math.min(n - HEADER_SIZE + 1, SCAN_CHUNK);
+      for (let i = 0; i < scanEnd; i++) {
+        // plausibleHeader bounds the length by the bytes left in the segment, not the window.
+        if (!plausibleHeader(window, i, limit - start, expectedOffset)) continue;
+        const len = readBatchLength(window, i);
+        if (len > maxBatchBytes) continue;
+        const cand = i + len <= n ? window : Buffer.allocUnsafe(len);
+        const at = cand === window ? i : 0;
+        if (cand !== window && (await readFully(fh, cand, len, start + i)) < len) continue;
+        try {
+          const h = verifyBatch(cand, at, at + len, maxBatchBytes);
+          return { pos: start + i, offset: h.baseOffset };
+        } catch {
+          // not a batch boundary; keep looking
+        }
+      }
+      if (n < window.length) break;
+      start += SCAN_CHUNK;
+    }
+    return null;
+  }
+}
+
+export async function readFully(fh: FileHandle, buf: Buffer, length: number, position: number): Promise<number> {
+  let got = 0;
+  while (got < length) {
+    const n = await fh.read(buf, got, length - got, position + got);
+    if (n === 0) break;
+    got += n;
+  }
+  return got;
+}

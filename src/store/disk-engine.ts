@@ -1,0 +1,344 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * The on-disk storage engine: topics (directories of partition logs), committed group
+ * offsets and producer ids under one data dir.
+ *
+ *   <dataDir>/topics/<name>/topic.json          name, topicId, createdAt, config
+ *   <dataDir>/topics/<name>/<partition>/...      PartitionLog files
+ *   <dataDir>/groups/<group>.json                committed offsets, keyed by topic + topicId
+ *   <dataDir>/producers.json                     next producer id, bumped epochs
+ *   <dataDir>/trash/, <dataDir>/tmp/             deletion and creation staging (emptied on open)
+ *
+ * Invariant TOPIC-1: a topic directory appears (rename) only complete, and disappears (rename
+ * to trash) before its files are removed. Committed offsets carry the topicId, so deleting and
+ * re-creating a name never resurrects old data or old positions.
+ */
+import { randomUUID } from "node:crypto";
+import { join, resolve, sep } from "node:path";
+import { PartitionNotFoundError, TopicExistsError, TopicNotFoundError, ValidationError, BrokerClosedError } from "../errors.js";
+import { readJsonFile, writeFileAtomic, type FileSystem } from "../log/io.js";
+import { silentLogger, type Logger } from "../log/logger.js";
+import { PartitionLog } from "../log/partition-log.js";
+import type { PreparedRecord, ProducerInfo, StoredRecord } from "../log/record-batch.js";
+import type { TopicConfig, TopicDescription } from "../types.js";
+import type { CommittedOffset, EngineTopic, StorageEngine } from "./engine.js";
+import { validateName } from "./names.js";
+
+export const TOPIC_DEFAULTS: Required<TopicConfig> = {
+  partitions: 1,
+  retentionMs: -1,
+  retentionBytes: -1,
+  segmentBytes: 256 * 1024 * 1024,
+  segmentMs: 7 * 86_400_000,
+  maxMessageBytes: 1024 * 1024,
+  durability: "always",
+  flushIntervalMs: 1000,
+};
+
+function intIn(name: string, v: unknown, min: number, max: number): number {
+  if (typeof v !== "number" || !Number.isSafeInteger(v) || v < min || v > max)
+    throw new ValidationError(`${name} must be an integer in [${min}, ${max}], got ${JSON.stringify(v)}`);
+  return v;
+}
+
+export function resolveTopicConfig(config: TopicConfig = {}): Required<TopicConfig> {
+  if (typeof config !== "object" || config === null) throw new ValidationError("topic config must be an object");
+  for (const k of Object.keys(config)) if (!(k in TOPIC_DEFAULTS)) throw new ValidationError(`unknown topic config key ${JSON.stringify(k)}`);
+  const c = { ...TOPIC_DEFAULTS, ...Object.fromEntries(Object.entries(config).filter(([, v]) => v !== undefined)) } as Required<TopicConfig>;
+  intIn("partitions", c.partitions, 1, 10_000);
+  intIn("retentionMs", c.retentionMs, -1, Number.MAX_SAFE_INTEGER);
+  intIn("retentionBytes", c.retentionBytes, -1, Number.MAX_SAFE_INTEGER);
+  intIn("segmentBytes", c.segmentBytes, 1024, 2 ** 31 - 1);
+  intIn("segmentMs", c.segmentMs, 1, Number.MAX_SAFE_INTEGER);
+  intIn("maxMessageBytes", c.maxMessageBytes, 1, Math.min(c.segmentBytes, 32 * 1024 * 1024));
+  intIn("flushIntervalMs", c.flushIntervalMs, 1, 3_600_000);
+  if (!["always", "interval", "never"].includes(c.durability)) throw new ValidationError(`durability must be always|interval|never`);
+  return c;
+}
+
+interface GroupFile {
+  group: string;
+  topics: Record<string, { topicId: string; offsets: Record<string, CommittedOffset> }>;
+}
+
+/** Durable offsets of one group, written atomically; concurrent commits share one write. */
+class GroupOffsets {
+  private data: GroupFile;
+  private writing: Promise<void> | null = null;
+  private queued: Promise<void> | null = null;
+  constructor(private fs: FileSystem, private path: string, data: GroupFile) {
+    this.data = data;
+  }
+  get(topic: string, topicId: string): Map<number, CommittedOffset> {
+    const t = this.data.topics[topic];
+    const m = new Map<number, CommittedOffset>();
+    if (!t || t.topicId !== topicId) return m;
+    for (const [p, o] of Object.entries(t.offsets)) m.set(Number(p), o);
+    return m;
+  }
+  /** Resolves once a write that includes these offsets is durable. */
+  commit(topic: string, topicId: string, offsets: Map<number, number>): Promise<void> {
+    let t = this.data.topics[topic];
+    if (!t || t.topicId !== topicId) t = this.data.topics[topic] = { topicId, offsets: {} };
+    const now = Date.now();
+    for (const [p, o] of offsets) t.offsets[String(p)] = { offset: o, committedAt: now };
+    return this.flush();
+  }
+  private flush(): Promise<void> {
+    if (this.queued) return this.queued;
+    const run = (): Promise<void> => writeFileAtomic(this.fs, this.path, JSON.stringify(this.data));
+    if (!this.writing) {
+      const w = run().finally(() => {
+        if (this.writing === w) this.writing = null;
+      });
+      this.writing = w;
+      return w;
+    }
+    const q = this.writing
+      .catch(() => {})
+      .then(() => {
+        this.queued = null;
+        const w = run().finally(() => {
+          if (this.writing === w) this.writing = null;
+        });
+        this.writing = w;
+        return w;
+      });
+    this.queued = q;
+    return q;
+  }
+  async drain(): Promise<void> {
+    while (this.writing || this.queued) await (this.queued ?? this.writing)!.catch(() => {});
+  }
+}
+
+interface Topic extends EngineTopic {
+  dir: string;
+  logs: PartitionLog[];
+}
+
+export interface DiskEngineOptions {
+  dataDir: string;
+  fs: FileSystem;
+  logger?: Logger;
+}
+
+export class DiskEngine implements StorageEngine {
+  private readonly dataDir: string;
+  private readonly fs: FileSystem;
+  private readonly logger: Logger;
+  private topics = new Map<string, Topic>();
+  private groups = new Map<string, GroupOffsets>();
+  private producerFile: { nextId: number; epochs: Record<string, number> } = { nextId: 0, epochs: {} };
+  private adminLock: Promise<unknown> = Promise.resolve();
+  private closed = false;
+
+  constructor(opts: DiskEngineOptions) {
+    this.dataDir = resolve(opts.dataDir);
+    this.fs = opts.fs;
+    this.logger = opts.logger ?? silentLogger;
+  }
+
+  /** FS-1: every path the engine touches stays inside the data dir. */
+  private inside(...parts: string[]): string {
+    const p = resolve(this.dataDir, ...parts);
+    if (p !== this.dataDir && !p.startsWith(this.dataDir + sep)) throw new ValidationError(`path escapes data dir: ${p}`);
+    return p;
+  }
+
+  async open(): Promise<void> {
+    const { fs } = this;
+    for (const d of ["topics", "groups", "trash", "tmp"]) await fs.mkdir(this.inside(d));
+    // Leftovers of interrupted deletes/creates are garbage by construction (TOPIC-1).
+    for (const d of ["trash", "tmp"]) for (const n of await fs.readdir(this.inside(d))) await fs.rm(this.inside(d, n));
+    this.producerFile = (await readJsonFile<typeof this.producerFile>(fs, this.inside("producers.json"))) ?? this.producerFile;
+    for (const name of (await fs.readdir(this.inside("topics"))).sort()) {
+      const meta = await readJsonFile<EngineTopic>(fs, this.inside("topics", name, "topic.json"));
+      if (!meta) {
+        this.logger.warn({ dir: name }, "ignoring topic directory without topic.json");
+        continue;
+      }
+      const config = resolveTopicConfig(meta.config);
+      const t: Topic = { ...meta, config, dir: this.inside("topics", name), logs: [] };
+      for (let p = 0; p < config.partitions; p++) t.logs.push(await this.openLog(t, p));
+      this.topics.set(name, t);
+    }
+    for (const n of await fs.readdir(this.inside("groups"))) {
+      if (!n.endsWith(".json")) continue;
+      const data = await readJsonFile<GroupFile>(fs, this.inside("groups", n));
+      if (data) this.groups.set(data.group, new GroupOffsets(fs, this.inside("groups", n), data));
+    }
+  }
+
+  private openLog(t: Topic, p: number): Promise<PartitionLog> {
+    return PartitionLog.open({ fs: this.fs, dir: join(t.dir, String(p)), topic: t.name, partition: p, config: t.config, logger: this.logger });
+  }
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const r = this.adminLock.then(fn, fn);
+    this.adminLock = r.catch(() => {});
+    return r;
+  }
+
+  private check(): void {
+    if (this.closed) throw new BrokerClosedError();
+  }
+
+  createTopic(name: string, config: Required<TopicConfig>): Promise<EngineTopic> {
+    validateName("topic", name);
+    return this.serial(async () => {
+      this.check();
+      if (this.topics.has(name)) throw new TopicExistsError(name);
+      const meta: EngineTopic = { name, topicId: randomUUID(), createdAt: Date.now(), config };
+      const staging = this.inside("tmp", `${name}.${meta.topicId}`);
+      await this.fs.mkdir(staging);
+      await writeFileAtomic(this.fs, join(staging, "topic.json"), JSON.stringify(meta));
+      for (let p = 0; p < config.partitions; p++) await this.fs.mkdir(join(staging, String(p)));
+      await this.fs.rename(staging, this.inside("topics", name));
+      await this.fs.fsyncDir(this.inside("topics"));
+      const t: Topic = { ...meta, dir: this.inside("topics", name), logs: [] };
+      for (let p = 0; p < config.partitions; p++) t.logs.push(await this.openLog(t, p));
+      this.topics.set(name, t);
+      return meta;
+    });
+  }
+
+  deleteTopic(name: string): Promise<void> {
+    validateName("topic", name);
+    return this.serial(async () => {
+      this.check();
+      const t = this.topics.get(name);
+      if (!t) throw new TopicNotFoundError(name);
+      this.topics.delete(name);
+      await Promise.all(t.logs.map((l) => l.close()));
+      const trash = this.inside("trash", `${name}.${t.topicId}`);
+      await this.fs.rename(t.dir, trash);
+      await this.fs.fsyncDir(this.inside("topics"));
+      await this.fs.rm(trash);
+    });
+  }
+
+  listTopics(): string[] {
+    return [...this.topics.keys()].sort();
+  }
+
+  private topic(name: string): Topic {
+    const t = this.topics.get(name);
+    if (!t) {
+      validateName("topic", name);
+      throw new TopicNotFoundError(name);
+    }
+    return t;
+  }
+
+  getTopic(name: string): EngineTopic {
+    const t = this.topic(name);
+    return { name: t.name, topicId: t.topicId, createdAt: t.createdAt, config: t.config };
+  }
+
+  log(topic: string, partition: number): PartitionLog {
+    const t = this.topic(topic);
+    if (!Number.isInteger(partition) || partition < 0 || partition >= t.logs.length) throw new PartitionNotFoundError(topic, partition);
+    return t.logs[partition];
+  }
+
+  describeTopic(name: string): TopicDescription {
+    const t = this.topic(name);
+    return {
+      name: t.name,
+      topicId: t.topicId,
+      createdAt: t.createdAt,
+      config: { ...t.config },
+      partitions: t.logs.map((l, i) => ({
+        partition: i,
+        logStartOffset: l.logStartOffset,
+        logEndOffset: l.logEndOffset,
+        highWatermark: l.highWatermark,
+        sizeBytes: l.sizeBytes,
+        segments: l.segmentCount,
+      })),
+    };
+  }
+
+  append(topic: string, partition: number, records: PreparedRecord[], producer?: ProducerInfo, signal?: AbortSignal) {
+    this.check();
+    return this.log(topic, partition).append(records, producer, signal);
+  }
+
+  read(topic: string, partition: number, offset: number, maxBytes: number): Promise<{ records: StoredRecord[]; nextOffset: number }> {
+    return this.log(topic, partition).read(offset, maxBytes);
+  }
+
+  waitFor(topic: string, partition: number, offset: number, maxWaitMs: number, signal?: AbortSignal): Promise<boolean> {
+    return this.log(topic, partition).waitFor(offset, maxWaitMs, signal);
+  }
+
+  offsets(topic: string, partition: number) {
+    const l = this.log(topic, partition);
+    return { logStartOffset: l.logStartOffset, highWatermark: l.highWatermark, logEndOffset: l.logEndOffset };
+  }
+
+  offsetForTimestamp(topic: string, partition: number, ts: number): Promise<number> {
+    return this.log(topic, partition).offsetForTimestamp(ts);
+  }
+
+  async enforceRetention(now = Date.now()): Promise<void> {
+    for (const t of [...this.topics.values()]) for (const l of t.logs) await l.enforceRetention(now);
+  }
+
+  allocateProducer(producerId?: number): Promise<{ producerId: number; producerEpoch: number }> {
+    return this.serial(async () => {
+      this.check();
+      const f = this.producerFile;
+      let id: number;
+      let epoch: number;
+      if (producerId === undefined) {
+        id = f.nextId++;
+        epoch = 0;
+      } else {
+        if (!Number.isSafeInteger(producerId) || producerId < 0 || producerId >= f.nextId)
+          throw new ValidationError(`unknown producer id ${producerId}`);
+        id = producerId;
+        epoch = (f.epochs[String(id)] ?? 0) + 1;
+        if (epoch > 32767) throw new ValidationError(`producer ${id} has exhausted its epochs; allocate a new id`);
+        f.epochs[String(id)] = epoch;
+      }
+      await writeFileAtomic(this.fs, this.inside("producers.json"), JSON.stringify(f));
+      return { producerId: id, producerEpoch: epoch };
+    });
+  }
+
+  private groupStore(group: string): GroupOffsets {
+    validateName("group", group);
+    let g = this.groups.get(group);
+    if (!g) {
+      g = new GroupOffsets(this.fs, this.inside("groups", `${group}.json`), { group, topics: {} });
+      this.groups.set(group, g);
+    }
+    return g;
+  }
+
+  getCommitted(group: string, topic: string): Map<number, CommittedOffset> {
+    const t = this.topic(topic);
+    const g = this.groups.get(validateName("group", group));
+    return g ? g.get(topic, t.topicId) : new Map();
+  }
+
+  commitOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void> {
+    this.check();
+    const t = this.topic(topic);
+    for (const [p, o] of offsets) {
+      if (!Number.isInteger(p) || p < 0 || p >= t.logs.length) throw new PartitionNotFoundError(topic, p);
+      if (!Number.isSafeInteger(o) || o < 0) throw new ValidationError(`invalid offset ${o}`);
+    }
+    return this.groupStore(group).commit(topic, t.topicId, offsets);
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    await this.adminLock;
+    this.closed = true;
+    for (const g of this.groups.values()) await g.drain();
+    for (const t of this.topics.values()) await Promise.all(t.logs.map((l) => l.close()));
+  }
+}

@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * The storage engine contract under the broker. The embedded broker runs on DiskEngine
+ * (src/store/disk-engine.ts); a PostgreSQL engine for multi-node deployments is planned and
+ * must pass the same contract tests (test/engine-contract.test.ts runs `defineEngineContract`
+ * against every engine).
+ */
+import type { PreparedRecord, StoredRecord, ProducerInfo } from "../log/record-batch.js";
+import type { TopicConfig, TopicDescription } from "../types.js";
+
+export interface EngineTopic {
+  name: string;
+  topicId: string;
+  createdAt: number;
+  config: Required<TopicConfig>;
+}
+
+export interface CommittedOffset {
+  offset: number;
+  committedAt: number;
+  metadata?: string;
+}
+
+export interface StorageEngine {
+  open(): Promise<void>;
+  close(): Promise<void>;
+
+  createTopic(name: string, config: Required<TopicConfig>): Promise<EngineTopic>;
+  deleteTopic(name: string): Promise<void>;
+  listTopics(): string[];
+  getTopic(name: string): EngineTopic;
+  describeTopic(name: string): TopicDescription;
+
+  append(topic: string, partition: number, records: PreparedRecord[], producer?: ProducerInfo, signal?: AbortSignal): Promise<{ baseOffset: number; duplicate: boolean; synced: boolean }>;
+  read(topic: string, partition: number, offset: number, maxBytes: number): Promise<{ records: StoredRecord[]; nextOffset: number }>;
+  waitFor(topic: string, partition: number, offset: number, maxWaitMs: number, signal?: AbortSignal): Promise<boolean>;
+  offsets(topic: string, partition: number): { logStartOffset: number; highWatermark: number; logEndOffset: number };
+  offsetForTimestamp(topic: string, partition: number, ts: number): Promise<number>;
+  enforceRetention(now?: number): Promise<void>;
+
+  allocateProducer(producerId?: number): Promise<{ producerId: number; producerEpoch: number }>;
+
+  /** Committed offsets of a group for a topic incarnation (stored value = next offset to read). */
+  getCommitted(group: string, topic: string): Map<number, CommittedOffset>;
+  commitOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void>;
+}

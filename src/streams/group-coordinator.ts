@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * Consumer group membership for members in this process. One group state per (group, topic).
+ *
+ * Rebalances are incremental (cooperative): a partition that keeps its owner keeps flowing;
+ * a partition that moves is first revoked from its old owner, which stops and aborts
+ * `msg.signal` for it, and only then assigned to the new owner. Invariant GRP-1: at any
+ * moment a partition has at most one owner, so two members never process it at once.
+ */
+import { NotAssignedError, StaleGenerationError } from "../errors.js";
+import { assignPartitions, type AssignmentStrategy } from "./assignment.js";
+
+export interface GroupMember {
+  readonly memberId: string;
+  /** Stop using these partitions. Ownership is already gone when this is called. */
+  revoke(partitions: number[], generation: number): void | Promise<void>;
+  assign(partitions: number[], generation: number): void;
+}
+
+interface GroupState {
+  members: Map<string, GroupMember>;
+  owners: Map<number, string>;
+  generation: number;
+  strategy: AssignmentStrategy;
+  partitions: number;
+  lock: Promise<void>;
+}
+
+let memberSeq = 0;
+export function newMemberId(prefix = "member"): string {
+  return `${prefix}-${process.pid}-${++memberSeq}-${Math.random().toString(36).slice(2, 8)}`;
+}
+
+export class GroupCoordinator {
+  private groups = new Map<string, GroupState>();
+
+  private key(group: string, topic: string): string {
+    return `${group}\u0000${topic}`;
+  }
+
+  private state(group: string, topic: string, partitions: number, strategy: AssignmentStrategy): GroupState {
+    const k = this.key(group, topic);
+    let g = this.groups.get(k);
+    if (!g) {
+      g = { members: new Map(), owners: new Map(), generation: 0, strategy, partitions, lock: Promise.resolve() };
+      this.groups.set(k, g);
+    }
+    return g;
+  }
+
+  hasMembers(group: string, topic: string): boolean {
+    return (this.groups.get(this.key(group, topic))?.members.size ?? 0) > 0;
+  }
+
+  generation(group: string, topic: string): number {
+    return this.groups.get(this.key(group, topic))?.generation ?? 0;
+  }
+
+  join(group: string, topic: string, partitions: number, strategy: AssignmentStrategy, member: GroupMember): Promise<void> {
+    const g = this.state(group, topic, partitions, strategy);
+    g.members.set(member.memberId, member);
+    return this.rebalance(g);
+  }
+
+  leave(group: string, topic: string, memberId: string): Promise<void> {
+    const k = this.key(group, topic);
+    const g = this.groups.get(k);
+    if (!g || !g.members.delete(memberId)) return Promise.resolve();
+    for (const [p, owner] of g.owners) if (owner === memberId) g.owners.delete(p);
+    return this.rebalance(g).then(() => {
+      if (g.members.size === 0 && this.groups.get(k) === g) this.groups.delete(k);
+    });
+  }
+
+  /** Throws unless `memberId` owns `partition` (and, if given, in `generation` or later with unchanged ownership). */
+  checkOwner(group: string, topic: string, partition: number, memberId: string, generation?: number): void {
+    const g = this.groups.get(this.key(group, topic));
+    if (!g || g.owners.get(partition) !== memberId)
+      throw new NotAssignedError(`partition ${topic}/${partition} is not assigned to this member of group ${group}; the new owner resumes from the last commit`);
+    if (generation !== undefined && generation > g.generation) throw new StaleGenerationError(`generation ${generation} is not current (${g.generation})`);
+  }
+
+  private rebalance(g: GroupState): Promise<void> {
+    const run = async (): Promise<void> => {
+      g.generation++;
+      const gen = g.generation;
+      const ids = [...g.members.keys()];
+      const target = assignPartitions(ids, g.partitions, g.strategy);
+      // Phase 1: revoke what moves (GRP-1: ownership is dropped before the owner is told).
+      const revokes: Promise<void>[] = [];
+      for (const [id, m] of g.members) {
+        const keep = new Set(target.get(id));
+        const revoked: number[] = [];
+        for (const [p, owner] of g.owners) if (owner === id && !keep.has(p)) revoked.push(p);
+        for (const p of revoked) g.owners.delete(p);
+        if (revoked.length > 0) revokes.push(Promise.resolve(m.revoke(revoked, gen)));
+      }
+      await Promise.all(revokes);
+      // Phase 2: assign what is now free.
+      for (const [id, m] of g.members) {
+        const added: number[] = [];
+        for (const p of target.get(id) ?? []) {
+          if (!g.owners.has(p)) {
+            g.owners.set(p, id);
+            added.push(p);
+          }
+        }
+        m.assign(added, gen);
+      }
+    };
+    const r = g.lock.then(run, run);
+    g.lock = r.catch(() => {});
+    return r;
+  }
+}

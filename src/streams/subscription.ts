@@ -1,0 +1,234 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * A group member in this process: `for await (const msg of sub)`. Fetches from its assigned
+ * partitions in turn, one bounded fetch at a time (pull-driven: nothing is read ahead beyond
+ * one fetch of `maxBytes`), and long-polls when all are caught up.
+ */
+import { BrokerClosedError, CorruptRecordError, OffsetOutOfRangeError, ValidationError } from "../errors.js";
+import type { Logger } from "../log/logger.js";
+import type { DiskEngine } from "../store/disk-engine.js";
+import type { Message, MessageBatch, SubscribeOptions, Subscription } from "../types.js";
+import { newMemberId, type GroupCoordinator, type GroupMember } from "./group-coordinator.js";
+import { toConsumed } from "./records.js";
+import { validateName } from "../store/names.js";
+
+interface Assigned {
+  position: number | null;
+  ac: AbortController;
+}
+
+export interface SubscriptionDeps {
+  engine: DiskEngine;
+  coordinator: GroupCoordinator;
+  logger: Logger;
+  onClose(sub: GroupSubscription<unknown>): void;
+}
+
+export class GroupSubscription<T> implements Subscription<T>, GroupMember {
+  readonly memberId = newMemberId();
+  readonly group: string;
+  readonly topic: string;
+  private assigned = new Map<number, Assigned>();
+  private buffer: Message<T>[] = [];
+  private rr = 0;
+  private joined: Promise<void> | null = null;
+  private closed = false;
+  private wake: (() => void) | null = null;
+  private readonly closeAc = new AbortController();
+  private generationSeen = 0;
+
+  constructor(private deps: SubscriptionDeps, topic: string, private opts: SubscribeOptions & { onCorrupt?: "error" | "skip" }) {
+    this.topic = topic;
+    this.group = validateName("group", opts.group);
+    deps.engine.getTopic(topic); // throws TopicNotFoundError early
+    if (opts.start !== undefined && opts.start !== "earliest" && opts.start !== "latest") throw new ValidationError(`start must be "earliest" or "latest"`);
+    if (opts.signal) {
+      if (opts.signal.aborted) this.closed = true;
+      else opts.signal.addEventListener("abort", () => void this.close(), { once: true });
+    }
+  }
+
+  assignment(): number[] {
+    return [...this.assigned.keys()].sort((a, b) => a - b);
+  }
+
+  // GroupMember
+  revoke(partitions: number[]): void {
+    for (const p of partitions) {
+      this.assigned.get(p)?.ac.abort(new Error(`partition ${p} revoked`));
+      this.assigned.delete(p);
+    }
+    // Drop buffered messages of revoked partitions: the new owner will deliver them.
+    this.buffer = this.buffer.filter((m) => this.assigned.has(m.partition));
+    this.wake?.();
+  }
+
+  assign(partitions: number[], generation: number): void {
+    this.generationSeen = generation;
+    for (const p of partitions) this.assigned.set(p, { position: null, ac: new AbortController() });
+    this.wake?.();
+  }
+
+  private ensureJoined(): Promise<void> {
+    if (!this.joined) {
+      const t = this.deps.engine.getTopic(this.topic);
+      this.joined = this.deps.coordinator.join(this.group, this.topic, t.config.partitions, this.opts.assignment ?? "range", this);
+    }
+    return this.joined;
+  }
+
+  private resolvePosition(p: number, a: Assigned): number {
+    const { logStartOffset, highWatermark } = this.deps.engine.offsets(this.topic, p);
+    if (a.position === null) {
+      const c = this.deps.engine.getCommitted(this.group, this.topic).get(p);
+      a.position = c ? c.offset : (this.opts.start ?? "latest") === "earliest" ? logStartOffset : highWatermark;
+    }
+    if (a.position < logStartOffset) {
+      const policy = this.opts.offsetReset ?? "earliest";
+      if (policy === "error") throw new OffsetOutOfRangeError(this.topic, p, a.position, logStartOffset, highWatermark);
+      this.deps.logger.warn({ group: this.group, topic: this.topic, partition: p, from: a.position, policy }, "offset below log start; resetting");
+      a.position = policy === "earliest" ? logStartOffset : highWatermark;
+    } else if (a.position > highWatermark) a.position = highWatermark;
+    return a.position;
+  }
+
+  /** One fetch from the next partition with data; false when all are caught up. */
+  private async fill(): Promise<boolean> {
+    const parts = this.assignment();
+    for (let i = 0; i < parts.length; i++) {
+      const p = parts[(this.rr + i) % parts.length];
+      const a = this.assigned.get(p);
+      if (!a) continue;
+      const pos = this.resolvePosition(p, a);
+      if (pos >= this.deps.engine.offsets(this.topic, p).highWatermark) continue;
+      let res;
+      try {
+        res = await this.deps.engine.read(this.topic, p, pos, this.opts.maxBytes ?? 1024 * 1024);
+      } catch (e) {
+        if (e instanceof CorruptRecordError && this.opts.onCorrupt === "skip" && e.nextOffset !== undefined) {
+          this.deps.logger.error({ err: e }, "skipping corrupt records");
+          if (this.assigned.get(p) === a) a.position = e.nextOffset;
+          continue;
+        }
+        throw e;
+      }
+      if (this.assigned.get(p) !== a) continue; // revoked while reading
+      a.position = res.nextOffset;
+      this.rr = (this.rr + i + 1) % Math.max(1, parts.length);
+      for (const r of res.records) this.buffer.push(this.makeMessage(p, a, r));
+      if (res.records.length > 0) return true;
+    }
+    return false;
+  }
+
+  private makeMessage(p: number, a: Assigned, r: Parameters<typeof toConsumed>[2]): Message<T> {
+    const base = toConsumed<T>(this.topic, p, r);
+    const offset = r.offset;
+    return Object.assign(base, {
+      signal: a.ac.signal,
+      commit: () => this.commitOffsets(new Map([[p, offset + 1]])),
+    });
+  }
+
+  /** Stores "processed through" for each partition: the value stored is the next offset to read. */
+  private async commitOffsets(next: Map<number, number>): Promise<void> {
+    for (const p of next.keys()) this.deps.coordinator.checkOwner(this.group, this.topic, p, this.memberId);
+    await this.deps.engine.commitOffsets(this.group, this.topic, next);
+  }
+
+  private async waitForData(): Promise<void> {
+    const waits: Promise<unknown>[] = [];
+    const ac = new AbortController();
+    const signal = AbortSignal.any([ac.signal, this.closeAc.signal]);
+    for (const [p, a] of this.assigned) {
+      const pos = a.position ?? this.resolvePosition(p, a);
+      waits.push(this.deps.engine.waitFor(this.topic, p, pos, 30_000, signal));
+    }
+    waits.push(new Promise<void>((r) => (this.wake = r)));
+    if (this.assigned.size === 0) waits.push(new Promise((r) => setTimeout(r, 30_000).unref()));
+    try {
+      await Promise.race(waits);
+    } finally {
+      this.wake = null;
+      ac.abort();
+    }
+  }
+
+  private async next(): Promise<Message<T> | null> {
+    await this.ensureJoined();
+    while (!this.closed) {
+      const m = this.buffer.shift();
+      if (m) {
+        if (!this.assigned.has(m.partition)) continue;
+        return m;
+      }
+      if (!(await this.fill()) && !this.closed) await this.waitForData();
+    }
+    return null;
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<Message<T>> {
+    try {
+      for (;;) {
+        const m = await this.next();
+        if (m === null) return;
+        yield m;
+      }
+    } finally {
+      await this.close();
+    }
+  }
+
+  async *batches(opts: { maxMessages?: number; maxWaitMs?: number } = {}): AsyncIterable<MessageBatch<T>> {
+    const max = opts.maxMessages ?? 500;
+    try {
+      for (;;) {
+        const first = await this.next();
+        if (first === null) return;
+        const messages = [first];
+        while (messages.length < max) {
+          if (this.buffer.length === 0 && !(await this.fill())) break;
+          const m = this.buffer.shift();
+          if (!m) break;
+          if (this.assigned.has(m.partition)) messages.push(m);
+        }
+        const sub = this;
+        yield {
+          messages,
+          commit() {
+            const next = new Map<number, number>();
+            for (const m of messages) next.set(m.partition, Math.max(next.get(m.partition) ?? 0, m.offset + 1));
+            return sub.commitOffsets(next);
+          },
+        };
+      }
+    } finally {
+      await this.close();
+    }
+  }
+
+  get generation(): number {
+    return this.generationSeen;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed && !this.joined) return;
+    this.closed = true;
+    this.closeAc.abort();
+    this.wake?.();
+    const joined = this.joined;
+    this.joined = null;
+    for (const a of this.assigned.values()) a.ac.abort(new BrokerClosedError("subscription closed"));
+    this.assigned.clear();
+    this.buffer = [];
+    if (joined) {
+      await joined.catch(() => {});
+      await this.deps.coordinator.leave(this.group, this.topic, this.memberId);
+    }
+    this.deps.onClose(this as GroupSubscription<unknown>);
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}

@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * Public contracts of sluice. `openBroker()` (embedded) and `connect()` (client of a server)
+ * both return a `Broker`; the conformance suite in `src/testing/` runs against either.
+ */
+
+export type Durability = "always" | "interval" | "never";
+
+/** A value as the producer hands it over. Buffers/Uint8Arrays are stored as raw bytes,
+ * strings as UTF-8, anything else as JSON; the consumer gets back the same kind. */
+export type PublishValue = Uint8Array | string | number | boolean | null | object;
+
+export type Headers = Record<string, string | Uint8Array>;
+
+export interface TopicConfig {
+  /** Number of partitions (1..10_000). Default 1. */
+  partitions?: number;
+  /** Delete sealed segments whose newest record is older than this. Default: keep forever (-1). */
+  retentionMs?: number;
+  /** Per partition: delete oldest sealed segments while the rest still exceeds this. -1 = no limit. */
+  retentionBytes?: number;
+  /** Roll the active segment once it would exceed this many bytes. Default 256 MiB. */
+  segmentBytes?: number;
+  /** Roll the active segment once its first record is older than this. Default 7 days. */
+  segmentMs?: number;
+  /** Largest encoded record accepted. Default 1 MiB. */
+  maxMessageBytes?: number;
+  /** `always` (default): ack after fdatasync (group commit). `interval`: fsync every
+   * `flushIntervalMs`, ack says `synced: false`. `never`: tests only. */
+  durability?: Durability;
+  /** For `interval` durability. Default 1000 ms. */
+  flushIntervalMs?: number;
+}
+
+export interface TopicDescription {
+  name: string;
+  /** Unique per incarnation: deleting and re-creating a name yields a new id. */
+  topicId: string;
+  createdAt: number;
+  config: Required<TopicConfig>;
+  partitions: PartitionDescription[];
+}
+
+export interface PartitionDescription {
+  partition: number;
+  logStartOffset: number;
+  /** Next offset to be assigned; readers see records below `highWatermark`. */
+  logEndOffset: number;
+  /** Offsets below this are durable per the topic's durability and readable. */
+  highWatermark: number;
+  sizeBytes: number;
+  segments: number;
+}
+
+export interface PublishOptions {
+  key?: string | Uint8Array | null;
+  headers?: Headers;
+  partition?: number;
+  /** Record timestamp (ms since epoch). Default: now. */
+  timestamp?: number;
+}
+
+export interface PublishRecord extends PublishOptions {
+  value: PublishValue;
+}
+
+export interface PublishBatchOptions {
+  /** Idempotent producing: id from `initProducer()`. Requires `partition` on every record
+   * (or a single-partition topic) and `baseSequence`. */
+  producerId?: number;
+  producerEpoch?: number;
+  /** Sequence number of the first record of this batch for this (producer, partition). */
+  baseSequence?: number;
+  signal?: AbortSignal;
+}
+
+export interface PublishReceipt {
+  topic: string;
+  partition: number;
+  offset: number;
+  /** True when an idempotent retry matched a batch stored earlier: offset is the original. */
+  duplicate: boolean;
+  /** False only with `durability: interval|never`, when the ack precedes the fsync. */
+  synced: boolean;
+}
+
+export interface ProducerIdentity {
+  producerId: number;
+  producerEpoch: number;
+}
+
+export interface ConsumedRecord<T = unknown> {
+  topic: string;
+  partition: number;
+  offset: number;
+  timestamp: number;
+  key: Uint8Array | null;
+  /** Decoded as published: bytes → Uint8Array, string → string, others → parsed JSON. */
+  value: T;
+  headers: Record<string, Uint8Array>;
+}
+
+export interface FetchOptions {
+  /** Soft upper bound on bytes returned (at least one record is returned if one exists). Default 1 MiB. */
+  maxBytes?: number;
+  /** Long-poll: wait up to this long for a record at `offset`. Default 0. */
+  maxWaitMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface FetchResult {
+  records: ConsumedRecord[];
+  /** Offset to fetch next. */
+  nextOffset: number;
+  highWatermark: number;
+  logStartOffset: number;
+}
+
+export type StartPosition =
+  | "earliest"
+  | "latest"
+  | { offset: number }
+  | { timestamp: number };
+
+export type OffsetResetPolicy = "earliest" | "latest" | "error";
+
+export interface SubscribeOptions {
+  group: string;
+  /** Where a group with no committed offset starts. Default "latest". */
+  start?: "earliest" | "latest";
+  /** What to do when the committed offset is below the log start (retention). Default "earliest". */
+  offsetReset?: OffsetResetPolicy;
+  /** Partition assignment strategy across members. Default "range". */
+  assignment?: "range" | "roundrobin";
+  /** Max records buffered per partition fetch. Default 1 MiB of bytes. */
+  maxBytes?: number;
+  signal?: AbortSignal;
+}
+
+export interface Message<T = unknown> extends ConsumedRecord<T> {
+  /** Aborts when this partition is revoked from the member or the subscription closes. */
+  readonly signal: AbortSignal;
+  /** Durably records "processed through this message" for the group. */
+  commit(): Promise<void>;
+}
+
+export interface MessageBatch<T = unknown> {
+  readonly messages: Message<T>[];
+  /** Commits the highest offset per partition in this batch. */
+  commit(): Promise<void>;
+}
+
+export type SubscriptionStatus =
+  | { type: "group:rebalance"; generation: number; assigned: number[]; revoked: number[] };
+
+export interface Subscription<T = unknown> extends AsyncIterable<Message<T>> {
+  readonly group: string;
+  readonly topic: string;
+  /** Partitions currently assigned to this member. */
+  assignment(): number[];
+  batches(opts?: { maxMessages?: number; maxWaitMs?: number }): AsyncIterable<MessageBatch<T>>;
+  close(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+export type ResetTarget =
+  | "earliest"
+  | "latest"
+  | { offset: number }
+  | { timestamp: number }
+  | { shiftBy: number };
+
+export interface ResetResult {
+  group: string;
+  topic: string;
+  dryRun: boolean;
+  partitions: { partition: number; previous: number | null; next: number }[];
+}
+
+export interface PartitionLag {
+  partition: number;
+  /** Next offset the group will consume (stored offset = last processed + 1); null if none. */
+  committedOffset: number | null;
+  logStartOffset: number;
+  highWatermark: number;
+  /** Records not yet processed by the group. */
+  lagRecords: number;
+  /** now − timestamp of the oldest unprocessed record, in ms; 0 when caught up. */
+  lagMs: number;
+}
+
+export interface GroupLag {
+  group: string;
+  topic: string;
+  totalRecords: number;
+  maxLagMs: number;
+  partitions: PartitionLag[];
+}
+
+export interface Broker {
+  createTopic(name: string, config?: TopicConfig): Promise<TopicDescription>;
+  deleteTopic(name: string): Promise<void>;
+  listTopics(): Promise<string[]>;
+  describeTopic(name: string): Promise<TopicDescription>;
+  publish(topic: string, value: PublishValue, opts?: PublishOptions): Promise<PublishReceipt>;
+  publishBatch(topic: string, records: PublishRecord[], opts?: PublishBatchOptions): Promise<PublishReceipt[]>;
+  /** Allocates a producer id (and epoch) for idempotent producing. Passing an existing id bumps its epoch, fencing older instances. */
+  initProducer(producerId?: number): Promise<ProducerIdentity>;
+  fetch(topic: string, partition: number, offset: number, opts?: FetchOptions): Promise<FetchResult>;
+  /** First offset whose timestamp ≥ ts, or the high watermark if none. */
+  offsetForTimestamp(topic: string, partition: number, timestamp: number): Promise<number>;
+  subscribe<T = unknown>(topic: string, opts: SubscribeOptions): Subscription<T>;
+  resetGroup(group: string, topic: string, to: ResetTarget, opts?: { dryRun?: boolean }): Promise<ResetResult>;
+  groupLag(group: string, topic: string): Promise<GroupLag>;
+  close(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
