@@ -50,6 +50,8 @@ export function resolveTopicConfig(config: TopicConfig = {}): Required<TopicConf
   intIn("retentionBytes", c.retentionBytes, -1, Number.MAX_SAFE_INTEGER);
   intIn("segmentBytes", c.segmentBytes, 1024, 2 ** 31 - 1);
   intIn("segmentMs", c.segmentMs, 1, Number.MAX_SAFE_INTEGER);
+  // The default record limit shrinks with small segments; an explicit one must fit a segment.
+  if (config.maxMessageBytes === undefined) c.maxMessageBytes = Math.min(c.maxMessageBytes, c.segmentBytes);
   intIn("maxMessageBytes", c.maxMessageBytes, 1, Math.min(c.segmentBytes, 32 * 1024 * 1024));
   intIn("flushIntervalMs", c.flushIntervalMs, 1, 3_600_000);
   if (!["always", "interval", "never"].includes(c.durability)) throw new ValidationError(`durability must be always|interval|never`);

@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * A FileSystem for tests that injects the failures real disks produce: ENOSPC and EIO on
+ * write or fsync, torn writes (only a prefix reaches the file), and power loss (every byte not
+ * covered by an fdatasync is lost, optionally leaving a torn prefix of it).
+ */
+import { NodeFileSystem, type FileHandle, type FileSystem, type OpenMode } from "../log/io.js";
+
+export type FaultOp = "write" | "datasync" | "open" | "rename" | "fsyncDir" | "truncate";
+
+interface Rule {
+  op: FaultOp;
+  code: string;
+  pathIncludes?: string;
+  /** For writes: bytes that reach the file before the error (a torn write). */
+  tornBytes?: number;
+  remaining: number;
+}
+
+function errno(code: string, op: string, path: string): NodeJS.ErrnoException {
+  return Object.assign(new Error(`${code}: injected fault, ${op} '${path}'`), { code, syscall: op, path });
+}
+
+export class FaultyFileSystem implements FileSystem {
+  private inner = new NodeFileSystem();
+  private rules: Rule[] = [];
+  /** Bytes known durable per path (size at the last datasync). */
+  readonly synced = new Map<string, number>();
+  /** Fail the next `times` operations `op` (optionally on paths containing `pathIncludes`). */
+  failNext(op: FaultOp, code: string, opts: { pathIncludes?: string; times?: number; tornBytes?: number } = {}): void {
+    this.rules.push({ op, code, pathIncludes: opts.pathIncludes, tornBytes: opts.tornBytes, remaining: opts.times ?? 1 });
+  }
+  /** Fail every `op` until cleared (e.g. a full disk). */
+  failAlways(op: FaultOp, code: string, pathIncludes?: string): void {
+    this.rules.push({ op, code, pathIncludes, remaining: Infinity });
+  }
+  clearFaults(): void {
+    this.rules = [];
+  }
+  take(op: FaultOp, path: string): Rule | null {
+    const i = this.rules.findIndex((r) => r.op === op && (!r.pathIncludes || path.includes(r.pathIncludes)) && r.remaining > 0);
+    if (i < 0) return null;
+    const r = this.rules[i];
+    r.remaining--;
+    if (r.remaining <= 0) this.rules.splice(i, 1);
+    return r;
+  }
+
+  async open(path: string, mode: OpenMode): Promise<FileHandle> {
+    const r = this.take("open", path);
+    if (r) throw errno(r.code, "open", path);
+    const h = await this.inner.open(path, mode);
+    if (!this.synced.has(path)) this.synced.set(path, await h.size());
+    return new FaultyHandle(this, h);
+  }
+  readFile(path: string): Promise<Buffer> {
+    return this.inner.readFile(path);
+  }
+  mkdir(path: string): Promise<void> {
+    return this.inner.mkdir(path);
+  }
+  readdir(path: string): Promise<string[]> {
+    return this.inner.readdir(path);
+  }
+  async rename(from: string, to: string): Promise<void> {
+    const r = this.take("rename", from);
+    if (r) throw errno(r.code, "rename", from);
+    await this.inner.rename(from, to);
+    if (this.synced.has(from)) {
+      this.synced.set(to, this.synced.get(from)!);
+      this.synced.delete(from);
+    }
+  }
+  unlink(path: string): Promise<void> {
+    this.synced.delete(path);
+    return this.inner.unlink(path);
+  }
+  rm(path: string): Promise<void> {
+    return this.inner.rm(path);
+  }
+  async fsyncDir(path: string): Promise<void> {
+    const r = this.take("fsyncDir", path);
+    if (r) throw errno(r.code, "fsync", path);
+    return this.inner.fsyncDir(path);
+  }
+  stat(path: string) {
+    return this.inner.stat(path);
+  }
+
+  /**
+   * Simulates power loss for files opened through this FS: each is cut back to its last
+   * fdatasync'ed size, plus `keepTornBytes` of the lost bytes (a torn write). Call after the
+   * broker is abandoned (not closed), then reopen a broker on the same dir.
+   */
+  async powerLoss(keepTornBytes = 0): Promise<void> {
+    for (const [path, size] of this.synced) {
+      const st = await this.inner.stat(path);
+      if (!st || st.isDirectory) continue;
+      if (st.size > size) {
+        const h = await this.inner.open(path, "rw");
+        await h.truncate(Math.min(st.size, size + keepTornBytes));
+        await h.close();
+      }
+    }
+  }
+}
+
+class FaultyHandle implements FileHandle {
+  constructor(private fs: FaultyFileSystem, private h: FileHandle) {}
+  get path(): string {
+    return this.h.path;
+  }
+  async write(buffers: readonly Uint8Array[], position: number): Promise<void> {
+    const r = this.fs.take("write", this.path);
+    if (r) {
+      if (r.tornBytes) {
+        const all = Buffer.concat(buffers as Uint8Array[]);
+        await this.h.write([all.subarray(0, Math.min(all.length, r.tornBytes))], position);
+      }
+      throw errno(r.code, "write", this.path);
+    }
+    return this.h.write(buffers, position);
+  }
+  read(buf: Uint8Array, offset: number, length: number, position: number): Promise<number> {
+    return this.h.read(buf, offset, length, position);
+  }
+  async datasync(): Promise<void> {
+    const r = this.fs.take("datasync", this.path);
+    if (r) throw errno(r.code, "fdatasync", this.path);
+    await this.h.datasync();
+    this.fs.synced.set(this.path, await this.h.size());
+  }
+  async truncate(length: number): Promise<void> {
+    const r = this.fs.take("truncate", this.path);
+    if (r) throw errno(r.code, "ftruncate", this.path);
+    await this.h.truncate(length);
+    const s = this.fs.synced.get(this.path);
+    if (s !== undefined && s > length) this.fs.synced.set(this.path, length);
+  }
+  size(): Promise<number> {
+    return this.h.size();
+  }
+  close(): Promise<void> {
+    return this.h.close();
+  }
+}

@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: Apache-2.0
+/** Test helpers: temp data dirs and condition waits with deadlines (no sleeping for luck). */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+export function tempDir(prefix = "sluice-test-"): { dir: string; cleanup(): void; [Symbol.dispose](): void } {
+  const dir = mkdtempSync(join(process.env.SLUICE_TEST_TMP ?? tmpdir(), prefix));
+  const cleanup = (): void => rmSync(dir, { recursive: true, force: true });
+  return { dir, cleanup, [Symbol.dispose]: cleanup };
+}
+
+/** Polls `cond` until it returns a truthy value or the deadline passes (then throws with `what`). */
+export async function waitUntil<T>(cond: () => T | Promise<T>, what: string, timeoutMs = 10_000, intervalMs = 5): Promise<NonNullable<T>> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await cond();
+    if (v) return v as NonNullable<T>;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}

@@ -1,0 +1,3 @@
+// SPDX-License-Identifier: Apache-2.0
+export { FaultyFileSystem, type FaultOp } from "./faulty-fs.js";
+export { tempDir, waitUntil } from "./helpers.js";
