@@ -239,7 +239,8 @@ export class PartitionLog {
     let validEnd = 0;
     let tornAt: number | null = null;
     let tornDetail = "";
-    const end = await Segment.scan(seg.handle!, 0, seg.baseOffset, seg.size, {
+    const fileSize = seg.size;
+    const end = await Segment.scan(seg.handle!, 0, seg.baseOffset, fileSize, {
       onBatch: (h, pos) => {
         seg.noteBatch(h.baseOffset, h.count, pos, h.length, h.maxTimestamp);
         validEnd = pos + h.length;
@@ -259,7 +260,7 @@ export class PartitionLog {
       },
     });
     if (tornAt !== null) {
-      const dropped = seg.size - tornAt;
+      const dropped = fileSize - tornAt;
       this.logger.warn({ file: seg.logPath, position: tornAt, bytesDropped: dropped, detail: tornDetail }, "truncating torn tail of active segment");
       await seg.handle!.truncate(tornAt);
       await seg.handle!.datasync();
@@ -682,11 +683,13 @@ export class PartitionLog {
       }
       let bytes = 0;
       const chunkSize = Math.max(64 * 1024, Math.min(maxBytes, 8 * 1024 * 1024));
-      let buf = Buffer.allocUnsafe(Math.min(chunkSize, Math.max(limit - pos, HEADER_SIZE)));
+      let buf = Buffer.alloc(0);
       let bufStart = pos;
       let bufLen = 0;
       while (pos < limit && (out.length === 0 || bytes < maxBytes)) {
+        // Refills always use a fresh buffer: records handed out are views into the old one.
         if (!(pos >= bufStart && pos + HEADER_SIZE <= bufStart + bufLen)) {
+          buf = Buffer.allocUnsafe(Math.min(chunkSize, Math.max(limit - pos, HEADER_SIZE)));
           bufStart = pos;
           bufLen = await readFully(fh, buf, Math.min(buf.length, limit - pos), pos);
         }
@@ -696,7 +699,7 @@ export class PartitionLog {
         if (len < HEADER_SIZE || len > MAX_BATCH_BYTES || len > limit - pos) detail = `implausible batch length ${len}`;
         else {
           if (pos + len > bufStart + bufLen) {
-            if (buf.length < len) buf = Buffer.allocUnsafe(len);
+            buf = Buffer.allocUnsafe(Math.max(len, Math.min(chunkSize, limit - pos)));
             bufStart = pos;
             bufLen = await readFully(fh, buf, Math.min(buf.length, limit - pos), pos);
           }
@@ -716,9 +719,8 @@ export class PartitionLog {
           if (batchEnd > offset) {
             const before = out.length;
             try {
-              // Copy out of the shared read buffer: records are views and outlive this call.
-              const own = Buffer.from(buf.subarray(pos - bufStart, pos - bufStart + h.length));
-              decodeRecords(own, 0, h, offset, out);
+              // Records are views into `buf`, which is never overwritten (see refills above).
+              decodeRecords(buf, pos - bufStart, h, offset, out);
             } catch (e) {
               if (!(e instanceof InvalidBatchError)) throw e;
               out.length = before;
