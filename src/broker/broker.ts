@@ -5,10 +5,10 @@
  * `sluice serve` puts the same object behind the wire protocol.
  */
 import { Buffer } from "node:buffer";
-import { BrokerClosedError, GroupActiveError, ValidationError, CorruptRecordError } from "../errors.js";
+import { BrokerClosedError, GroupActiveError, ValidationError, CorruptRecordError, RecordTooLargeError } from "../errors.js";
 import { NodeFileSystem, type FileSystem } from "../log/io.js";
 import { silentLogger, type Logger } from "../log/logger.js";
-import { prepareValue, type PreparedRecord } from "../log/record-batch.js";
+import { prepareValue, recordSize, type PreparedRecord } from "../log/record-batch.js";
 import { DiskEngine, resolveTopicConfig } from "../store/disk-engine.js";
 import { validateName } from "../store/names.js";
 import { GroupCoordinator } from "../streams/group-coordinator.js";
@@ -168,8 +168,15 @@ export class EmbeddedBroker implements Broker {
       parts[i] = p;
       let list = byPartition.get(p);
       if (!list) byPartition.set(p, (list = []));
-      list.push({ key, value, valueKind, timestamp, headers: toHeaders(r.headers) });
+      const prepared: PreparedRecord = { key, value, valueKind, timestamp, headers: toHeaders(r.headers) };
+      // Validate every record before any partition appends: a rejected batch stores nothing.
+      if (!Number.isSafeInteger(timestamp) || timestamp < 0) throw new ValidationError(`record ${i}: invalid timestamp ${timestamp}`);
+      const size = recordSize(prepared);
+      if (size > t.config.maxMessageBytes) throw new RecordTooLargeError(size, t.config.maxMessageBytes);
+      list.push(prepared);
     }
+    // Each call is one batch: the next call starts on the next partition, so keyless
+    // single publishes spread evenly while each batch stays together (sticky batches).
     this.sticky.set(topic, { partition: (sticky.partition + 1) % n, bytes: 0 });
     let producer: { producerId: number; producerEpoch: number; baseSequence: number } | undefined;
     if (opts.producerId !== undefined) {

@@ -5,7 +5,8 @@
  * src/log, src/store or src/queues may import node:fs directly for data or metadata files.
  */
 import * as nfs from "node:fs";
-import { dirname, join } from "node:path";
+import { createHash } from "node:crypto";
+import { basename, dirname, join } from "node:path";
 
 export interface FileHandle {
   readonly path: string;
@@ -126,7 +127,9 @@ export class NodeFileSystem implements FileSystem {
  * a mix (invariant META-1 in docs/ARCHITECTURE.md).
  */
 export async function writeFileAtomic(fs: FileSystem, path: string, data: Uint8Array | string): Promise<void> {
-  const tmp = `${path}.tmp`;
+  // A short temp name in the same directory: `${path}.tmp` could pass the 255-byte name limit
+  // for long (valid) topic or group names. Recovery removes stray *.tmp files.
+  const tmp = join(dirname(path), `.${createHash("sha1").update(basename(path)).digest("hex").slice(0, 16)}.tmp`);
   const buf = typeof data === "string" ? Buffer.from(data, "utf8") : data;
   const fh = await fs.open(tmp, "create");
   try {

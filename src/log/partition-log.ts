@@ -222,12 +222,22 @@ export class PartitionLog {
     active.size = await active.handle.size();
     const trusted = clean && (await active.loadIndexes(active.size, null));
     if (!trusted) await this.recoverActive(active);
+    // The age of a recovered segment counts from its first record (as Kafka's segment.ms),
+    // not from this open, so restarts cannot keep a segment (and its data) alive forever.
+    active.createdAtMs = active.size > 0 ? await this.firstTimestamp(active) : null;
     active.bytesSinceIndex = active.index && active.index.n > 0 ? active.size - active.index.pos[active.index.n - 1] : active.size;
     this.nextOffset = this.hwm = active.endOffset;
     this.readableSize = this.syncedSize = active.size;
     if (this._logStart > this.nextOffset) this._logStart = this.nextOffset;
     await this.recoverProducers(clean);
     if (this.config.durability === "interval") this.startFlushTimer();
+  }
+
+  private async firstTimestamp(seg: Segment): Promise<number> {
+    const head = Buffer.alloc(HEADER_SIZE);
+    if ((await readFully(seg.handle!, head, HEADER_SIZE, 0)) < HEADER_SIZE) return Date.now();
+    const ts = head.readInt32BE(24) * 4294967296 + head.readUInt32BE(28);
+    return Math.min(ts, Date.now());
   }
 
   /** Scans the active segment after an unclean shutdown, truncating a torn tail (LOG-7). */
@@ -476,7 +486,7 @@ export class PartitionLog {
     let size = seg.size;
     for (const b of chunk) size += b.length;
     if (size === 0) return false;
-    return size + incoming > this.config.segmentBytes || Date.now() - seg.createdAtMs >= this.config.segmentMs;
+    return size + incoming > this.config.segmentBytes || (seg.createdAtMs !== null && Date.now() - seg.createdAtMs >= this.config.segmentMs);
   }
 
   private async writeChunk(seg: Segment, items: PendingAppend[], bufs: Buffer[]): Promise<void> {

@@ -100,7 +100,8 @@ export class Segment {
   bytesSinceIndex = 0;
   sealed = false;
   deleted = false;
-  createdAtMs = Date.now();
+  /** Wall time of the first record, for roll by age (segmentMs); null while empty. */
+  createdAtMs: number | null = null;
   handle: FileHandle | null = null;
   refs = 0;
   lastUsed = 0;
@@ -117,6 +118,7 @@ export class Segment {
   /** Records one appended batch in the in-memory index. */
   noteBatch(baseOffset: number, count: number, pos: number, length: number, maxTs: number): void {
     if (this.index === null) this.index = new SparseIndex();
+    if (this.createdAtMs === null) this.createdAtMs = Date.now();
     // Invariant IDX-2: the first batch of a segment is always indexed, later ones every
     // INDEX_INTERVAL_BYTES, so a lookup never scans more than ~4 KiB plus one batch.
     if (this.index.n === 0 || this.bytesSinceIndex >= INDEX_INTERVAL_BYTES) {

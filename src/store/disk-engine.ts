@@ -15,7 +15,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { join, resolve, sep } from "node:path";
-import { PartitionNotFoundError, TopicExistsError, TopicNotFoundError, ValidationError, BrokerClosedError } from "../errors.js";
+import { PartitionNotFoundError, ProducerFencedError, TopicExistsError, TopicNotFoundError, ValidationError, BrokerClosedError } from "../errors.js";
 import { readJsonFile, writeFileAtomic, type FileSystem } from "../log/io.js";
 import { silentLogger, type Logger } from "../log/logger.js";
 import { PartitionLog } from "../log/partition-log.js";
@@ -166,6 +166,7 @@ export class DiskEngine implements StorageEngine {
       this.topics.set(name, t);
     }
     for (const n of await fs.readdir(this.inside("groups"))) {
+      if (n.endsWith(".tmp")) await fs.unlink(this.inside("groups", n));
       if (!n.endsWith(".json")) continue;
       const data = await readJsonFile<GroupFile>(fs, this.inside("groups", n));
       if (data) this.groups.set(data.group, new GroupOffsets(fs, this.inside("groups", n), data));
@@ -192,7 +193,8 @@ export class DiskEngine implements StorageEngine {
       this.check();
       if (this.topics.has(name)) throw new TopicExistsError(name);
       const meta: EngineTopic = { name, topicId: randomUUID(), createdAt: Date.now(), config };
-      const staging = this.inside("tmp", `${name}.${meta.topicId}`);
+      // Named by id alone: name + id could exceed the 255-byte file name limit.
+      const staging = this.inside("tmp", meta.topicId);
       await this.fs.mkdir(staging);
       await writeFileAtomic(this.fs, join(staging, "topic.json"), JSON.stringify(meta));
       for (let p = 0; p < config.partitions; p++) await this.fs.mkdir(join(staging, String(p)));
@@ -213,7 +215,7 @@ export class DiskEngine implements StorageEngine {
       if (!t) throw new TopicNotFoundError(name);
       this.topics.delete(name);
       await Promise.all(t.logs.map((l) => l.close()));
-      const trash = this.inside("trash", `${name}.${t.topicId}`);
+      const trash = this.inside("trash", t.topicId);
       await this.fs.rename(t.dir, trash);
       await this.fs.fsyncDir(this.inside("topics"));
       await this.fs.rm(trash);
@@ -264,6 +266,7 @@ export class DiskEngine implements StorageEngine {
 
   append(topic: string, partition: number, records: PreparedRecord[], producer?: ProducerInfo, signal?: AbortSignal) {
     this.check();
+    if (producer) this.checkProducerEpoch(producer);
     return this.log(topic, partition).append(records, producer, signal);
   }
 
@@ -308,6 +311,19 @@ export class DiskEngine implements StorageEngine {
       await writeFileAtomic(this.fs, this.inside("producers.json"), JSON.stringify(f));
       return { producerId: id, producerEpoch: epoch };
     });
+  }
+
+  /**
+   * Fencing: once initProducer(id) has bumped the epoch, older epochs are refused on every
+   * partition at once, not only where the new epoch has already written.
+   */
+  checkProducerEpoch(p: ProducerInfo): void {
+    if (!Number.isSafeInteger(p.producerId) || p.producerId < 0 || p.producerId >= this.producerFile.nextId)
+      throw new ValidationError(`unknown producer id ${p.producerId}; call initProducer() first`);
+    const current = this.producerFile.epochs[String(p.producerId)] ?? 0;
+    if (p.producerEpoch < current)
+      throw new ProducerFencedError(`producer ${p.producerId} epoch ${p.producerEpoch} is fenced by epoch ${current}`);
+    if (p.producerEpoch > current) throw new ValidationError(`producer ${p.producerId} epoch ${p.producerEpoch} was never issued`);
   }
 
   private groupStore(group: string): GroupOffsets {
