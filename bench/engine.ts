@@ -73,7 +73,7 @@ export async function runEngineBench(opts: EngineBenchOptions): Promise<BenchRow
     [100, 1000, 8],
     [1024, 1, 64],
     [1024, 100, 8],
-    [1024, 1000, 4],
+    [1024, 1000, 8],
   ];
   for (const [size, batch, inFlight] of configs) {
     const r = await appendRun(dir, size, batch, inFlight, durationMs);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * The embedded broker: `openBroker({ dataDir })` = DiskEngine (storage) + GroupCoordinator
+ * The embedded broker: `openBroker({ dataDir })` = a StorageEngine (DiskEngine by default) + GroupCoordinator
  * (membership) + publishing/partitioning + subscriptions. Everything runs in this process;
  * `sluice serve` puts the same object behind the wire protocol.
  */
@@ -10,6 +10,7 @@ import { NodeFileSystem, type FileSystem } from "../log/io.js";
 import { silentLogger, type Logger } from "../log/logger.js";
 import { prepareValue, recordSize, type PreparedRecord } from "../log/record-batch.js";
 import { DiskEngine, resolveTopicConfig } from "../store/disk-engine.js";
+import type { StorageEngine } from "../store/engine.js";
 import { validateName } from "../store/names.js";
 import { GroupCoordinator } from "../streams/group-coordinator.js";
 import { partitionForKey } from "../streams/murmur2.js";
@@ -70,7 +71,7 @@ function toHeaders(h: unknown): [string, Buffer][] | null {
 }
 
 export class EmbeddedBroker implements Broker {
-  readonly engine: DiskEngine;
+  readonly engine: StorageEngine;
   readonly coordinator = new GroupCoordinator();
   readonly logger: Logger;
   readonly dataDir: string;

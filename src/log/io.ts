@@ -6,6 +6,7 @@
  */
 import * as nfs from "node:fs";
 import { createHash } from "node:crypto";
+import { StorageError } from "../errors.js";
 import { basename, dirname, join } from "node:path";
 
 export interface FileHandle {
@@ -146,7 +147,13 @@ export async function writeFileAtomic(fs: FileSystem, path: string, data: Uint8A
 /** Reads a JSON metadata file written by writeFileAtomic; null if missing. */
 export async function readJsonFile<T>(fs: FileSystem, path: string): Promise<T | null> {
   if ((await fs.stat(path)) === null) return null;
-  return JSON.parse((await fs.readFile(path)).toString("utf8")) as T;
+  const text = (await fs.readFile(path)).toString("utf8");
+  try {
+    return JSON.parse(text) as T;
+  } catch (e) {
+    // Written only by writeFileAtomic (META-1), so damage here is media corruption or tampering.
+    throw new StorageError(`metadata file ${path} is damaged (${(e as Error).message}); restore it or remove it to start that object fresh`, e);
+  }
 }
 
 export { join };

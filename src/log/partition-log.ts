@@ -139,6 +139,8 @@ export class PartitionLog {
   private waiters = new Set<{ offset: number; wake: () => void }>();
   private spaceWaiters: (() => void)[] = [];
   private flushTimer: NodeJS.Timeout | null = null;
+  /** The round whose fdatasync is running (durability "always"), published when it returns. */
+  private inflight: { items: PendingAppend[]; endPos: number; promise: Promise<unknown> } | null = null;
   private dirty = false;
   private metaLock: Promise<void> = Promise.resolve();
 
@@ -288,7 +290,7 @@ export class PartitionLog {
       from = snap.offset;
     }
     if (clean && from === this.nextOffset) return;
-    // Replay batch headers written after the snapshot (only headers are read).
+    // Replay the producer fields of batches written after the snapshot (each batch is verified).
     for (const seg of this.segments) {
       if (seg.endOffset <= from && seg !== this.active) continue;
       if (seg.baseOffset >= this.nextOffset) break;
@@ -324,7 +326,7 @@ export class PartitionLog {
       const dup = this.checkProducer(producer, records.length);
       if (dup !== null) {
         await this.waitDurable(dup.baseOffset + dup.count, signal);
-        return { baseOffset: dup.baseOffset, duplicate: true, synced: true };
+        return { baseOffset: dup.baseOffset, duplicate: true, synced: this.config.durability === "always" };
       }
     }
     const buf = encodeBatch(records, producer);
@@ -337,7 +339,7 @@ export class PartitionLog {
       const dup = this.checkProducer(producer, records.length);
       if (dup !== null) {
         await this.waitDurable(dup.baseOffset + dup.count, signal);
-        return { baseOffset: dup.baseOffset, duplicate: true, synced: true };
+        return { baseOffset: dup.baseOffset, duplicate: true, synced: this.config.durability === "always" };
       }
     }
     return this.enqueueBatch(buf, records.length, producer);
@@ -424,30 +426,60 @@ export class PartitionLog {
     if (this.producers.size > MAX_PRODUCERS) this.producers.delete(this.producers.keys().next().value as number);
   }
 
+  /**
+   * The writer: takes rounds of pending appends and writes them. With durability "always" it
+   * pipelines: round N+1 is written to the page cache while round N's fdatasync runs, and
+   * round N is published (hwm moves, promises resolve) only when its fdatasync has returned.
+   */
   private async flushLoop(): Promise<void> {
     try {
-      while (this.pending.length > 0) {
-        let bytes = 0;
-        let n = 0;
-        while (n < this.pending.length && (n === 0 || bytes + this.pending[n].buf.length <= MAX_WRITE_BYTES)) {
-          bytes += this.pending[n].buf.length;
-          n++;
+      for (;;) {
+        if (this.pending.length === 0) {
+          if (this.inflight === null) break;
+          await this.completeSync([]);
+          continue;
         }
-        const round = this.pending.splice(0, n);
-        await this.writeRound(round);
-        this.pendingBytes -= bytes;
-        const ws = this.spaceWaiters;
-        this.spaceWaiters = [];
-        for (const w of ws) w();
+        await this.writeRound(this.takeRound());
       }
     } finally {
       this.flushing = false;
     }
   }
 
+  private takeRound(): PendingAppend[] {
+    let bytes = 0;
+    let n = 0;
+    while (n < this.pending.length && (n === 0 || bytes + this.pending[n].buf.length <= MAX_WRITE_BYTES)) {
+      bytes += this.pending[n].buf.length;
+      n++;
+    }
+    const round = this.pending.splice(0, n);
+    this.pendingBytes -= bytes;
+    const ws = this.spaceWaiters;
+    this.spaceWaiters = [];
+    for (const w of ws) w();
+    return round;
+  }
+
+  /**
+   * Waits for the fdatasync of the previous round and publishes it. On failure the partition
+   * is faulted and that round, `alsoUnsynced` and everything pending are failed; returns false.
+   */
+  private async completeSync(alsoUnsynced: PendingAppend[]): Promise<boolean> {
+    const s = this.inflight!;
+    this.inflight = null;
+    const err = await s.promise;
+    if (err !== null) {
+      await this.failItems([...s.items, ...alsoUnsynced], err, true);
+      return false;
+    }
+    if (s.endPos > this.syncedSize) this.syncedSize = s.endPos;
+    this.publish(s.items, true, s.endPos);
+    return true;
+  }
+
   private async writeRound(round: PendingAppend[]): Promise<void> {
-    const always = this.config.durability === "always";
-    let done = 0; // items of `round` resolved
+    let done = 0; // items of `round` already published (before a roll)
     let chunkStart = 0;
     let seg = this.active;
     const chunkBufs: Buffer[] = [];
@@ -461,24 +493,33 @@ export class PartitionLog {
           chunkStart = i;
         }
         if (mustRoll) {
+          // The previous round must be published before the segment is sealed, so the high
+          // watermark only ever moves forward, in append order.
+          if (this.inflight !== null && !(await this.completeSync(round.slice(done)))) return;
           await this.roll();
           seg = this.active;
           // Everything before the roll is in the sealed, fdatasync'ed segment (LOG-4).
-          this.publishDurable(round, done, i, true);
+          this.publish(round.slice(done, i), true, 0);
           done = i;
         }
         if (item !== undefined) chunkBufs.push(item.buf);
       }
-      if (always) {
-        await this.syncActive();
-        this.publishDurable(round, done, round.length, true);
-      } else {
-        this.dirty = true;
-        this.publishDurable(round, done, round.length, false);
-        if (this.config.durability === "never") this.syncedSize = this.readableSize;
-      }
     } catch (e) {
-      await this.failFrom(round, done, e);
+      // A write (or roll) failed. Let the previous round land first: it is unaffected.
+      if (this.inflight !== null && !(await this.completeSync(round.slice(done)))) return;
+      await this.failItems(round.slice(done), e, false);
+      return;
+    }
+    const items = done === 0 ? round : round.slice(done);
+    if (items.length === 0) return;
+    if (this.config.durability === "always") {
+      if (this.inflight !== null && !(await this.completeSync(items))) return;
+      const endPos = seg.size;
+      this.inflight = { items, endPos, promise: seg.handle!.datasync().then(() => null, (e: unknown) => e ?? new Error("fdatasync failed")) };
+    } else {
+      this.dirty = true;
+      this.publish(items, false, seg.size);
+      if (this.config.durability === "never") this.syncedSize = this.readableSize;
     }
   }
 
@@ -505,31 +546,40 @@ export class PartitionLog {
     if (seg === this.active && size > this.syncedSize) this.syncedSize = size;
   }
 
-  /** Makes round[from, to) readable and resolves them. Every item of round[from, to) is written. */
-  private publishDurable(round: PendingAppend[], from: number, to: number, synced: boolean): void {
-    if (to <= from) return;
-    const last = round[to - 1];
-    this.hwm = last.baseOffset + last.count;
-    // All written batches are in round[0, to), so the readable end is the active segment's
-    // end (after a roll the new segment is empty and starts exactly at hwm).
-    if (this.active.endOffset !== this.hwm && this.active.size !== 0) throw new Error("invariant: hwm must end the active segment");
-    this.readableSize = this.active.size;
-    for (let i = from; i < to; i++) round[i].resolve({ baseOffset: round[i].baseOffset, duplicate: false, synced });
+  /**
+   * Makes `items` readable and resolves them. `readableEnd` is the byte position in the active
+   * segment where the last of them ends (0 right after a roll).
+   */
+  private publish(items: PendingAppend[], synced: boolean, readableEnd: number): void {
+    if (items.length === 0) return;
+    const last = items[items.length - 1];
+    const hwm = last.baseOffset + last.count;
+    // Invariant LOG-3: the high watermark moves forward only, in append order.
+    if (hwm < this.hwm || items[0].baseOffset !== this.hwm) throw new Error(`invariant: publish out of order (${items[0].baseOffset} after hwm ${this.hwm})`);
+    if (readableEnd > this.active.size) throw new Error("invariant: readable end beyond written data");
+    this.hwm = hwm;
+    this.readableSize = readableEnd;
+    for (const it of items) it.resolve({ baseOffset: it.baseOffset, duplicate: false, synced });
     this.wakeWaiters();
   }
 
-  /** A write or sync failed: nothing from round[from] on was acknowledged. */
-  private async failFrom(round: PendingAppend[], from: number, cause: unknown): Promise<void> {
+  /**
+   * A write or sync failed: none of `items` (nor anything pending) was acknowledged. Cut the
+   * active segment back to the readable end so no unacknowledged bytes stay behind. After an
+   * fsync failure (`fault`) or an error other than a full disk, the partition becomes
+   * read-only until the broker is reopened: after a failed fsync the page cache no longer
+   * tells what is on disk (PostgreSQL's "fsyncgate"), so only recovery can.
+   */
+  private async failItems(items: PendingAppend[], cause: unknown, fault: boolean): Promise<void> {
     const code = (cause as NodeJS.ErrnoException)?.code;
-    const failed = [...round.slice(from), ...this.pending];
+    const failed = [...items, ...this.pending];
     this.pending = [];
     this.pendingBytes = 0;
+    const full = code === "ENOSPC" || code === "EDQUOT";
+    const err = full
+      ? new StorageFullError(`disk full while appending to ${this.topic}/${this.partition}`, cause)
+      : new StorageError(`I/O error while appending to ${this.topic}/${this.partition}: ${(cause as Error)?.message}`, cause);
     const seg = this.active;
-    const err =
-      code === "ENOSPC" || code === "EDQUOT"
-        ? new StorageFullError(`disk full while appending to ${this.topic}/${this.partition}`, cause)
-        : new StorageError(`I/O error while appending to ${this.topic}/${this.partition}: ${(cause as Error)?.message}`, cause);
-    // Roll back to the last readable point: truncate what may be partially on disk.
     const keepSize = this.readableSize;
     try {
       await seg.handle!.truncate(keepSize);
@@ -537,16 +587,18 @@ export class PartitionLog {
       seg.size = keepSize;
       seg.endOffset = this.hwm;
       seg.index?.truncateToPosition(keepSize);
-      // Recompute max timestamp conservatively (it only feeds retention and time lookups).
       this.nextOffset = this.hwm;
       this.syncedSize = Math.min(this.syncedSize, keepSize);
-      if (code !== "ENOSPC" && code !== "EDQUOT") this.faulted = err; // EIO etc: fsyncgate, reopen to re-verify
+      if (fault || !full) this.faulted = err;
     } catch (e) {
       this.faulted = err;
       this.logger.error({ err: e, topic: this.topic, partition: this.partition }, "could not roll back after I/O error; partition is now read-only");
     }
     for (let i = failed.length - 1; i >= 0; i--) failed[i].undo?.();
     for (const f of failed) f.reject(err);
+    const ws = this.spaceWaiters;
+    this.spaceWaiters = [];
+    for (const w of ws) w();
   }
 
   private async roll(): Promise<void> {

@@ -262,7 +262,7 @@ export class Segment {
 
   /**
    * After a bad batch at `pos`, finds the next intact batch whose offset follows
-   * `expectedOffset`. Tries the claimed length first, then scans byte by byte (bounded by the
+   * `expectedOffset`, scanning byte by byte from pos+1 (bounded by the
    * segment; plausibility is checked before the CRC so garbage is skipped cheaply).
    */
   static async resync(

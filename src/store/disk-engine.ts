@@ -63,16 +63,22 @@ interface GroupFile {
   topics: Record<string, { topicId: string; offsets: Record<string, CommittedOffset> }>;
 }
 
-/** Durable offsets of one group, written atomically; concurrent commits share one write. */
+/**
+ * Durable offsets of one group, written atomically; concurrent commits share one write.
+ * Readers see only what has been written (`durable`); commits go to `staged` first, so a
+ * failed write never makes an unsaved offset visible.
+ */
 class GroupOffsets {
-  private data: GroupFile;
+  private durable: GroupFile;
+  private staged: GroupFile;
   private writing: Promise<void> | null = null;
   private queued: Promise<void> | null = null;
   constructor(private fs: FileSystem, private path: string, data: GroupFile) {
-    this.data = data;
+    this.durable = data;
+    this.staged = structuredClone(data);
   }
   get(topic: string, topicId: string): Map<number, CommittedOffset> {
-    const t = this.data.topics[topic];
+    const t = this.durable.topics[topic];
     const m = new Map<number, CommittedOffset>();
     if (!t || t.topicId !== topicId) return m;
     for (const [p, o] of Object.entries(t.offsets)) m.set(Number(p), o);
@@ -80,17 +86,24 @@ class GroupOffsets {
   }
   /** Resolves once a write that includes these offsets is durable. */
   commit(topic: string, topicId: string, offsets: Map<number, number>): Promise<void> {
-    let t = this.data.topics[topic];
-    if (!t || t.topicId !== topicId) t = this.data.topics[topic] = { topicId, offsets: {} };
+    let t = this.staged.topics[topic];
+    if (!t || t.topicId !== topicId) t = this.staged.topics[topic] = { topicId, offsets: {} };
     const now = Date.now();
     for (const [p, o] of offsets) t.offsets[String(p)] = { offset: o, committedAt: now };
     return this.flush();
   }
+  private run(): Promise<void> {
+    const text = JSON.stringify(this.staged);
+    // On failure `staged` keeps the value: the caller got an error (an ambiguous commit, as
+    // in Kafka) and a later successful write may still save it; readers never see it early.
+    return writeFileAtomic(this.fs, this.path, text).then(() => {
+      this.durable = JSON.parse(text) as GroupFile;
+    });
+  }
   private flush(): Promise<void> {
     if (this.queued) return this.queued;
-    const run = (): Promise<void> => writeFileAtomic(this.fs, this.path, JSON.stringify(this.data));
     if (!this.writing) {
-      const w = run().finally(() => {
+      const w = this.run().finally(() => {
         if (this.writing === w) this.writing = null;
       });
       this.writing = w;
@@ -100,7 +113,7 @@ class GroupOffsets {
       .catch(() => {})
       .then(() => {
         this.queued = null;
-        const w = run().finally(() => {
+        const w = this.run().finally(() => {
           if (this.writing === w) this.writing = null;
         });
         this.writing = w;
@@ -264,7 +277,7 @@ export class DiskEngine implements StorageEngine {
     };
   }
 
-  append(topic: string, partition: number, records: PreparedRecord[], producer?: ProducerInfo, signal?: AbortSignal) {
+  async append(topic: string, partition: number, records: PreparedRecord[], producer?: ProducerInfo, signal?: AbortSignal) {
     this.check();
     if (producer) this.checkProducerEpoch(producer);
     return this.log(topic, partition).append(records, producer, signal);

@@ -2,7 +2,7 @@
 /**
  * The storage engine contract under the broker. The embedded broker runs on DiskEngine
  * (src/store/disk-engine.ts); a PostgreSQL engine for multi-node deployments is planned and
- * must pass the same contract tests (test/engine-contract.test.ts runs `defineEngineContract`
+ * must pass the same contract tests (test/engine-contract.test.ts runs `defineEngineContract` from src/testing/engine-contract.ts
  * against every engine).
  */
 import type { PreparedRecord, StoredRecord, ProducerInfo } from "../log/record-batch.js";

@@ -5,7 +5,8 @@
  * Rebalances are incremental (cooperative): a partition that keeps its owner keeps flowing;
  * a partition that moves is first revoked from its old owner, which stops and aborts
  * `msg.signal` for it, and only then assigned to the new owner. Invariant GRP-1: at any
- * moment a partition has at most one owner, so two members never process it at once.
+ * moment a partition has at most one owner; only the owner's commits are accepted (others get
+ * NotAssignedError), so a revoked member that is still busy cannot move the group's position.
  */
 import { NotAssignedError, StaleGenerationError } from "../errors.js";
 import { assignPartitions, type AssignmentStrategy } from "./assignment.js";

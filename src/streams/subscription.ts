@@ -6,7 +6,7 @@
  */
 import { BrokerClosedError, CorruptRecordError, OffsetOutOfRangeError, ValidationError } from "../errors.js";
 import type { Logger } from "../log/logger.js";
-import type { DiskEngine } from "../store/disk-engine.js";
+import type { StorageEngine } from "../store/engine.js";
 import type { Message, MessageBatch, SubscribeOptions, Subscription } from "../types.js";
 import { newMemberId, type GroupCoordinator, type GroupMember } from "./group-coordinator.js";
 import { toConsumed } from "./records.js";
@@ -18,7 +18,7 @@ interface Assigned {
 }
 
 export interface SubscriptionDeps {
-  engine: DiskEngine;
+  engine: StorageEngine;
   coordinator: GroupCoordinator;
   logger: Logger;
   onClose(sub: GroupSubscription<unknown>): void;
@@ -42,6 +42,10 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     this.group = validateName("group", opts.group);
     deps.engine.getTopic(topic); // throws TopicNotFoundError early
     if (opts.start !== undefined && opts.start !== "earliest" && opts.start !== "latest") throw new ValidationError(`start must be "earliest" or "latest"`);
+    if (opts.maxBytes !== undefined && (!Number.isInteger(opts.maxBytes) || opts.maxBytes < 1 || opts.maxBytes > 64 * 1024 * 1024))
+      throw new ValidationError("maxBytes must be an integer in [1, 67108864]");
+    if (opts.offsetReset !== undefined && !["earliest", "latest", "error"].includes(opts.offsetReset)) throw new ValidationError(`offsetReset must be earliest, latest or error`);
+    if (opts.assignment !== undefined && !["range", "roundrobin"].includes(opts.assignment)) throw new ValidationError(`assignment must be range or roundrobin`);
     if (opts.signal) {
       if (opts.signal.aborted) this.closed = true;
       else opts.signal.addEventListener("abort", () => void this.close(), { once: true });
@@ -136,16 +140,16 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     await this.deps.engine.commitOffsets(this.group, this.topic, next);
   }
 
-  private async waitForData(): Promise<void> {
+  private async waitForData(maxWaitMs = 30_000): Promise<void> {
     const waits: Promise<unknown>[] = [];
     const ac = new AbortController();
     const signal = AbortSignal.any([ac.signal, this.closeAc.signal]);
     for (const [p, a] of this.assigned) {
       const pos = a.position ?? this.resolvePosition(p, a);
-      waits.push(this.deps.engine.waitFor(this.topic, p, pos, 30_000, signal));
+      waits.push(this.deps.engine.waitFor(this.topic, p, pos, maxWaitMs, signal));
     }
     waits.push(new Promise<void>((r) => (this.wake = r)));
-    if (this.assigned.size === 0) waits.push(new Promise((r) => setTimeout(r, 30_000).unref()));
+    if (this.assigned.size === 0) waits.push(new Promise((r) => setTimeout(r, maxWaitMs).unref()));
     try {
       await Promise.race(waits);
     } finally {
@@ -181,13 +185,22 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
 
   async *batches(opts: { maxMessages?: number; maxWaitMs?: number } = {}): AsyncIterable<MessageBatch<T>> {
     const max = opts.maxMessages ?? 500;
+    const maxWaitMs = opts.maxWaitMs ?? 0;
+    if (!Number.isInteger(max) || max < 1) throw new ValidationError("maxMessages must be a positive integer");
     try {
       for (;;) {
         const first = await this.next();
         if (first === null) return;
         const messages = [first];
-        while (messages.length < max) {
-          if (this.buffer.length === 0 && !(await this.fill())) break;
+        // Fill up to `max`, waiting at most `maxWaitMs` (from the first message) for more.
+        const deadline = Date.now() + maxWaitMs;
+        while (messages.length < max && !this.closed) {
+          if (this.buffer.length === 0 && !(await this.fill())) {
+            const left = deadline - Date.now();
+            if (left <= 0) break;
+            await this.waitForData(left);
+            continue;
+          }
           const m = this.buffer.shift();
           if (!m) break;
           if (this.assigned.has(m.partition)) messages.push(m);

@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * Contract tests for a StorageEngine (src/store/engine.ts). Every engine (the on-disk engine
+ * today, a PostgreSQL engine later) must pass them: register with
+ * `defineEngineContract("disk", async () => ({ engine, reopen, cleanup }))`.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type { StorageEngine } from "../store/engine.js";
+import { resolveTopicConfig } from "../store/disk-engine.js";
+import type { PreparedRecord } from "../log/record-batch.js";
+import { OffsetOutOfRangeError, ProducerFencedError, TopicExistsError, TopicNotFoundError, OutOfOrderSequenceError } from "../errors.js";
+
+export interface EngineFixture {
+  engine: StorageEngine;
+  /** Closes and reopens the same storage (for durability checks). */
+  reopen(): Promise<StorageEngine>;
+  cleanup(): Promise<void>;
+}
+
+const rec = (v: string, ts = Date.now(), key: string | null = null): PreparedRecord => ({
+  key: key === null ? null : Buffer.from(key),
+  value: Buffer.from(v),
+  valueKind: 1,
+  timestamp: ts,
+  headers: [["h", Buffer.from("x")]],
+});
+
+export function defineEngineContract(name: string, factory: () => Promise<EngineFixture>): void {
+  const withEngine = (title: string, fn: (f: EngineFixture) => Promise<void>) =>
+    test(`[engine ${name}] ${title}`, async () => {
+      const f = await factory();
+      try {
+        await fn(f);
+      } finally {
+        await f.cleanup();
+      }
+    });
+
+  withEngine("topics: create, list, describe, delete; re-create is a new incarnation", async (f) => {
+    const e = f.engine;
+    const t = await e.createTopic("a", resolveTopicConfig({ partitions: 2 }));
+    await assert.rejects(e.createTopic("a", resolveTopicConfig({})), TopicExistsError);
+    assert.deepEqual(e.listTopics(), ["a"]);
+    assert.equal(e.describeTopic("a").partitions.length, 2);
+    await e.append("a", 0, [rec("old")]);
+    await e.commitOffsets("g", "a", new Map([[0, 1]]));
+    await e.deleteTopic("a");
+    assert.throws(() => e.getTopic("a"), TopicNotFoundError);
+    const t2 = await e.createTopic("a", resolveTopicConfig({ partitions: 2 }));
+    assert.notEqual(t2.topicId, t.topicId);
+    assert.equal(e.offsets("a", 0).highWatermark, 0, "no resurrected records");
+    assert.equal(e.getCommitted("g", "a").size, 0, "no resurrected offsets");
+  });
+
+  withEngine("append/read: contiguous offsets, record fields, bounds, durability across reopen", async (f) => {
+    let e = f.engine;
+    await e.createTopic("t", resolveTopicConfig({}));
+    const r1 = await e.append("t", 0, [rec("a", 1000, "k"), rec("b", 2000)]);
+    const r2 = await e.append("t", 0, [rec("c", 3000)]);
+    assert.equal(r1.baseOffset, 0);
+    assert.equal(r2.baseOffset, 2);
+    assert.equal(r1.synced, true);
+    const got = await e.read("t", 0, 1, 1 << 20);
+    assert.deepEqual(got.records.map((r) => [r.offset, r.value?.toString(), r.timestamp]), [[1, "b", 2000], [2, "c", 3000]]);
+    assert.equal(got.nextOffset, 3);
+    await assert.rejects(e.read("t", 0, 4, 100), OffsetOutOfRangeError);
+    assert.equal(await e.offsetForTimestamp("t", 0, 1500), 1);
+    assert.equal(await e.offsetForTimestamp("t", 0, 9999), 3);
+    e = await f.reopen();
+    const all = await e.read("t", 0, 0, 1 << 20);
+    assert.equal(all.records.length, 3);
+    assert.equal(all.records[0].key?.toString(), "k");
+    assert.equal(all.records[0].headers?.[0][0], "h");
+  });
+
+  withEngine("waitFor resolves when data arrives and false on timeout", async (f) => {
+    const e = f.engine;
+    await e.createTopic("t", resolveTopicConfig({}));
+    assert.equal(await e.waitFor("t", 0, 0, 10), false);
+    const w = e.waitFor("t", 0, 0, 10_000);
+    await e.append("t", 0, [rec("x")]);
+    assert.equal(await w, true);
+  });
+
+  withEngine("group offsets are durable and per topic incarnation", async (f) => {
+    let e = f.engine;
+    await e.createTopic("t", resolveTopicConfig({ partitions: 3 }));
+    await e.commitOffsets("g", "t", new Map([[0, 5], [2, 7]]));
+    e = await f.reopen();
+    const c = e.getCommitted("g", "t");
+    assert.equal(c.get(0)?.offset, 5);
+    assert.equal(c.get(2)?.offset, 7);
+    assert.equal(c.has(1), false);
+  });
+
+  withEngine("idempotent producers: duplicates, sequence gaps, epoch fencing, across reopen", async (f) => {
+    let e = f.engine;
+    await e.createTopic("t", resolveTopicConfig({}));
+    const p = await e.allocateProducer();
+    const a = await e.append("t", 0, [rec("1"), rec("2")], { ...p, baseSequence: 0 });
+    const dup = await e.append("t", 0, [rec("1"), rec("2")], { ...p, baseSequence: 0 });
+    assert.equal(dup.duplicate, true);
+    assert.equal(dup.baseOffset, a.baseOffset);
+    await assert.rejects(e.append("t", 0, [rec("x")], { ...p, baseSequence: 5 }), OutOfOrderSequenceError);
+    e = await f.reopen();
+    const again = await e.append("t", 0, [rec("1"), rec("2")], { ...p, baseSequence: 0 });
+    assert.equal(again.duplicate, true);
+    const bumped = await e.allocateProducer(p.producerId);
+    assert.equal(bumped.producerEpoch, p.producerEpoch + 1);
+    await assert.rejects(e.append("t", 0, [rec("3")], { ...p, baseSequence: 2 }), ProducerFencedError);
+    assert.equal(e.offsets("t", 0).highWatermark, 2);
+  });
+}
