@@ -5,3 +5,4 @@ export type * from "./types.js";
 export type { Logger } from "./log/logger.js";
 export type { FileSystem, FileHandle } from "./log/io.js";
 export { partitionForKey, murmur2 } from "./streams/murmur2.js";
+export type * from "./queues/types.js";

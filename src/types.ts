@@ -4,6 +4,8 @@
  * both return a `Broker`; the conformance suite in `src/testing/` runs against either.
  */
 
+import type { Queue, QueueConfig } from "./queues/types.js";
+
 export type Durability = "always" | "interval" | "never";
 
 /** A value as the producer hands it over. Buffers/Uint8Arrays are stored as raw bytes,
@@ -211,6 +213,8 @@ export interface Broker {
   offsetForTimestamp(topic: string, partition: number, timestamp: number): Promise<number>;
   subscribe<T = unknown>(topic: string, opts: SubscribeOptions): Subscription<T>;
   resetGroup(group: string, topic: string, to: ResetTarget, opts?: { dryRun?: boolean }): Promise<ResetResult>;
+  /** A durable work queue (leases, ack/nack, retries, DLQ): see docs/queues.md. Created on first use. */
+  queue<T = unknown>(name: string, config?: QueueConfig): Queue<T>;
   groupLag(group: string, topic: string): Promise<GroupLag>;
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;

@@ -10,6 +10,7 @@ import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import { openBroker, type EmbeddedBroker } from "../src/broker/broker.js";
 import { OffsetOutOfRangeError } from "../src/errors.js";
+import type { DiskEngine } from "../src/store/disk-engine.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";
 import type { Message, TopicConfig } from "../src/types.js";
 
@@ -42,7 +43,7 @@ async function env(): Promise<Env> {
 type Seg = { baseOffset: number; endOffset: number; size: number; sealed: boolean; file: string };
 
 function segments(b: EmbeddedBroker, topic: string, partition = 0): Seg[] {
-  return b.engine.log(topic, partition).describeSegments();
+  return (b.engine as DiskEngine).log(topic, partition).describeSegments();
 }
 
 function logFilesOnDisk(dataDir: string, topic: string, partition = 0): string[] {

@@ -13,6 +13,8 @@ import { DiskEngine, resolveTopicConfig } from "../store/disk-engine.js";
 import type { StorageEngine } from "../store/engine.js";
 import { validateName } from "../store/names.js";
 import { GroupCoordinator } from "../streams/group-coordinator.js";
+import { QueueManager } from "../queues/index.js";
+import type { Queue, QueueConfig } from "../queues/types.js";
 import { partitionForKey } from "../streams/murmur2.js";
 import { toConsumed } from "../streams/records.js";
 import { GroupSubscription } from "../streams/subscription.js";
@@ -79,6 +81,7 @@ export class EmbeddedBroker implements Broker {
   private subs = new Set<GroupSubscription<unknown>>();
   private sticky = new Map<string, { partition: number; bytes: number }>();
   private retentionTimer: NodeJS.Timeout | null = null;
+  private queues!: QueueManager;
   private closed = false;
   private closing: Promise<void> | null = null;
 
@@ -93,6 +96,12 @@ export class EmbeddedBroker implements Broker {
     if (!opts || typeof opts.dataDir !== "string" || opts.dataDir.length === 0) throw new ValidationError("openBroker needs a dataDir");
     const b = new EmbeddedBroker(opts);
     await b.engine.open();
+    try {
+      b.queues = await QueueManager.open({ dataDir: opts.dataDir, fs: b.fs, logger: b.logger });
+    } catch (e) {
+      await b.engine.close();
+      throw e;
+    }
     const every = opts.retentionCheckIntervalMs ?? 5 * 60_000;
     if (every > 0) {
       b.retentionTimer = setInterval(() => {
@@ -302,6 +311,21 @@ export class EmbeddedBroker implements Broker {
     };
   }
 
+  queue<T = unknown>(name: string, config?: QueueConfig): Queue<T> {
+    this.check();
+    return this.queues.queue<T>(name, config);
+  }
+
+  async listQueues(): Promise<string[]> {
+    this.check();
+    return this.queues.listQueues();
+  }
+
+  async deleteQueue(name: string): Promise<void> {
+    this.check();
+    return this.queues.deleteQueue(name);
+  }
+
   /** Runs retention now (it also runs on a timer). */
   enforceRetention(now?: number): Promise<void> {
     this.check();
@@ -314,6 +338,7 @@ export class EmbeddedBroker implements Broker {
         if (this.retentionTimer) clearInterval(this.retentionTimer);
         for (const s of [...this.subs]) await s.close();
         this.closed = true;
+        await this.queues.close();
         await this.engine.close();
       })();
     }

@@ -1,0 +1,230 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * `sluice serve --data ./data`: the broker server.
+ *
+ * Configuration sources, highest precedence first: command-line flags, `SLUICE_*` environment
+ * variables, a JSON config file (`--config FILE` or `SLUICE_CONFIG`), defaults. Every value is
+ * validated with a message naming its source, e.g.
+ *   sluice: invalid port "abc" (from SLUICE_PORT): expected an integer 0..65535
+ *
+ * Shutdown on SIGTERM/SIGINT: stop accepting, let in-flight requests (and their fsyncs) finish,
+ * close group members, close the broker (which flushes), exit 0, all within
+ * `shutdownTimeoutMs` (default 10 s); past it the process exits 1 anyway.
+ */
+import { readFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { openBroker } from "../broker/broker.js";
+import { ValidationError } from "../errors.js";
+import { startServer } from "../server/index.js";
+import { NodeFileSystem } from "../log/io.js";
+import { QueueManager } from "../queues/manager.js";
+
+export interface ServeConfig {
+  data: string;
+  host: string;
+  port: number;
+  /** null disables the HTTP port. */
+  httpPort: number | null;
+  maxFrameBytes: number;
+  maxConnections: number;
+  maxBodyBytes: number;
+  sessionTimeoutMs: number;
+  shutdownTimeoutMs: number;
+  logLevel: "debug" | "info" | "warn" | "error" | "silent";
+}
+
+const DEFAULTS: Omit<ServeConfig, "data"> = {
+  host: "127.0.0.1",
+  port: 7070,
+  httpPort: 7071,
+  maxFrameBytes: 16 * 1024 * 1024,
+  maxConnections: 10_000,
+  maxBodyBytes: 1024 * 1024,
+  sessionTimeoutMs: 10_000,
+  shutdownTimeoutMs: 10_000,
+  logLevel: "info",
+};
+
+type Key = keyof ServeConfig;
+/** flag name, env var, config-file key, parser. */
+const FIELDS: { key: Key; flag: string; env: string; parse(v: unknown, src: string): unknown; help: string }[] = [
+  { key: "data", flag: "data", env: "SLUICE_DATA", parse: str("data"), help: "data directory (required)" },
+  { key: "host", flag: "host", env: "SLUICE_HOST", parse: str("host"), help: "listen address (default 127.0.0.1)" },
+  { key: "port", flag: "port", env: "SLUICE_PORT", parse: intIn("port", 0, 65535), help: "binary protocol port (default 7070; 0 = any free port)" },
+  {
+    key: "httpPort",
+    flag: "http-port",
+    env: "SLUICE_HTTP_PORT",
+    parse: (v, src) => (v === "off" || v === null || v === false ? null : intIn("http port", 0, 65535)(v, src)),
+    help: "HTTP port for health/admin (default 7071; 'off' disables)",
+  },
+  { key: "maxFrameBytes", flag: "max-frame-bytes", env: "SLUICE_MAX_FRAME_BYTES", parse: intIn("max frame bytes", 1024, 256 * 1024 * 1024), help: "largest protocol frame (default 16 MiB)" },
+  { key: "maxConnections", flag: "max-connections", env: "SLUICE_MAX_CONNECTIONS", parse: intIn("max connections", 1, 1_000_000), help: "default 10000" },
+  { key: "maxBodyBytes", flag: "max-body-bytes", env: "SLUICE_MAX_BODY_BYTES", parse: intIn("max body bytes", 1024, 256 * 1024 * 1024), help: "largest HTTP request body (default 1 MiB)" },
+  { key: "sessionTimeoutMs", flag: "session-timeout-ms", env: "SLUICE_SESSION_TIMEOUT_MS", parse: intIn("session timeout", 500, 300_000), help: "default group session timeout (default 10000)" },
+  { key: "shutdownTimeoutMs", flag: "shutdown-timeout-ms", env: "SLUICE_SHUTDOWN_TIMEOUT_MS", parse: intIn("shutdown timeout", 100, 600_000), help: "default 10000" },
+  {
+    key: "logLevel",
+    flag: "log-level",
+    env: "SLUICE_LOG_LEVEL",
+    parse: (v, src) => {
+      if (typeof v === "string" && ["debug", "info", "warn", "error", "silent"].includes(v)) return v;
+      throw new ValidationError(`invalid log level ${JSON.stringify(v)} (from ${src}): expected debug, info, warn, error or silent`);
+    },
+    help: "debug|info|warn|error|silent (default info)",
+  },
+];
+
+function str(what: string) {
+  return (v: unknown, src: string): string => {
+    if (typeof v !== "string" || v.length === 0) throw new ValidationError(`invalid ${what} ${JSON.stringify(v)} (from ${src}): expected a non-empty string`);
+    return v;
+  };
+}
+function intIn(what: string, min: number, max: number) {
+  return (v: unknown, src: string): number => {
+    const n = typeof v === "number" ? v : typeof v === "string" && /^-?\d+$/.test(v.trim()) ? Number(v) : NaN;
+    if (!Number.isSafeInteger(n) || n < min || n > max) {
+      throw new ValidationError(`invalid ${what} ${JSON.stringify(v)} (from ${src}): expected an integer ${min}..${max}`);
+    }
+    return n;
+  };
+}
+
+export const SERVE_HELP = `Usage: sluice serve --data DIR [options]
+
+${FIELDS.map((f) => `  --${f.flag.padEnd(22)} ${f.env.padEnd(28)} ${f.help}`).join("\n")}
+  --config FILE              SLUICE_CONFIG                JSON file with any of: ${FIELDS.map((f) => f.key).join(", ")}
+
+Precedence: flags > environment > config file > defaults.`;
+
+/** Resolves the configuration from argv, env and the optional file. Throws ValidationError. */
+export function resolveServeConfig(argv: string[], env: NodeJS.ProcessEnv = process.env): ServeConfig {
+  const options: Record<string, { type: "string" | "boolean" }> = { config: { type: "string" }, help: { type: "boolean" } };
+  for (const f of FIELDS) options[f.flag] = { type: "string" };
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({ args: argv, options, allowPositionals: false, strict: true }));
+  } catch (err) {
+    throw new ValidationError(`${(err as Error).message}\n\n${SERVE_HELP}`);
+  }
+  if (values.help) throw new ValidationError(SERVE_HELP);
+  const out: Record<string, unknown> = { ...DEFAULTS };
+  const configPath = (values.config as string | undefined) ?? env.SLUICE_CONFIG;
+  if (configPath) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(readFileSync(configPath, "utf8"));
+    } catch (err) {
+      throw new ValidationError(`cannot read config file ${configPath}: ${(err as Error).message}`);
+    }
+    if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) {
+      throw new ValidationError(`config file ${configPath} must contain a JSON object`);
+    }
+    for (const [k, v] of Object.entries(parsed)) {
+      const f = FIELDS.find((x) => x.key === k);
+      if (!f) throw new ValidationError(`unknown key ${JSON.stringify(k)} in config file ${configPath}; known keys: ${FIELDS.map((x) => x.key).join(", ")}`);
+      out[k] = f.parse(v, `config file ${configPath}`);
+    }
+  }
+  for (const f of FIELDS) {
+    const e = env[f.env];
+    if (e !== undefined && e !== "") out[f.key] = f.parse(e, f.env);
+  }
+  for (const f of FIELDS) {
+    const v = values[f.flag];
+    if (v !== undefined) out[f.key] = f.parse(v, `--${f.flag}`);
+  }
+  if (out.data === undefined) throw new ValidationError(`--data DIR is required (or SLUICE_DATA, or "data" in the config file)\n\n${SERVE_HELP}`);
+  if (out.httpPort !== null && out.httpPort !== 0 && out.httpPort === out.port) {
+    throw new ValidationError(`the HTTP port and the protocol port must differ (both ${out.port})`);
+  }
+  return out as unknown as ServeConfig;
+}
+
+const LEVELS = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 } as const;
+
+/** Minimal pino-compatible JSON-lines logger (stdout), so the CLI needs no dependency. */
+function jsonLogger(level: ServeConfig["logLevel"]) {
+  const min = LEVELS[level];
+  const log =
+    (name: keyof typeof LEVELS) =>
+    (obj: unknown, msg?: string): void => {
+      if (LEVELS[name] < min) return;
+      const base: Record<string, unknown> = typeof obj === "string" ? { msg: obj } : { ...(obj as object), msg };
+      if (base.err instanceof Error) {
+        const e = base.err as Error & { code?: string };
+        base.err = { message: e.message, code: e.code };
+      }
+      process.stdout.write(JSON.stringify({ level: name, time: Date.now(), pid: process.pid, ...base }) + "\n");
+    };
+  return { debug: log("debug"), info: log("info"), warn: log("warn"), error: log("error") };
+}
+
+export async function serveCommand(argv: string[]): Promise<void> {
+  const cfg = resolveServeConfig(argv);
+  const logger = jsonLogger(cfg.logLevel);
+  const broker = await openBroker({ dataDir: cfg.data, logger });
+  // Work queues: served through `broker.queue()`. Until the embedded broker exposes it, attach
+  // the queue manager (same data dir, `queues/` subdirectory) here.
+  let queues: QueueManager | null = null;
+  if (typeof (broker as unknown as { queue?: unknown }).queue !== "function") {
+    queues = await QueueManager.open({ dataDir: cfg.data, fs: new NodeFileSystem(), logger });
+    (broker as unknown as { queue: unknown }).queue = queues.queue.bind(queues);
+  }
+  let server;
+  try {
+    server = await startServer({
+      broker,
+      host: cfg.host,
+      port: cfg.port,
+      httpPort: cfg.httpPort,
+      maxConnections: cfg.maxConnections,
+      maxBodyBytes: cfg.maxBodyBytes,
+      limits: { maxFrameBytes: cfg.maxFrameBytes, defaultSessionTimeoutMs: cfg.sessionTimeoutMs },
+      logger,
+    });
+  } catch (err) {
+    await queues?.close();
+    await broker.close();
+    throw new ValidationError(`cannot listen on ${cfg.host}:${cfg.port}/${cfg.httpPort}: ${(err as Error).message}`);
+  }
+  const srv = server;
+  // The test harness and operators parse this line to learn the (possibly ephemeral) ports.
+  logger.info({ event: "listening", host: srv.host, port: srv.port, httpPort: srv.httpPort, url: srv.url, data: cfg.data }, "sluice server listening");
+  if (LEVELS[cfg.logLevel] > LEVELS.info) {
+    process.stdout.write(JSON.stringify({ event: "listening", port: srv.port, httpPort: srv.httpPort, url: srv.url }) + "\n");
+  }
+
+  await new Promise<void>((resolve) => {
+    let stopping = false;
+    const stop = (sig: string): void => {
+      if (stopping) return;
+      stopping = true;
+      const started = Date.now();
+      logger.info({ signal: sig }, "shutting down");
+      // Hard deadline: whatever happens, exit within shutdownTimeoutMs.
+      const hard = setTimeout(() => {
+        logger.error({ afterMs: Date.now() - started }, "shutdown timed out; exiting");
+        process.exit(1);
+      }, cfg.shutdownTimeoutMs);
+      hard.unref();
+      (async () => {
+        const graceMs = Math.max(100, Math.floor(cfg.shutdownTimeoutMs * 0.6));
+        await srv.close({ graceMs });
+        await queues?.close();
+        await broker.close();
+        logger.info({ tookMs: Date.now() - started }, "shutdown complete");
+      })()
+        .catch((err: unknown) => logger.error({ err }, "error during shutdown"))
+        .finally(() => {
+          clearTimeout(hard);
+          resolve();
+        });
+    };
+    process.once("SIGTERM", () => stop("SIGTERM"));
+    process.once("SIGINT", () => stop("SIGINT"));
+  });
+  // A CLI command owns its process: do not wait for stray handles (e.g. clients that never close).
+  process.exit(0);
+}

@@ -1,0 +1,265 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * `connect({ url })`: a `Broker` backed by a sluice server. Same interface and error classes
+ * as the embedded `openBroker()`; see docs/protocol.md for what travels on the wire.
+ *
+ * @example
+ * await using broker = await connect({ url: "sluice://127.0.0.1:7070" });
+ * await broker.publish("orders", { id: 1 }, { key: "customer-7" });
+ */
+import { ValidationError } from "../errors.js";
+import type {
+  Broker,
+  FetchOptions,
+  FetchResult,
+  GroupLag,
+  ProducerIdentity,
+  PublishBatchOptions,
+  PublishOptions,
+  PublishReceipt,
+  PublishRecord,
+  PublishValue,
+  ResetResult,
+  ResetTarget,
+  SubscribeOptions,
+  Subscription,
+  TopicConfig,
+  TopicDescription,
+} from "../types.js";
+import { Op, Reader, decodeConsumedRecords, encodePublishRecords, type Frame } from "../server/protocol.js";
+import { Producer } from "./producer.js";
+import { RemoteSubscription } from "./subscription.js";
+import { RemoteQueue, RemoteWorker } from "./queue.js";
+import type { Queue, QueueConfig } from "../queues/types.js";
+import { Transport } from "./transport.js";
+
+export interface ConnectOptions {
+  /** `sluice://host:port` (port defaults to 7070). */
+  url: string;
+  /** Aborts the initial connection attempt. */
+  signal?: AbortSignal;
+  /** Per-request deadline. Default 30 000 ms. */
+  requestTimeoutMs?: number;
+  connectTimeoutMs?: number;
+  reconnectMinDelayMs?: number;
+  reconnectMaxDelayMs?: number;
+  /** Fail pending requests after being disconnected this long. Default 60 000 ms. */
+  reconnectTimeoutMs?: number;
+  /** How long publish() waits to gather a batch. Default 0 (end of the current event-loop turn). */
+  lingerMs?: number;
+  maxBatchRecords?: number;
+  maxBatchBytes?: number;
+  /** Idempotent producing (default true): retries after reconnects never duplicate. */
+  idempotent?: boolean;
+  maxBufferedRecords?: number;
+  maxPendingRequests?: number;
+  /** Group session timeout: a member silent this long loses its partitions. Default 10 000 ms. */
+  sessionTimeoutMs?: number;
+  /** Messages buffered per subscription (the credit window). Default 2000. */
+  subscriptionWindowMessages?: number;
+  /** Protocol versions to announce (testing). */
+  protocolVersions?: { min: number; max: number };
+}
+
+export function parseUrl(url: string): { host: string; port: number } {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new ValidationError(`invalid sluice url ${JSON.stringify(url)}; expected sluice://host:port`);
+  }
+  if (u.protocol !== "sluice:" && u.protocol !== "tcp:") {
+    throw new ValidationError(`unsupported url scheme ${JSON.stringify(u.protocol)}; expected sluice://host:port`);
+  }
+  const port = u.port === "" ? 7070 : Number(u.port);
+  let host = u.hostname || "127.0.0.1";
+  if (host.startsWith("[") && host.endsWith("]")) host = host.slice(1, -1);
+  return { host, port };
+}
+
+class RemoteBroker implements Broker {
+  private readonly producer: Producer;
+  private readonly subs = new Map<number, RemoteSubscription<unknown>>();
+  private readonly allSubs = new Set<RemoteSubscription<unknown>>();
+  private readonly workers = new Map<number, RemoteWorker<unknown>>();
+  private closed = false;
+
+  constructor(
+    readonly transport: Transport,
+    private readonly o: ConnectOptions,
+  ) {
+    this.producer = new Producer(
+      transport,
+      {
+        lingerMs: o.lingerMs ?? 0,
+        maxBatchRecords: o.maxBatchRecords ?? 5000,
+        maxBatchBytes: o.maxBatchBytes ?? 1024 * 1024,
+        idempotent: o.idempotent ?? true,
+        maxBufferedRecords: o.maxBufferedRecords ?? 200_000,
+      },
+      (topic) => this.describeTopic(topic),
+    );
+    transport.onPush = (f) => {
+      if (f.op === Op.PushJobs || f.op === Op.PushLeaseLost || f.op === Op.PushWorkerEnded) {
+        this.workers.get(Number(f.meta.worker))?.onPush(f);
+        return;
+      }
+      const sub = this.subs.get(Number(f.meta.sub));
+      sub?.onPush(f);
+    };
+    transport.onDisconnect = () => {
+      for (const w of this.workers.values()) w.connectionLost();
+    };
+    transport.onReconnect = () => {
+      // Members and workers of the previous connection are gone server-side: join again.
+      for (const s of this.allSubs) queueMicrotask(() => s.onReconnect());
+      for (const w of [...this.workers.values()]) queueMicrotask(() => void w.register());
+    };
+  }
+
+  private async req(op: Op, meta: unknown, retry = true, signal?: AbortSignal): Promise<Frame> {
+    return this.transport.request(op, meta, null, { retry, signal });
+  }
+
+  async createTopic(name: string, config: TopicConfig = {}): Promise<TopicDescription> {
+    const f = await this.req(Op.CreateTopic, { name, config }, false);
+    this.producer.invalidate(name);
+    return f.meta.topic as TopicDescription;
+  }
+  async deleteTopic(name: string): Promise<void> {
+    await this.req(Op.DeleteTopic, { name }, false);
+    this.producer.invalidate(name);
+  }
+  async listTopics(): Promise<string[]> {
+    return (await this.req(Op.ListTopics, {})).meta.topics as string[];
+  }
+  async describeTopic(name: string): Promise<TopicDescription> {
+    return (await this.req(Op.DescribeTopic, { name })).meta.topic as TopicDescription;
+  }
+
+  async publish(topic: string, value: PublishValue, opts: PublishOptions = {}): Promise<PublishReceipt> {
+    const [r] = await this.producer.send(topic, [{ ...opts, value }]);
+    return r;
+  }
+
+  async publishBatch(topic: string, records: PublishRecord[], opts: PublishBatchOptions = {}): Promise<PublishReceipt[]> {
+    if (opts.producerId === undefined) return this.producer.send(topic, records);
+    // Caller-managed idempotence: send as one batch, exactly as given; safe to retry.
+    const f = await this.transport.request(
+      Op.Publish,
+      { topic, producerId: opts.producerId, producerEpoch: opts.producerEpoch, baseSequence: opts.baseSequence },
+      encodePublishRecords(records),
+      { retry: true, signal: opts.signal },
+    );
+    const r = new Reader(f.body);
+    const n = r.u32();
+    const out: PublishReceipt[] = [];
+    for (let i = 0; i < n; i++) {
+      const partition = r.i32();
+      const offset = r.f64();
+      const flags = r.u8();
+      out.push({ topic, partition, offset, duplicate: (flags & 1) !== 0, synced: (flags & 2) !== 0 });
+    }
+    return out;
+  }
+
+  async initProducer(producerId?: number): Promise<ProducerIdentity> {
+    const f = await this.req(Op.InitProducer, producerId === undefined ? {} : { producerId }, false);
+    return { producerId: Number(f.meta.producerId), producerEpoch: Number(f.meta.producerEpoch) };
+  }
+
+  async fetch(topic: string, partition: number, offset: number, opts: FetchOptions = {}): Promise<FetchResult> {
+    const f = await this.transport.request(
+      Op.Fetch,
+      { topic, partition, offset, maxBytes: opts.maxBytes, maxWaitMs: opts.maxWaitMs },
+      null,
+      { retry: true, signal: opts.signal, extraTimeoutMs: opts.maxWaitMs ?? 0 },
+    );
+    return {
+      records: decodeConsumedRecords(topic, f.body),
+      nextOffset: Number(f.meta.nextOffset),
+      highWatermark: Number(f.meta.highWatermark),
+      logStartOffset: Number(f.meta.logStartOffset),
+    };
+  }
+
+  async offsetForTimestamp(topic: string, partition: number, timestamp: number): Promise<number> {
+    return Number((await this.req(Op.OffsetForTimestamp, { topic, partition, timestamp })).meta.offset);
+  }
+
+  subscribe<T = unknown>(topic: string, opts: SubscribeOptions): Subscription<T> {
+    if (!opts || typeof opts.group !== "string") throw new ValidationError("subscribe() needs a group");
+    const sessionTimeoutMs = this.o.sessionTimeoutMs ?? 10_000;
+    const sub = new RemoteSubscription<T>(this.transport, this.subs, topic, opts, {
+      windowMessages: this.o.subscriptionWindowMessages ?? 2000,
+      sessionTimeoutMs,
+    });
+    this.allSubs.add(sub as RemoteSubscription<unknown>);
+    this.transport.setHeartbeat(Math.max(100, Math.floor(sessionTimeoutMs / 4)));
+    const close = sub.close.bind(sub);
+    sub.close = async () => {
+      this.allSubs.delete(sub as RemoteSubscription<unknown>);
+      await close();
+    };
+    return sub;
+  }
+
+  /** A work queue on the server (same API as the embedded `broker.queue()`). */
+  queue<T = unknown>(name: string, config?: QueueConfig): Queue<T> {
+    if (typeof name !== "string" || name.length === 0) throw new ValidationError("queue name must be a non-empty string");
+    return new RemoteQueue<T>(this.transport, this.workers, name, config);
+  }
+
+  async resetGroup(group: string, topic: string, to: ResetTarget, opts: { dryRun?: boolean } = {}): Promise<ResetResult> {
+    return (await this.req(Op.ResetGroup, { group, topic, to, dryRun: opts.dryRun === true }, opts.dryRun === true)).meta
+      .result as ResetResult;
+  }
+
+  async groupLag(group: string, topic: string): Promise<GroupLag> {
+    return (await this.req(Op.GroupLag, { group, topic })).meta.lag as GroupLag;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.producer.flush();
+    await Promise.all([...this.allSubs].map((s) => s.close().catch(() => {})));
+    await Promise.all([...this.workers.values()].map((w) => w.close().catch(() => {})));
+    await this.transport.close();
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}
+
+export type RemoteBrokerHandle = Broker & {
+  /** Work queues over the network. */
+  queue<T = unknown>(name: string, config?: QueueConfig): Queue<T>;
+  /** Implementation detail for tests: the underlying transport. */
+  readonly transport: Transport;
+};
+
+export async function connect(opts: ConnectOptions): Promise<RemoteBrokerHandle> {
+  const { host, port } = parseUrl(opts.url);
+  const transport = new Transport({
+    host,
+    port,
+    requestTimeoutMs: opts.requestTimeoutMs ?? 30_000,
+    reconnectMinDelayMs: opts.reconnectMinDelayMs ?? 50,
+    reconnectMaxDelayMs: opts.reconnectMaxDelayMs ?? 2000,
+    reconnectTimeoutMs: opts.reconnectTimeoutMs ?? 60_000,
+    maxPendingRequests: opts.maxPendingRequests ?? 4096,
+    connectTimeoutMs: opts.connectTimeoutMs ?? 10_000,
+    minVersion: opts.protocolVersions?.min,
+    maxVersion: opts.protocolVersions?.max,
+  });
+  const broker = new RemoteBroker(transport, opts);
+  try {
+    await transport.start(opts.signal);
+  } catch (err) {
+    await transport.close();
+    throw err;
+  }
+  return broker;
+}

@@ -1,0 +1,322 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * Client-side batching and idempotent producing.
+ *
+ * `publish()` calls are gathered per (topic, partition) for up to `lingerMs` (0 = until the
+ * current event-loop turn ends) or until a batch reaches `maxBatchRecords`/`maxBatchBytes`,
+ * then sent as one PUBLISH frame. Several batches may be in flight at once (pipelining).
+ *
+ * Idempotence: the client picks the partition itself (Kafka's murmur2 for keys, a sticky
+ * partition per batch otherwise) so that every batch carries producerId, epoch and the
+ * per-partition sequence of its first record. A batch whose connection drops is re-sent on the
+ * next connection with the same sequence, and the broker answers a batch it already stored
+ * with its original offsets (`duplicate: true`): retries never duplicate.
+ *
+ * When a batch fails for good (e.g. RECORD_TOO_LARGE), later batches of that partition were
+ * already numbered after it, so the broker would see a sequence gap. We then bump the producer
+ * epoch (initProducer with the same id), which restarts all sequences at 0, and re-send the
+ * batches that the old epoch could no longer place.
+ */
+import { RecordTooLargeError, ValidationError } from "../errors.js";
+import { prepareValue, recordSize } from "../log/record-batch.js";
+import { partitionForKey } from "../streams/murmur2.js";
+import type { PublishReceipt, PublishRecord } from "../types.js";
+import { Op, Reader, encodePublishRecords } from "../server/protocol.js";
+import type { Transport } from "./transport.js";
+
+export interface ProducerOptions {
+  lingerMs: number;
+  maxBatchRecords: number;
+  maxBatchBytes: number;
+  idempotent: boolean;
+  /** Upper bound on records accepted but not yet acknowledged; publish() waits beyond it. */
+  maxBufferedRecords: number;
+}
+
+interface Item {
+  record: PublishRecord;
+  size: number;
+  resolve(r: PublishReceipt): void;
+  reject(e: unknown): void;
+}
+
+interface Batch {
+  topic: string;
+  partition: number | null; // null: non-idempotent, broker picks per record
+  items: Item[];
+  bytes: number;
+}
+
+interface TopicMeta {
+  partitions: number;
+  maxMessageBytes: number;
+  sticky: number;
+  fetched: number;
+}
+
+function approxSize(r: PublishRecord): number {
+  const v = r.value;
+  let n = 32;
+  if (typeof v === "string") n += v.length * 3;
+  else if (v instanceof Uint8Array) n += v.length;
+  else if (v !== null && typeof v === "object") n += 256; // JSON: estimated; the frame limit is the hard check
+  if (typeof r.key === "string") n += r.key.length * 3;
+  else if (r.key instanceof Uint8Array) n += r.key.length;
+  return n;
+}
+
+export class Producer {
+  private readonly open = new Map<string, Batch>();
+  private flushScheduled = false;
+  private lingerTimer: NodeJS.Timeout | null = null;
+  private meta = new Map<string, TopicMeta>();
+  private metaLoading = new Map<string, Promise<TopicMeta>>();
+  private identity: { producerId: number; producerEpoch: number } | null = null;
+  private identityLoading: Promise<void> | null = null;
+  private seqs = new Map<string, number>();
+  private buffered = 0;
+  private spaceWaiters: (() => void)[] = [];
+  private rr = 0;
+
+  constructor(
+    private readonly transport: Transport,
+    private readonly opts: ProducerOptions,
+    private readonly describe: (topic: string) => Promise<{ partitions: unknown[]; config: { maxMessageBytes: number } }>,
+  ) {}
+
+  private async topicMeta(topic: string, refresh = false): Promise<TopicMeta> {
+    const cur = this.meta.get(topic);
+    if (cur && !refresh) return cur;
+    let p = this.metaLoading.get(topic);
+    if (!p) {
+      p = this.describe(topic)
+        .then((d) => {
+          const m: TopicMeta = { partitions: d.partitions.length, maxMessageBytes: d.config.maxMessageBytes, sticky: this.rr++ % d.partitions.length, fetched: Date.now() };
+          this.meta.set(topic, m);
+          return m;
+        })
+        .finally(() => this.metaLoading.delete(topic));
+      this.metaLoading.set(topic, p);
+    }
+    return p;
+  }
+
+  /** Forget cached partition counts (topic deleted / re-created). */
+  invalidate(topic: string): void {
+    this.meta.delete(topic);
+  }
+
+  private async ensureIdentity(): Promise<void> {
+    if (this.identity) return;
+    if (!this.identityLoading) {
+      this.identityLoading = (async () => {
+        // Safe to retry: a lost reply only wastes a producer id.
+        const f = await this.transport.request(Op.InitProducer, {}, null, { retry: true });
+        this.identity = { producerId: Number(f.meta.producerId), producerEpoch: Number(f.meta.producerEpoch) };
+      })().finally(() => (this.identityLoading = null));
+    }
+    await this.identityLoading;
+  }
+
+  async send(topic: string, records: PublishRecord[]): Promise<PublishReceipt[]> {
+    if (!Array.isArray(records) || records.length === 0) throw new ValidationError("publishBatch needs a non-empty array of records");
+    while (this.buffered >= this.opts.maxBufferedRecords) {
+      await new Promise<void>((r) => this.spaceWaiters.push(r));
+    }
+    this.buffered += records.length;
+    let parts: (number | null)[];
+    if (this.opts.idempotent) {
+      await this.ensureIdentity();
+      let meta = this.meta.get(topic) ?? (await this.topicMeta(topic));
+      parts = [];
+      for (let i = 0; i < records.length; i++) {
+        const r = records[i];
+        let p: number;
+        try {
+          // Validate here, exactly as the broker would: this record will share a batch with
+          // other callers' records, and one bad record must not fail their publishes.
+          this.validate(r, i, meta);
+        } catch (err) {
+          this.release(records.length);
+          throw err;
+        }
+        if (r.partition !== undefined) {
+          if (r.partition >= meta.partitions) {
+            meta = await this.topicMeta(topic, true);
+            if (r.partition >= meta.partitions) {
+              this.release(records.length);
+              throw new ValidationError(`partition ${r.partition} out of range for ${topic} (0..${meta.partitions - 1})`);
+            }
+          }
+          p = r.partition;
+        } else if (r.key !== undefined && r.key !== null) {
+          const kb = typeof r.key === "string" ? Buffer.from(r.key, "utf8") : r.key;
+          p = partitionForKey(kb, meta.partitions);
+        } else {
+          p = meta.sticky;
+        }
+        parts.push(p);
+      }
+    } else {
+      parts = records.map(() => null);
+    }
+    const promises = records.map(
+      (record, i) =>
+        new Promise<PublishReceipt>((resolve, reject) => {
+          const item: Item = { record, size: approxSize(record), resolve, reject };
+          this.add(topic, parts[i], item);
+        }),
+    );
+    this.scheduleFlush();
+    try {
+      return await Promise.all(promises);
+    } finally {
+      // `release` runs per item as it settles; nothing to do here.
+    }
+  }
+
+  private validate(r: PublishRecord, i: number, meta: TopicMeta): void {
+    if (r === null || typeof r !== "object") throw new ValidationError(`record ${i} must be an object`);
+    if (r.partition !== undefined && (!Number.isInteger(r.partition) || r.partition < 0)) {
+      throw new ValidationError(`partition ${r.partition} out of range (0..${meta.partitions - 1})`);
+    }
+    let key: Buffer | null = null;
+    if (r.key !== undefined && r.key !== null) {
+      if (typeof r.key === "string") key = Buffer.from(r.key, "utf8");
+      else if (r.key instanceof Uint8Array) key = Buffer.from(r.key.buffer, r.key.byteOffset, r.key.byteLength);
+      else throw new ValidationError("key must be a string or Uint8Array");
+    }
+    let headers: [string, Buffer][] | null = null;
+    if (r.headers !== undefined && r.headers !== null) {
+      if (typeof r.headers !== "object") throw new ValidationError("headers must be an object");
+      headers = [];
+      for (const [k, v] of Object.entries(r.headers)) {
+        if (typeof v === "string") headers.push([k, Buffer.from(v, "utf8")]);
+        else if (v instanceof Uint8Array) headers.push([k, Buffer.from(v.buffer, v.byteOffset, v.byteLength)]);
+        else throw new ValidationError(`header ${JSON.stringify(k)} must be a string or Uint8Array`);
+      }
+    }
+    const timestamp = r.timestamp ?? Date.now();
+    if (!Number.isSafeInteger(timestamp) || timestamp < 0) throw new ValidationError(`record ${i}: invalid timestamp ${timestamp}`);
+    const { value, valueKind } = prepareValue(r.value);
+    const size = recordSize({ key, value, valueKind, timestamp, headers });
+    if (size > meta.maxMessageBytes) throw new RecordTooLargeError(size, meta.maxMessageBytes);
+  }
+
+  private release(n: number): void {
+    this.buffered -= n;
+    while (this.spaceWaiters.length && this.buffered < this.opts.maxBufferedRecords) this.spaceWaiters.shift()!();
+  }
+
+  private add(topic: string, partition: number | null, item: Item): void {
+    const key = `${topic}\u0000${partition ?? -1}`;
+    let b = this.open.get(key);
+    if (!b) {
+      b = { topic, partition, items: [], bytes: 0 };
+      this.open.set(key, b);
+    }
+    b.items.push(item);
+    b.bytes += item.size;
+    if (b.items.length >= this.opts.maxBatchRecords || b.bytes >= this.opts.maxBatchBytes) {
+      this.open.delete(key);
+      this.dispatch(b);
+    }
+  }
+
+  private scheduleFlush(): void {
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    const run = (): void => {
+      this.flushScheduled = false;
+      this.lingerTimer = null;
+      this.flush();
+    };
+    if (this.opts.lingerMs <= 0) setImmediate(run);
+    else this.lingerTimer = setTimeout(run, this.opts.lingerMs);
+  }
+
+  flush(): void {
+    const batches = [...this.open.values()];
+    this.open.clear();
+    // Next linger window: keyless records move to another partition (sticky batches).
+    for (const m of this.meta.values()) m.sticky = (m.sticky + 1) % m.partitions;
+    for (const b of batches) this.dispatch(b);
+  }
+
+  private dispatch(b: Batch): void {
+    if (b.partition === null || !this.identity) {
+      void this.sendBatch(b, null);
+      return;
+    }
+    const seqKey = `${b.topic}\u0000${b.partition}`;
+    const base = this.seqs.get(seqKey) ?? 0;
+    this.seqs.set(seqKey, base + b.items.length);
+    void this.sendBatch(b, { ...this.identity, baseSequence: base });
+  }
+
+  private async sendBatch(
+    b: Batch,
+    idem: { producerId: number; producerEpoch: number; baseSequence: number } | null,
+  ): Promise<void> {
+    const records = b.items.map((it) => (b.partition === null ? it.record : { ...it.record, partition: b.partition! }));
+    let body: Buffer;
+    try {
+      body = encodePublishRecords(records);
+    } catch (err) {
+      this.failBatch(b, err, idem);
+      return;
+    }
+    try {
+      const f = await this.transport.request(
+        Op.Publish,
+        idem ? { topic: b.topic, ...idem } : { topic: b.topic },
+        body,
+        // Only idempotent batches are safe to re-send after a connection loss.
+        { retry: idem !== null },
+      );
+      const r = new Reader(f.body);
+      const n = r.u32();
+      if (n !== b.items.length) throw new Error(`server returned ${n} receipts for ${b.items.length} records`);
+      for (let i = 0; i < n; i++) {
+        const partition = r.i32();
+        const offset = r.f64();
+        const flags = r.u8();
+        b.items[i].resolve({ topic: b.topic, partition, offset, duplicate: (flags & 1) !== 0, synced: (flags & 2) !== 0 });
+      }
+      this.release(b.items.length);
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      if (idem && this.identity && (code === "OUT_OF_ORDER_SEQUENCE" || code === "PRODUCER_FENCED") && idem.producerEpoch < this.identity.producerEpoch) {
+        // Numbered under an epoch we abandoned after an earlier failure: renumber and resend.
+        this.dispatch(b);
+        return;
+      }
+      if (code === "TOPIC_NOT_FOUND" || code === "PARTITION_NOT_FOUND") this.invalidate(b.topic);
+      this.failBatch(b, err, idem);
+    }
+  }
+
+  private failBatch(b: Batch, err: unknown, idem: { producerEpoch: number } | null): void {
+    for (const it of b.items) it.reject(err);
+    this.release(b.items.length);
+    if (idem && this.identity && idem.producerEpoch === this.identity.producerEpoch) void this.bumpEpoch();
+  }
+
+  private bumping: Promise<void> | null = null;
+  /** Restart all sequences under a new epoch (see the module comment). */
+  private bumpEpoch(): Promise<void> {
+    if (this.bumping) return this.bumping;
+    const id = this.identity!.producerId;
+    this.bumping = (async () => {
+      try {
+        const f = await this.transport.request(Op.InitProducer, { producerId: id }, null, { retry: true });
+        this.identity = { producerId: Number(f.meta.producerId), producerEpoch: Number(f.meta.producerEpoch) };
+      } catch {
+        // Fall back to a brand-new producer id on the next publish.
+        this.identity = null;
+      }
+      this.seqs.clear();
+    })().finally(() => (this.bumping = null));
+    return this.bumping;
+  }
+}

@@ -1,0 +1,385 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * Client side of the wire protocol: one TCP connection with handshake, correlation ids,
+ * pipelining, server pushes, and reconnection with exponential backoff and jitter.
+ *
+ * Retry contract: a request sent with `retry: true` is idempotent (reads, and publishes that
+ * carry producerId/epoch/sequence, which the broker deduplicates). When the connection drops,
+ * such requests are re-sent on the next connection *in their original order* (per-partition
+ * sequence order matters to the broker). Other requests fail with `ConnectionClosedError`
+ * (retriable), because re-sending them could apply them twice.
+ *
+ * Bounds: at most `maxPendingRequests` requests wait or fly at a time; further callers wait
+ * for a slot (backpressure instead of an unbounded queue).
+ */
+import { connect as netConnect, type Socket } from "node:net";
+import {
+  AbortedError,
+  BrokerClosedError,
+  BrokerError,
+  ConnectionClosedError,
+  ProtocolError,
+  TimeoutError,
+  ValidationError,
+} from "../errors.js";
+import {
+  DEFAULT_MAX_FRAME_BYTES,
+  FLAG_ERROR,
+  FLAG_PUSH,
+  FLAG_RESPONSE,
+  FrameReader,
+  MIN_PROTOCOL_VERSION,
+  Op,
+  PROTOCOL_VERSION,
+  decodeFrame,
+  encodeFrame,
+  encodePreamble,
+  wireToError,
+  type Frame,
+  type WireError,
+} from "../server/protocol.js";
+
+export interface TransportOptions {
+  host: string;
+  port: number;
+  /** Per-request deadline (excluding long-poll wait, which callers add). Default 30 s. */
+  requestTimeoutMs: number;
+  /** Backoff between reconnect attempts: starts at min, doubles, capped at max, full jitter. */
+  reconnectMinDelayMs: number;
+  reconnectMaxDelayMs: number;
+  /** Give up (fail everything pending) after being disconnected this long. Default 60 s. */
+  reconnectTimeoutMs: number;
+  maxPendingRequests: number;
+  connectTimeoutMs: number;
+  /** Protocol versions announced in the preamble (tests use this to speak a future version). */
+  minVersion?: number;
+  maxVersion?: number;
+}
+
+interface Pending {
+  id: number;
+  frame: Buffer;
+  retry: boolean;
+  deadline: number;
+  resolve(f: Frame): void;
+  reject(e: unknown): void;
+  sent: boolean;
+  onAbort?: () => void;
+  signal?: AbortSignal;
+}
+
+export type PushHandler = (frame: Frame) => void;
+
+export class Transport {
+  private socket: Socket | null = null;
+  private reader = new FrameReader(DEFAULT_MAX_FRAME_BYTES);
+  private nextId = 1;
+  private readonly pending = new Map<number, Pending>();
+  private ready = false;
+  private closed = false;
+  private connecting: Promise<void> | null = null;
+  private disconnectedSince = 0;
+  private slotWaiters: (() => void)[] = [];
+  private timer: NodeJS.Timeout;
+  private heartbeatTimer: NodeJS.Timeout | null = null;
+  private fatal: BrokerError | null = null;
+  onPush: PushHandler = () => {};
+  /** Called after every successful (re)connection before queued requests are re-sent. */
+  onReconnect: () => void = () => {};
+  onDisconnect: () => void = () => {};
+  serverInfo: Record<string, unknown> = {};
+  reconnects = 0;
+
+  constructor(private readonly opts: TransportOptions) {
+    this.timer = setInterval(() => this.checkDeadlines(), 250);
+    this.timer.unref();
+  }
+
+  get isReady(): boolean {
+    return this.ready;
+  }
+
+  /** First connection: fails fast (no retry) so a wrong URL is reported at once. */
+  async start(signal?: AbortSignal): Promise<void> {
+    await this.open(signal);
+  }
+
+  private open(signal?: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      let settled = false;
+      const socket = netConnect({ host: this.opts.host, port: this.opts.port, noDelay: true });
+      const reader = new FrameReader(DEFAULT_MAX_FRAME_BYTES);
+      const helloId = this.nextId++;
+      const fail = (err: unknown): void => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(to);
+        signal?.removeEventListener("abort", onAbort);
+        socket.destroy();
+        reject(err);
+      };
+      const onAbort = (): void => fail(new AbortedError("connect aborted", signal?.reason));
+      signal?.addEventListener("abort", onAbort, { once: true });
+      const to = setTimeout(
+        () => fail(new TimeoutError(`connecting to ${this.opts.host}:${this.opts.port} timed out after ${this.opts.connectTimeoutMs} ms`)),
+        this.opts.connectTimeoutMs,
+      );
+      socket.on("error", (err) =>
+        fail(new ConnectionClosedError(`cannot connect to sluice at ${this.opts.host}:${this.opts.port}: ${err.message}`, err)),
+      );
+      socket.on("close", () => fail(new ConnectionClosedError("connection closed during handshake")));
+      socket.on("connect", () => {
+        socket.write(encodePreamble(this.opts.minVersion ?? MIN_PROTOCOL_VERSION, this.opts.maxVersion ?? PROTOCOL_VERSION));
+        socket.write(encodeFrame(Op.Hello, 0, helloId, { client: "sluice-ts", version: PROTOCOL_VERSION }));
+      });
+      const onData = (chunk: Buffer): void => {
+        if (settled) return;
+        reader.push(chunk);
+        let raw: Buffer | null;
+        try {
+          raw = reader.next();
+        } catch (err) {
+          return fail(err);
+        }
+        if (raw === null) return;
+        let f: Frame;
+        try {
+          f = decodeFrame(raw);
+        } catch (err) {
+          return fail(err);
+        }
+        if (f.flags & FLAG_ERROR) {
+          const e = wireToError(f.meta as unknown as WireError);
+          this.fatal = e.code === "UNSUPPORTED_VERSION" || e.code.startsWith("PROTOCOL") ? e : null;
+          return fail(e);
+        }
+        if (f.op !== Op.Hello || f.correlationId !== helloId) return fail(new ProtocolError("unexpected handshake reply"));
+        settled = true;
+        clearTimeout(to);
+        signal?.removeEventListener("abort", onAbort);
+        socket.off("data", onData);
+        socket.removeAllListeners("error");
+        socket.removeAllListeners("close");
+        this.serverInfo = f.meta;
+        this.attach(socket, reader);
+        resolve();
+      };
+      socket.on("data", onData);
+    });
+  }
+
+  private attach(socket: Socket, reader: FrameReader): void {
+    this.socket = socket;
+    this.reader = reader;
+    this.ready = true;
+    this.disconnectedSince = 0;
+    socket.on("data", (chunk: Buffer) => this.onData(chunk));
+    socket.on("error", () => {});
+    socket.on("close", () => this.onClose(socket));
+    this.onReconnect();
+    // Re-send everything still pending, in the original order (Map keeps insertion order).
+    for (const p of this.pending.values()) {
+      p.sent = true;
+      socket.write(p.frame);
+    }
+    // Frames already buffered in the handshake reader (server pushes right after HELLO).
+    this.drainReader();
+  }
+
+  private onData(chunk: Buffer): void {
+    this.reader.push(chunk);
+    this.drainReader();
+  }
+
+  private drainReader(): void {
+    try {
+      for (;;) {
+        const raw = this.reader.next();
+        if (raw === null) return;
+        this.onFrame(decodeFrame(raw));
+      }
+    } catch (err) {
+      // A broken server stream: drop the connection; retriable requests go again.
+      this.socket?.destroy(err as Error);
+    }
+  }
+
+  private onFrame(f: Frame): void {
+    if (f.flags & FLAG_PUSH) {
+      this.onPush(f);
+      return;
+    }
+    if (f.correlationId === 0 && f.flags & FLAG_ERROR) {
+      // Connection-level error: the server is closing this connection.
+      const e = wireToError(f.meta as unknown as WireError);
+      if (e.code === "UNSUPPORTED_VERSION" || e.code.startsWith("PROTOCOL")) this.fatal = e;
+      return;
+    }
+    const p = this.pending.get(f.correlationId);
+    if (!p) return;
+    this.settle(p);
+    if (f.flags & FLAG_ERROR) p.reject(wireToError(f.meta as unknown as WireError));
+    else p.resolve(f);
+  }
+
+  private settle(p: Pending): void {
+    this.pending.delete(p.id);
+    if (p.onAbort) p.signal?.removeEventListener("abort", p.onAbort);
+    const w = this.slotWaiters.shift();
+    w?.();
+  }
+
+  private onClose(socket: Socket): void {
+    if (this.socket !== socket) return;
+    this.socket = null;
+    this.ready = false;
+    this.disconnectedSince = Date.now();
+    for (const p of [...this.pending.values()]) {
+      if ((p.sent && !p.retry) || this.closed) {
+        this.settle(p);
+        p.reject(new ConnectionClosedError("connection to the sluice server was lost; the request may or may not have been applied"));
+      } else {
+        p.sent = false;
+      }
+    }
+    this.onDisconnect();
+    if (!this.closed) void this.reconnectLoop();
+  }
+
+  private async reconnectLoop(): Promise<void> {
+    if (this.connecting) return this.connecting;
+    this.connecting = (async () => {
+      let delay = this.opts.reconnectMinDelayMs;
+      while (!this.closed) {
+        if (this.fatal) {
+          this.failAll(this.fatal);
+          return;
+        }
+        try {
+          await this.open();
+          this.reconnects++;
+          return;
+        } catch (err) {
+          if (this.fatal) continue;
+          if (Date.now() - this.disconnectedSince > this.opts.reconnectTimeoutMs) {
+            this.failAll(new ConnectionClosedError(`could not reconnect within ${this.opts.reconnectTimeoutMs} ms`, err));
+            this.disconnectedSince = Date.now();
+          }
+        }
+        const sleep = Math.random() * delay;
+        await new Promise((r) => setTimeout(r, sleep));
+        delay = Math.min(delay * 2, this.opts.reconnectMaxDelayMs);
+      }
+    })().finally(() => {
+      this.connecting = null;
+    });
+    return this.connecting;
+  }
+
+  private failAll(err: unknown): void {
+    for (const p of [...this.pending.values()]) {
+      this.settle(p);
+      p.reject(err);
+    }
+  }
+
+  private checkDeadlines(): void {
+    const now = Date.now();
+    for (const p of [...this.pending.values()]) {
+      if (now > p.deadline) {
+        this.settle(p);
+        p.reject(new TimeoutError(`request timed out after ${this.opts.requestTimeoutMs} ms`));
+      }
+    }
+  }
+
+  /** Sends a request and resolves with the response frame; rejects with the server's typed error. */
+  async request(
+    op: Op,
+    meta: unknown,
+    body: Buffer | null = null,
+    o: { retry?: boolean; signal?: AbortSignal; extraTimeoutMs?: number } = {},
+  ): Promise<Frame> {
+    if (this.closed) throw new BrokerClosedError("client is closed");
+    if (o.signal?.aborted) throw new AbortedError("operation aborted", o.signal.reason);
+    while (this.pending.size >= this.opts.maxPendingRequests) {
+      await new Promise<void>((r) => this.slotWaiters.push(r));
+      if (this.closed) throw new BrokerClosedError("client is closed");
+    }
+    const id = this.nextId++;
+    if (this.nextId > 0xfffffff0) this.nextId = 1;
+    const frame = encodeFrame(op, 0, id, meta, body);
+    const maxFrame = Number(this.serverInfo.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES);
+    if (frame.length - 4 > maxFrame) {
+      throw new ValidationError(`request of ${frame.length} bytes exceeds the server's frame limit of ${maxFrame} bytes`);
+    }
+    return new Promise<Frame>((resolve, reject) => {
+      const p: Pending = {
+        id,
+        frame,
+        retry: o.retry === true,
+        deadline: Date.now() + this.opts.requestTimeoutMs + (o.extraTimeoutMs ?? 0),
+        resolve,
+        reject,
+        sent: false,
+      };
+      if (o.signal) {
+        p.signal = o.signal;
+        p.onAbort = () => {
+          this.settle(p);
+          reject(new AbortedError("operation aborted", o.signal?.reason));
+        };
+        o.signal.addEventListener("abort", p.onAbort, { once: true });
+      }
+      this.pending.set(id, p);
+      // While reconnecting, the request waits (unsent, so safe to send later) until the
+      // connection is back, its deadline passes, or the reconnect timeout fails everything.
+      if (this.ready && this.socket) {
+        p.sent = true;
+        this.socket.write(frame);
+      }
+    });
+  }
+
+  /** Fire-and-forget frame (credit, heartbeat): dropped while disconnected, by design. */
+  sendOneWay(op: Op, meta: unknown): void {
+    if (this.ready && this.socket) this.socket.write(encodeFrame(op, 0, 0, meta));
+  }
+
+  setHeartbeat(intervalMs: number | null): void {
+    if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
+    this.heartbeatTimer = null;
+    if (intervalMs === null) return;
+    this.heartbeatTimer = setInterval(() => this.sendOneWay(Op.Heartbeat, {}), intervalMs);
+    this.heartbeatTimer.unref();
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.timer);
+    if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
+    this.failAll(new BrokerClosedError("client is closed"));
+    for (const w of this.slotWaiters.splice(0)) w();
+    const s = this.socket;
+    this.socket = null;
+    this.ready = false;
+    if (s) {
+      await new Promise<void>((resolve) => {
+        s.once("close", () => resolve());
+        s.end();
+        setTimeout(() => {
+          s.destroy();
+          resolve();
+        }, 1000).unref();
+      });
+    }
+  }
+
+  /** Test hook: drop the TCP connection as if the network failed. */
+  destroySocketForTest(): void {
+    this.socket?.destroy();
+  }
+}
+
+export const FLAGS = { FLAG_RESPONSE };

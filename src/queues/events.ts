@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * State-journal events. Many events are packed into one journal record per group commit.
+ * Layout per event (little endian): type u8 | offset f64 | attempt u32 | time f64 | varLen u32 |
+ * var bytes (UTF-8 JSON). 25 bytes + var.
+ *
+ * Invariant JRN-1: every event is an idempotent assignment (never a delta), and replay never
+ * revives a terminal row, so replaying events already reflected in a snapshot is harmless.
+ */
+
+export const enum Ev {
+  /** Lease granted: attempt = delivery number, time = wall-clock lease deadline. */
+  DELIVER = 1,
+  ACK = 2,
+  /** Attempt failed or released: time = wall-clock visibleAt; var = AttemptRecord or empty. */
+  NACK = 3,
+  /** Lease extended: time = new wall-clock deadline. */
+  EXTEND = 4,
+  /** Lease expired: visible again at `time`; var = AttemptRecord. */
+  EXPIRE = 5,
+  /** Dead-letter move started: var = DeadLetterInfo (+ key). Resumed on restart. */
+  DLQ_INTENT = 6,
+  /** Dead-letter move finished (the DLQ copy is durable). */
+  DEAD = 7,
+  /** Every row below `offset` is done. */
+  PURGE = 8,
+}
+
+export const EVENT_FIXED_BYTES = 25;
+/** Bound on the variable part (JSON), so a hostile error message cannot bloat the journal. */
+export const MAX_EVENT_VAR_BYTES = 64 * 1024;
+
+export interface JournalEvent {
+  type: Ev;
+  offset: number;
+  attempt: number;
+  time: number;
+  data: unknown;
+}
+
+export function encodeEvent(type: Ev, offset: number, attempt: number, time: number, data?: unknown): Buffer {
+  const v = data === undefined ? null : Buffer.from(JSON.stringify(data), "utf8");
+  if (v !== null && v.length > MAX_EVENT_VAR_BYTES) throw new Error(`journal event payload too large (${v.length} bytes)`);
+  const b = Buffer.allocUnsafe(EVENT_FIXED_BYTES + (v?.length ?? 0));
+  b.writeUInt8(type, 0);
+  b.writeDoubleLE(offset, 1);
+  b.writeUInt32LE(attempt, 9);
+  b.writeDoubleLE(time, 13);
+  b.writeUInt32LE(v?.length ?? 0, 21);
+  if (v !== null) v.copy(b, EVENT_FIXED_BYTES);
+  return b;
+}
+
+/** Decodes every event of one journal record value. Throws on a malformed value. */
+export function decodeEvents(buf: Buffer, out: JournalEvent[] = []): JournalEvent[] {
+  let p = 0;
+  while (p < buf.length) {
+    if (buf.length - p < EVENT_FIXED_BYTES) throw new Error(`journal record: truncated event at byte ${p}`);
+    const type = buf.readUInt8(p) as Ev;
+    const offset = buf.readDoubleLE(p + 1);
+    const attempt = buf.readUInt32LE(p + 9);
+    const time = buf.readDoubleLE(p + 13);
+    const len = buf.readUInt32LE(p + 21);
+    p += EVENT_FIXED_BYTES;
+    if (len > buf.length - p) throw new Error(`journal record: event payload length ${len} exceeds record`);
+    const data = len > 0 ? JSON.parse(buf.toString("utf8", p, p + len)) : undefined;
+    p += len;
+    out.push({ type, offset, attempt, time, data });
+  }
+  return out;
+}

@@ -1,0 +1,1919 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * One incarnation of a durable work queue.
+ *
+ * Storage (under `${dataDir}/queues/<incarnation>/`):
+ *  - `msgs/`     a PartitionLog holding the jobs (payload, key, headers, delivery time);
+ *  - `journal/`  a PartitionLog of state events (events.ts): deliveries, acks, nacks, extends,
+ *                lease expiries, dead-letter moves, purges; many events per record;
+ *  - `snapshot.bin` the whole job table at a journal offset (writeFileAtomic), after which the
+ *                journal and the fully-settled prefix of `msgs/` are deleted (advanceLogStart),
+ *                so storage stays proportional to the backlog;
+ *  - `redrive.json` a redrive in progress (resumed on open).
+ *
+ * Invariants:
+ *  Q-1 a job is delivered only after its enqueue is durable, and handed to a worker only after
+ *      its DELIVER event (with the new attempt number) is durable: attempts never go backwards.
+ *  Q-2 ack/nack/extend resolve only after their journal event is durable (group commit).
+ *  Q-3 a settlement must present the receipt of the current lease, checked against a monotonic
+ *      deadline; anything else throws LeaseExpiredError and changes nothing.
+ *  Q-4 dead-lettering writes DLQ_INTENT (durable) -> DLQ append with a system dedupe id
+ *      (durable) -> DEAD. A crash anywhere leaves the job in the source (intent resumed on
+ *      open, the dedupe id making the DLQ append idempotent) or in the DLQ; never in neither.
+ *  Q-5 redrive appends to the target with a system dedupe id and removes the DLQ entry only
+ *      after that append is durable.
+ */
+import { join } from "node:path";
+import { performance } from "node:perf_hooks";
+import {
+  BrokerClosedError,
+  LeaseExpiredError,
+  QueueFullError,
+  RecordTooLargeError,
+  StorageError,
+  AbortedError,
+  ValidationError,
+} from "../errors.js";
+import { readJsonFile, writeFileAtomic, type FileSystem } from "../log/io.js";
+import { silentLogger, type Logger } from "../log/logger.js";
+import { PartitionLog, type LogConfig } from "../log/partition-log.js";
+import { decodeValue, prepareValue, recordSize, type PreparedRecord, type StoredRecord, type ValueKind } from "../log/record-batch.js";
+import { retryDelayMs } from "./backoff.js";
+import { KeyChains } from "./chains.js";
+import { decodeEvents, encodeEvent, Ev, type JournalEvent } from "./events.js";
+import { OffsetHeap } from "./heap.js";
+import { isTerminal, JobTable, St } from "./table.js";
+import type {
+  AttemptRecord,
+  BackoffConfig,
+  BlockedKey,
+  DeadLetterInfo,
+  EnqueueItem,
+  EnqueueResult,
+  Job,
+  NackOptions,
+  QueueConfig,
+  QueueStats,
+  RedriveOptions,
+  RedriveResult,
+  WorkOptions,
+  Worker,
+} from "./types.js";
+
+// ───────────────────────────── limits and defaults ─────────────────────────────
+
+export const MAX_PREFETCH = 10_000;
+export const MAX_ATTEMPTS_LIMIT = 1000;
+export const MAX_KEY_BYTES = 1024;
+export const MAX_DEDUPE_ID_BYTES = 256;
+export const MAX_HEADERS = 64;
+export const MAX_BATCH_ITEMS = 10_000;
+/** History entries kept per job (the most recent); bounds memory of repeatedly failing jobs. */
+export const MAX_HISTORY = 20;
+/** Error messages are cut to this many characters in history and DLQ metadata. */
+export const MAX_ERROR_CHARS = 500;
+/** Dedupe window for the broker's own ids (dead-letter moves, redrives): 7 days. */
+export const SYSTEM_DEDUPE_WINDOW_MS = 7 * 86_400_000;
+/** Records per message-log append, and bytes per journal record. */
+const MAX_APPEND_RECORDS = 8192;
+const MAX_APPEND_BYTES = 8 * 1024 * 1024;
+const MAX_JOURNAL_RECORD_BYTES = 1024 * 1024;
+/** Recently enqueued payloads kept in memory so delivery of a hot queue does not re-read disk. */
+const TAIL_CACHE_BYTES = 16 * 1024 * 1024;
+/** Take a snapshot (and delete settled log prefixes) after this many journal bytes. */
+const SNAPSHOT_EVERY_JOURNAL_BYTES = 32 * 1024 * 1024;
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** Reserved header names (user headers may not start with `sluice-`). */
+const H_DELIVER_AT = "sluice-at";
+const H_DEDUPE = "sluice-dd";
+const H_REDRIVES = "sluice-rd";
+const H_FIRST_ENQUEUED = "sluice-fe";
+const H_DLQ = "sluice-dlq";
+
+export interface ResolvedQueueConfig {
+  visibilityTimeoutMs: number;
+  maxAttempts: number;
+  backoff: Required<BackoffConfig>;
+  deadLetter: string | null;
+  maxDepth: number;
+  maxBytes: number;
+  overflow: "reject" | "block";
+  blockTimeoutMs: number;
+  dedupeWindowMs: number;
+  maxDedupeEntries: number;
+  redactHeaders: string[];
+  maxRedrives: number;
+  maxMessageBytes: number;
+  durability: "always" | "interval" | "never";
+  maxInFlight: number;
+}
+
+function num(v: unknown, name: string, min: number, max: number, dflt: number): number {
+  if (v === undefined) return dflt;
+  if (typeof v !== "number" || !Number.isFinite(v) || v < min || v > max)
+    throw new ValidationError(`${name} must be a number in [${min}, ${max}], got ${String(v)}`);
+  return v;
+}
+
+/** Validates a queue config and fills defaults. Throws ValidationError before anything is allocated. */
+export function resolveQueueConfig(name: string, c: QueueConfig = {}): ResolvedQueueConfig {
+  if (c === null || typeof c !== "object") throw new ValidationError("queue config must be an object");
+  const minDelayMs = num(c.backoff?.minDelayMs, "backoff.minDelayMs", 0, 86_400_000, 1000);
+  const maxDelayMs = num(c.backoff?.maxDelayMs, "backoff.maxDelayMs", minDelayMs, 30 * 86_400_000, Math.max(minDelayMs, 300_000));
+  const type = c.backoff?.type ?? "exponential";
+  if (type !== "exponential" && type !== "fixed") throw new ValidationError(`backoff.type must be "exponential" or "fixed"`);
+  const overflow = c.overflow ?? "reject";
+  if (overflow !== "reject" && overflow !== "block") throw new ValidationError(`overflow must be "reject" or "block"`);
+  const durability = c.durability ?? "always";
+  if (durability !== "always" && durability !== "interval" && durability !== "never")
+    throw new ValidationError(`durability must be always|interval|never`);
+  let deadLetter: string | null;
+  if (c.deadLetter === undefined) deadLetter = name.endsWith(".dlq") ? null : `${name}.dlq`;
+  else if (c.deadLetter === null) deadLetter = null;
+  else {
+    validateQueueName(c.deadLetter);
+    deadLetter = c.deadLetter;
+  }
+  if (deadLetter === name) throw new ValidationError(`queue ${name} cannot be its own dead-letter queue`);
+  const redact = c.redactHeaders ?? [];
+  if (!Array.isArray(redact) || redact.length > 256 || redact.some((h) => typeof h !== "string"))
+    throw new ValidationError("redactHeaders must be an array of at most 256 header names");
+  return {
+    visibilityTimeoutMs: num(c.visibilityTimeoutMs, "visibilityTimeoutMs", 10, 12 * 3_600_000, 30_000),
+    maxAttempts: Math.floor(num(c.maxAttempts, "maxAttempts", 1, MAX_ATTEMPTS_LIMIT, 5)),
+    backoff: { type, minDelayMs, maxDelayMs },
+    deadLetter,
+    maxDepth: Math.floor(num(c.maxDepth, "maxDepth", 1, 1e12, 10_000_000)),
+    maxBytes: Math.floor(num(c.maxBytes, "maxBytes", 1, 2 ** 50, 1024 ** 3)),
+    overflow,
+    blockTimeoutMs: num(c.blockTimeoutMs, "blockTimeoutMs", 0, 3_600_000, 5000),
+    dedupeWindowMs: num(c.dedupeWindowMs, "dedupeWindowMs", 0, 30 * 86_400_000, 0),
+    maxDedupeEntries: Math.floor(num(c.maxDedupeEntries, "maxDedupeEntries", 1, 100_000_000, 1_000_000)),
+    redactHeaders: redact.map((h) => h.toLowerCase()),
+    maxRedrives: Math.floor(num(c.maxRedrives, "maxRedrives", 0, 1000, 3)),
+    maxMessageBytes: Math.floor(num(c.maxMessageBytes, "maxMessageBytes", 64, 64 * 1024 * 1024 - 1024, 1024 * 1024)),
+    durability,
+    maxInFlight: Math.floor(num(c.maxInFlight, "maxInFlight", 1, 10_000_000, 100_000)),
+  };
+}
+
+const NAME_RE = /^[a-zA-Z0-9._-]{1,200}$/;
+export function validateQueueName(name: unknown): asserts name is string {
+  if (typeof name !== "string" || !NAME_RE.test(name) || name === "." || name === "..")
+    throw new ValidationError(`invalid queue name ${JSON.stringify(String(name).slice(0, 300))}: use 1-200 of [a-zA-Z0-9._-], not "." or ".."`);
+}
+
+// ─────────────────────────────────── helpers ───────────────────────────────────
+
+interface Deferred<T = void> {
+  promise: Promise<T>;
+  resolve(v: T): void;
+  reject(e: unknown): void;
+}
+function deferred<T = void>(): Deferred<T> {
+  let resolve!: (v: T) => void;
+  let reject!: (e: unknown) => void;
+  const promise = new Promise<T>((a, b) => {
+    resolve = a;
+    reject = b;
+  });
+  // Shared by many waiters, some fire-and-forget: never an unhandled rejection.
+  promise.catch(() => {});
+  return { promise, resolve, reject };
+}
+
+function headerMap(h: [string, Buffer][] | null): Record<string, Uint8Array> {
+  const out: Record<string, Uint8Array> = {};
+  if (h) for (const [k, v] of h) if (!k.startsWith("sluice-")) out[k] = v;
+  return out;
+}
+
+function getHeader(h: [string, Buffer][] | null, name: string): Buffer | undefined {
+  if (h) for (const [k, v] of h) if (k === name) return v;
+  return undefined;
+}
+
+function abortLease(l: Lease, reason: unknown): void {
+  if (l.abortReason !== undefined) return;
+  l.abortReason = reason;
+  l.ac?.abort(reason);
+}
+
+function errorInfo(e: unknown): { errorClass: string; error: string } {
+  if (e instanceof Error) return { errorClass: e.name || e.constructor.name, error: String(e.message).slice(0, MAX_ERROR_CHARS) };
+  if (e === undefined) return { errorClass: "Nack", error: "" };
+  return { errorClass: typeof e, error: String(e).slice(0, MAX_ERROR_CHARS) };
+}
+
+/** A job encoded for the message log, plus what the queue needs to know before the append. */
+export interface PreparedJob {
+  rec: PreparedRecord;
+  key: string | null;
+  deliverAt: number;
+  dedupeId: string | null;
+  size: number;
+}
+
+interface DedupeEntry {
+  off: number;
+  exp: number;
+  wait: Deferred<number> | null;
+}
+
+interface PendingEnqueue {
+  job: PreparedJob;
+  d: Deferred<number>;
+}
+
+interface Lease {
+  off: number;
+  attempt: number;
+  receipt: string;
+  deadlineMono: number;
+  deadlineWall: number;
+  startedMono: number;
+  consumer: string;
+  codeVersion: string | undefined;
+  /** Created lazily on first `job.signal` access (an AbortController per job is costly). */
+  ac: AbortController | null;
+  abortReason: unknown;
+  worker: WorkerImpl<unknown> | null;
+}
+
+/** What DLQ_INTENT stores: everything about the failure not derivable from the record. */
+interface DlqIntent {
+  at: number;
+  attempts: number;
+  errorClass: string;
+  error: string;
+  codeVersion?: string;
+  history: AttemptRecord[];
+}
+
+interface SnapshotMeta {
+  version: 1;
+  incarnation: string;
+  floor: number;
+  rows: number;
+  journalOffset: number;
+  chains: [number, string][];
+  leases: [number, number, number, string][];
+  history: [number, AttemptRecord[]][];
+  moving: [number, DlqIntent][];
+  dedupe: [string, number, number][];
+  counters: { redeliveries: number; retries: number; completed: number; deadLettered: number };
+}
+
+const SNAP_MAGIC = Buffer.from("SLQSNAP1");
+
+/** The manager side a queue needs: other queues (dead-letter targets, redrive targets). */
+export interface QueueHost {
+  core(name: string): Promise<QueueCore>;
+}
+
+export interface QueueCoreOptions {
+  name: string;
+  incarnation: string;
+  dir: string;
+  fs: FileSystem;
+  config: ResolvedQueueConfig;
+  host: QueueHost;
+  logger?: Logger;
+  random?: () => number;
+}
+
+let workerSeq = 0;
+
+// ────────────────────────────────── the queue ──────────────────────────────────
+
+export class QueueCore {
+  readonly name: string;
+  readonly incarnation: string;
+  readonly dir: string;
+  config: ResolvedQueueConfig;
+  private readonly fs: FileSystem;
+  private readonly host: QueueHost;
+  private readonly logger: Logger;
+  private readonly random: () => number;
+  private msgs!: PartitionLog;
+  private journal!: PartitionLog;
+
+  private table!: JobTable;
+  private ready = new OffsetHeap();
+  private delayed = new OffsetHeap();
+  private chains = new KeyChains();
+  private leases = new Map<number, Lease>();
+  private history = new Map<number, AttemptRecord[]>();
+  private moving = new Map<number, DlqIntent>();
+  private dedupe = new Map<string, DedupeEntry>();
+  private counts = new Float64Array(8);
+  private live = 0;
+  private liveBytes = 0;
+  private reservedDepth = 0;
+  private reservedBytes = 0;
+  private redeliveries = 0;
+  private retries = 0;
+  private completed = 0;
+  private deadLettered = 0;
+  private ackBuckets = new Float64Array(10);
+  private ackBucketSec = 0;
+
+  private workers = new Set<WorkerImpl<unknown>>();
+  private rr = 0;
+  private pumpScheduled = false;
+  private cache = new Map<number, StoredRecord>();
+  private cacheBytes = 0;
+  /** The cache overflowed: new jobs are read back from disk in order until delivery catches up. */
+  private spill = false;
+  private readLock: Promise<void> = Promise.resolve();
+  private roomWaiters = new Set<() => void>();
+
+  private ePending: PendingEnqueue[] = [];
+  private eRunning = false;
+  private eIdle: Deferred | null = null;
+  private jBatch: { bufs: Buffer[]; bytes: number; d: Deferred } | null = null;
+  private jRunning = false;
+  private jSinceSnapshot = 0;
+  private snapshotRequested = false;
+  private snapshotting: Promise<void> | null = null;
+
+  private delayTimer: NodeJS.Timeout | null = null;
+  private delayTimerAt = Infinity;
+  private leaseTimer: NodeJS.Timeout | null = null;
+  private leaseTimerAt = Infinity;
+  private keepAlive: NodeJS.Timeout | null = null;
+  private closed = false;
+  private broken: Error | null = null;
+  private background = new Set<Promise<unknown>>();
+  private redriveRunning: Promise<RedriveResult> | null = null;
+
+  private constructor(o: QueueCoreOptions) {
+    this.name = o.name;
+    this.incarnation = o.incarnation;
+    this.dir = o.dir;
+    this.fs = o.fs;
+    this.config = o.config;
+    this.host = o.host;
+    this.logger = o.logger ?? silentLogger;
+    this.random = o.random ?? Math.random;
+  }
+
+  static async open(o: QueueCoreOptions): Promise<QueueCore> {
+    const q = new QueueCore(o);
+    await q.recover();
+    return q;
+  }
+
+  // ─────────────────────────────── recovery ───────────────────────────────
+
+  private logConfig(maxMessageBytes: number, segmentBytes: number): LogConfig {
+    return {
+      segmentBytes,
+      segmentMs: 7 * 86_400_000,
+      maxMessageBytes,
+      durability: this.config.durability,
+      flushIntervalMs: 1000,
+      retentionMs: -1,
+      retentionBytes: -1,
+    };
+  }
+
+  private async recover(): Promise<void> {
+    await this.fs.mkdir(this.dir);
+    this.msgs = await PartitionLog.open({
+      fs: this.fs,
+      dir: join(this.dir, "msgs"),
+      topic: `queue:${this.name}`,
+      partition: 0,
+      config: this.logConfig(this.config.maxMessageBytes + 4096, 64 * 1024 * 1024),
+      logger: this.logger,
+    });
+    this.journal = await PartitionLog.open({
+      fs: this.fs,
+      dir: join(this.dir, "journal"),
+      topic: `queue-journal:${this.name}`,
+      partition: 0,
+      config: this.logConfig(MAX_JOURNAL_RECORD_BYTES + 128 * 1024, 16 * 1024 * 1024),
+      logger: this.logger,
+    });
+
+    const keyIds = new Map<string, number>();
+    const restoredLeases = new Map<number, { attempt: number; deadlineWall: number; consumer: string }>();
+    let journalFrom = this.journal.logStartOffset;
+    const snap = await this.readSnapshot();
+    if (snap !== null) {
+      const { meta, table } = snap;
+      this.table = table;
+      for (const [id, key] of meta.chains) keyIds.set(key, id);
+      for (const [off, attempt, deadlineWall, consumer] of meta.leases) restoredLeases.set(off, { attempt, deadlineWall, consumer });
+      for (const [off, h] of meta.history) this.history.set(off, h);
+      for (const [off, m] of meta.moving) this.moving.set(off, m);
+      for (const [id, off, exp] of meta.dedupe) this.dedupe.set(id, { off, exp, wait: null });
+      this.redeliveries = meta.counters.redeliveries;
+      this.retries = meta.counters.retries;
+      this.completed = meta.counters.completed;
+      this.deadLettered = meta.counters.deadLettered;
+      journalFrom = Math.max(journalFrom, meta.journalOffset);
+    } else {
+      this.table = new JobTable(this.msgs.logStartOffset);
+    }
+    // Jobs appended after the snapshot: rebuild their rows from the message log.
+    const now = Date.now();
+    let off = Math.max(this.table.end, this.msgs.logStartOffset);
+    let nextChainId = 0;
+    for (const id of keyIds.values()) nextChainId = Math.max(nextChainId, id + 1);
+    while (off < this.msgs.highWatermark) {
+      const { records, nextOffset } = await this.msgs.read(off, 4 * 1024 * 1024);
+      for (const r of records) {
+        const key = r.key === null ? null : r.key.toString("utf8");
+        let chain = -1;
+        if (key !== null) {
+          chain = keyIds.get(key) ?? -1;
+          if (chain < 0) {
+            chain = nextChainId++;
+            keyIds.set(key, chain);
+          }
+        }
+        const at = getHeader(r.headers, H_DELIVER_AT);
+        const visibleAt = at !== undefined && at.length === 8 ? at.readDoubleLE(0) : r.timestamp;
+        this.table.add(r.offset, St.READY, visibleAt, r.timestamp, chain, this.storedSize(r));
+        const dd = getHeader(r.headers, H_DEDUPE);
+        if (dd !== undefined) {
+          const id = dd.toString("utf8");
+          const exp = r.timestamp + (id.startsWith("sys:") ? SYSTEM_DEDUPE_WINDOW_MS : this.config.dedupeWindowMs);
+          if (exp > now) this.dedupe.set(id, { off: r.offset, exp, wait: null });
+        }
+      }
+      if (nextOffset <= off) break;
+      off = nextOffset;
+    }
+    // Replay the state journal (JRN-1: idempotent assignments, terminal rows stay terminal).
+    let j = journalFrom;
+    while (j < this.journal.highWatermark) {
+      const { records, nextOffset } = await this.journal.read(j, 4 * 1024 * 1024);
+      for (const r of records) {
+        if (r.value === null) continue;
+        for (const ev of decodeEvents(r.value)) this.replay(ev, restoredLeases);
+      }
+      if (nextOffset <= j) break;
+      j = nextOffset;
+    }
+    // Rebuild derived structures: counts, heaps, chains, leases.
+    for (const [key, id] of keyIds) this.chains.restore(id, key);
+    const t = this.table;
+    const monoNow = performance.now();
+    const wallNow = Date.now();
+    t.forEachLive((o, i) => {
+      this.live++;
+      this.liveBytes += t.size[i];
+      const c = t.chain[i];
+      let s = t.status[i] as St;
+      if (c >= 0) {
+        const isHead = this.chains.head(c) === -1;
+        this.chains.append(c, o);
+        if (!isHead && (s === St.READY || s === St.DELAYED || s === St.BLOCKED)) s = St.BLOCKED;
+        else if (s === St.BLOCKED) s = St.READY;
+      } else if (s === St.BLOCKED) s = St.READY;
+      if (s === St.READY || s === St.DELAYED) s = t.visibleAt[i] <= wallNow ? St.READY : St.DELAYED;
+      if (s === St.INFLIGHT) {
+        const rl = restoredLeases.get(o);
+        const deadlineWall = rl?.deadlineWall ?? wallNow;
+        const attempt = rl?.attempt ?? t.attempts[i];
+        const lease: Lease = {
+          off: o,
+          attempt,
+          receipt: `${o}.${attempt}`,
+          deadlineMono: monoNow + Math.max(0, deadlineWall - wallNow),
+          deadlineWall,
+          startedMono: monoNow,
+          consumer: rl?.consumer ?? "(before restart)",
+          codeVersion: undefined,
+          ac: null,
+          abortReason: undefined,
+          worker: null,
+        };
+        this.leases.set(o, lease);
+      }
+      if (s === St.MOVING && !this.moving.has(o)) s = St.READY; // redrive marks are in-memory only
+      t.status[i] = s;
+      this.counts[s]++;
+      if (s === St.READY) this.ready.push(o, o);
+      else if (s === St.DELAYED) this.delayed.push(t.visibleAt[i], o);
+    });
+    this.chains.finishRestore();
+    for (const o of [...this.history.keys()]) if (!t.has(o) || isTerminal(t.status[t.idx(o)])) this.history.delete(o);
+    for (const o of [...this.moving.keys()]) if (!t.has(o) || t.status[t.idx(o)] !== St.MOVING) this.moving.delete(o);
+    this.table.advanceFloor();
+    this.scheduleDelayTimer();
+    this.scheduleLeaseTimer(0);
+    // Resume interrupted dead-letter moves and redrives in the background (they may need other
+    // queues, which may need this one: never awaited inside open).
+    for (const [o, intent] of this.moving) this.track(this.finishDeadLetter(o, intent).catch((e) => this.logger.error({ err: e, queue: this.name }, "resuming dead-letter move failed")));
+    const rd = await readJsonFile<{ opts: RedriveOptions }>(this.fs, join(this.dir, "redrive.json")).catch(() => null);
+    if (rd !== null) {
+      const p = Promise.resolve().then(() => this.redrive(rd.opts, true));
+      this.track(p.catch((e) => this.logger.error({ err: e, queue: this.name }, "resuming redrive failed")));
+    }
+  }
+
+  private track(p: Promise<unknown>): void {
+    this.background.add(p);
+    void p.finally(() => this.background.delete(p));
+  }
+
+  /** Resolves when background recovery work (dead-letter moves, redrive) has finished. */
+  async whenIdle(): Promise<void> {
+    while (this.background.size > 0) await Promise.allSettled([...this.background]);
+  }
+
+  private replay(ev: JournalEvent, leases: Map<number, { attempt: number; deadlineWall: number; consumer: string }>): void {
+    const t = this.table;
+    if (ev.type === Ev.PURGE) {
+      t.forEachLive((o, i) => {
+        if (o < ev.offset) {
+          t.status[i] = St.DONE;
+          leases.delete(o);
+          this.history.delete(o);
+          this.moving.delete(o);
+        }
+      });
+      return;
+    }
+    if (!t.has(ev.offset)) return;
+    const i = t.idx(ev.offset);
+    if (isTerminal(t.status[i])) return;
+    const o = ev.offset;
+    switch (ev.type) {
+      case Ev.DELIVER:
+        t.attempts[i] = Math.max(t.attempts[i], ev.attempt);
+        t.status[i] = St.INFLIGHT;
+        leases.set(o, { attempt: ev.attempt, deadlineWall: ev.time, consumer: "(before restart)" });
+        break;
+      case Ev.EXTEND: {
+        const l = leases.get(o);
+        if (l && l.attempt === ev.attempt) l.deadlineWall = ev.time;
+        break;
+      }
+      case Ev.ACK:
+        t.status[i] = St.DONE;
+        leases.delete(o);
+        break;
+      case Ev.NACK:
+      case Ev.EXPIRE:
+        t.attempts[i] = Math.max(t.attempts[i], ev.attempt);
+        t.status[i] = St.DELAYED;
+        t.visibleAt[i] = ev.time;
+        leases.delete(o);
+        if (ev.data !== undefined) this.pushHistory(o, ev.data as AttemptRecord);
+        break;
+      case Ev.DLQ_INTENT:
+        t.status[i] = St.MOVING;
+        leases.delete(o);
+        this.moving.set(o, ev.data as DlqIntent);
+        break;
+      case Ev.DEAD:
+        t.status[i] = St.DEAD;
+        leases.delete(o);
+        this.moving.delete(o);
+        break;
+    }
+  }
+
+  private async readSnapshot(): Promise<{ meta: SnapshotMeta; table: JobTable } | null> {
+    const path = join(this.dir, "snapshot.bin");
+    if ((await this.fs.stat(path)) === null) return null;
+    const buf = await this.fs.readFile(path);
+    if (buf.length < 12 || !buf.subarray(0, 8).equals(SNAP_MAGIC)) throw new StorageError(`queue ${this.name}: bad snapshot ${path}`);
+    const jl = buf.readUInt32LE(8);
+    if (jl > buf.length - 12) throw new StorageError(`queue ${this.name}: truncated snapshot ${path}`);
+    const meta = JSON.parse(buf.toString("utf8", 12, 12 + jl)) as SnapshotMeta;
+    const table = JobTable.decode(meta.floor, meta.rows, buf.subarray(12 + jl));
+    return { meta, table };
+  }
+
+  // ─────────────────────────────── snapshots ───────────────────────────────
+
+  /**
+   * Writes the job table and side maps at the current journal end, then deletes what it covers:
+   * the journal below that offset and the message log below the table floor. Taken only when no
+   * journal append is in flight (called from the journal loop), so every journal record below
+   * `journalOffset` is reflected; later events replay idempotently (JRN-1).
+   */
+  private async snapshot(): Promise<void> {
+    this.table.advanceFloor();
+    const t = this.table;
+    const chainsUsed = new Map<number, string>();
+    t.forEachLive((_o, i) => {
+      const c = t.chain[i];
+      if (c >= 0 && !chainsUsed.has(c)) chainsUsed.set(c, this.chains.get(c)?.key ?? "");
+    });
+    const now = Date.now();
+    const dedupe: [string, number, number][] = [];
+    for (const [id, e] of this.dedupe) if (e.off >= 0 && e.exp > now) dedupe.push([id, e.off, e.exp]);
+    const meta: SnapshotMeta = {
+      version: 1,
+      incarnation: this.incarnation,
+      floor: t.floor,
+      rows: t.rows,
+      journalOffset: this.journal.logEndOffset,
+      chains: [...chainsUsed],
+      leases: [...this.leases.values()].map((l) => [l.off, l.attempt, l.deadlineWall, l.consumer]),
+      history: [...this.history],
+      moving: [...this.moving],
+      dedupe,
+      counters: { redeliveries: this.redeliveries, retries: this.retries, completed: this.completed, deadLettered: this.deadLettered },
+    };
+    const json = Buffer.from(JSON.stringify(meta), "utf8");
+    const head = Buffer.alloc(12);
+    SNAP_MAGIC.copy(head, 0);
+    head.writeUInt32LE(json.length, 8);
+    const body = Buffer.concat([head, json, t.encode()]);
+    this.jSinceSnapshot = 0;
+    await writeFileAtomic(this.fs, join(this.dir, "snapshot.bin"), body);
+    // The snapshot is durable: what it covers may go (storage proportional to backlog).
+    await this.journal.advanceLogStart(Math.min(meta.journalOffset, this.journal.highWatermark));
+    await this.msgs.advanceLogStart(Math.min(meta.floor, this.msgs.highWatermark));
+  }
+
+  /** Forces a snapshot now (after pending journal events are durable). */
+  async compact(): Promise<void> {
+    this.snapshotRequested = true;
+    await this.journalEvent(null);
+    while (this.snapshotting) await this.snapshotting;
+  }
+
+  // ─────────────────────────────── journal writer ───────────────────────────────
+
+  /** Queues an event for the journal; resolves once it is durable (group commit). */
+  private journalEvent(buf: Buffer | null): Promise<void> {
+    this.checkOpen();
+    if (this.jBatch === null) this.jBatch = { bufs: [], bytes: 0, d: deferred() };
+    const b = this.jBatch;
+    if (buf !== null) {
+      b.bufs.push(buf);
+      b.bytes += buf.length;
+    }
+    if (!this.jRunning) {
+      this.jRunning = true;
+      queueMicrotask(() => void this.journalLoop());
+    }
+    return b.d.promise;
+  }
+
+  private async journalLoop(): Promise<void> {
+    try {
+      for (;;) {
+        const b = this.jBatch;
+        if (b === null) break;
+        this.jBatch = null;
+        try {
+          if (b.bytes > 0) {
+            const records: PreparedRecord[] = [];
+            let chunk: Buffer[] = [];
+            let bytes = 0;
+            const ts = Date.now();
+            for (const e of b.bufs) {
+              if (bytes + e.length > MAX_JOURNAL_RECORD_BYTES && chunk.length > 0) {
+                records.push({ key: null, value: Buffer.concat(chunk, bytes), valueKind: 0, timestamp: ts, headers: null });
+                chunk = [];
+                bytes = 0;
+              }
+              chunk.push(e);
+              bytes += e.length;
+            }
+            if (chunk.length > 0) records.push({ key: null, value: Buffer.concat(chunk, bytes), valueKind: 0, timestamp: ts, headers: null });
+            await this.journal.append(records);
+            this.jSinceSnapshot += b.bytes;
+          }
+          b.d.resolve();
+        } catch (e) {
+          this.fail(e);
+          b.d.reject(this.broken ?? e);
+          break;
+        }
+        if (this.jBatch === null && (this.snapshotRequested || this.jSinceSnapshot > SNAPSHOT_EVERY_JOURNAL_BYTES)) {
+          this.snapshotRequested = false;
+          const s = this.snapshot();
+          this.snapshotting = s;
+          try {
+            await s;
+          } catch (e) {
+            this.logger.error({ err: e, queue: this.name }, "queue snapshot failed; will retry later");
+          } finally {
+            this.snapshotting = null;
+          }
+        }
+      }
+    } finally {
+      this.jRunning = false;
+      if (this.jBatch !== null && !this.broken) {
+        this.jRunning = true;
+        queueMicrotask(() => void this.journalLoop());
+      }
+    }
+  }
+
+  /** A failed log write leaves memory ahead of disk: refuse further work until reopened. */
+  private fail(e: unknown): void {
+    if (this.broken) return;
+    this.broken = e instanceof Error ? e : new StorageError(String(e));
+    this.logger.error({ err: e, queue: this.name }, "queue storage failed; reopen the broker to recover");
+    for (const w of this.workers) w.abortAll(this.broken);
+  }
+
+  private checkOpen(): void {
+    if (this.broken) throw new StorageError(`queue ${this.name} is unusable after a storage failure: ${this.broken.message}`, this.broken);
+    if (this.closed) throw new BrokerClosedError(`queue ${this.name} is closed`);
+  }
+
+  // ─────────────────────────────── enqueue ───────────────────────────────
+
+  /** Validates and encodes user input (throws ValidationError / RecordTooLargeError before queuing). */
+  prepare(item: EnqueueItem): PreparedJob {
+    const { value, valueKind } = prepareValue(item.data);
+    return this.prepareRaw(value, valueKind, item, null);
+  }
+
+  prepareRaw(value: Buffer | null, valueKind: ValueKind, item: Omit<EnqueueItem, "data">, extra: [string, Buffer][] | null): PreparedJob {
+    const now = Date.now();
+    let key: string | null = null;
+    if (item.key !== undefined && item.key !== null) {
+      if (typeof item.key !== "string") throw new ValidationError("key must be a string");
+      if (Buffer.byteLength(item.key) > MAX_KEY_BYTES) throw new ValidationError(`key longer than ${MAX_KEY_BYTES} bytes`);
+      key = item.key;
+    }
+    if (item.delayMs !== undefined && item.deliverAt !== undefined) throw new ValidationError("use delayMs or deliverAt, not both");
+    let deliverAt = now;
+    if (item.delayMs !== undefined) {
+      if (typeof item.delayMs !== "number" || !Number.isFinite(item.delayMs) || item.delayMs < 0 || item.delayMs > 366 * 86_400_000)
+        throw new ValidationError("delayMs must be a number in [0, 1 year]");
+      deliverAt = now + item.delayMs;
+    } else if (item.deliverAt !== undefined) {
+      const t = item.deliverAt instanceof Date ? item.deliverAt.getTime() : item.deliverAt;
+      if (typeof t !== "number" || !Number.isFinite(t) || t > now + 366 * 86_400_000) throw new ValidationError("deliverAt must be a time within a year");
+      deliverAt = Math.max(now, t);
+    }
+    let dedupeId: string | null = null;
+    if (item.dedupeId !== undefined) {
+      if (typeof item.dedupeId !== "string" || item.dedupeId.length === 0 || Buffer.byteLength(item.dedupeId) > MAX_DEDUPE_ID_BYTES)
+        throw new ValidationError(`dedupeId must be a non-empty string of at most ${MAX_DEDUPE_ID_BYTES} bytes`);
+      dedupeId = item.dedupeId;
+    }
+    const headers: [string, Buffer][] = [];
+    if (item.headers !== undefined) {
+      if (item.headers === null || typeof item.headers !== "object") throw new ValidationError("headers must be an object");
+      const names = Object.keys(item.headers);
+      if (names.length > MAX_HEADERS) throw new ValidationError(`at most ${MAX_HEADERS} headers`);
+      for (const k of names) {
+        if (k.startsWith("sluice-") && extra === null) throw new ValidationError(`header name ${JSON.stringify(k)} is reserved (sluice-*)`);
+        const v = item.headers[k];
+        if (typeof v === "string") headers.push([k, Buffer.from(v, "utf8")]);
+        else if (v instanceof Uint8Array) headers.push([k, Buffer.from(v.buffer, v.byteOffset, v.byteLength)]);
+        else throw new ValidationError(`header ${JSON.stringify(k)} must be a string or Uint8Array`);
+      }
+    }
+    if (extra !== null) headers.push(...extra);
+    if (deliverAt > now) {
+      const b = Buffer.allocUnsafe(8);
+      b.writeDoubleLE(deliverAt, 0);
+      headers.push([H_DELIVER_AT, b]);
+    }
+    if (dedupeId !== null) headers.push([H_DEDUPE, Buffer.from(dedupeId, "utf8")]);
+    const rec: PreparedRecord = {
+      key: key === null ? null : Buffer.from(key, "utf8"),
+      value,
+      valueKind,
+      timestamp: now,
+      headers: headers.length > 0 ? headers : null,
+    };
+    const size = recordSize(rec);
+    if (size > this.config.maxMessageBytes) throw new RecordTooLargeError(size, this.config.maxMessageBytes);
+    return { rec, key, deliverAt, dedupeId, size };
+  }
+
+  private storedSize(r: StoredRecord): number {
+    return (r.value?.length ?? 0) + (r.key?.length ?? 0) + 16;
+  }
+
+  private dedupeWindow(id: string): number {
+    return id.startsWith("sys:") ? SYSTEM_DEDUPE_WINDOW_MS : this.config.dedupeWindowMs;
+  }
+
+  /** Enqueues prepared jobs; resolves after the append is durable (Q-1). */
+  async enqueuePrepared(jobs: PreparedJob[], signal?: AbortSignal): Promise<EnqueueResult[]> {
+    this.checkOpen();
+    if (jobs.length > MAX_BATCH_ITEMS) throw new ValidationError(`at most ${MAX_BATCH_ITEMS} jobs per batch`);
+    const results: (EnqueueResult | Promise<EnqueueResult>)[] = new Array(jobs.length);
+    const fresh: { i: number; job: PreparedJob }[] = [];
+    const now = Date.now();
+    this.sweepDedupe(now);
+    const seenInBatch = new Map<string, number>();
+    const dupOf: [number, number][] = [];
+    for (let i = 0; i < jobs.length; i++) {
+      const job = jobs[i];
+      if (job.dedupeId !== null) {
+        const window = this.dedupeWindow(job.dedupeId);
+        const e = window > 0 ? this.dedupe.get(job.dedupeId) : undefined;
+        if (e !== undefined && e.exp > now) {
+          results[i] = e.wait !== null ? e.wait.promise.then((off) => ({ id: String(off), duplicate: true })) : { id: String(e.off), duplicate: true };
+          continue;
+        }
+        if (window > 0 && seenInBatch.has(job.dedupeId)) {
+          dupOf.push([i, seenInBatch.get(job.dedupeId)!]);
+          results[i] = { id: "", duplicate: true };
+          continue;
+        }
+        if (window > 0 && !job.dedupeId.startsWith("sys:") && this.dedupe.size >= this.config.maxDedupeEntries)
+          throw new QueueFullError(this.name, this.live + this.reservedDepth, this.liveBytes + this.reservedBytes);
+        if (window > 0) seenInBatch.set(job.dedupeId, i);
+      }
+      fresh.push({ i, job });
+    }
+    if (fresh.length > 0) {
+      let bytes = 0;
+      for (const f of fresh) bytes += f.job.size;
+      await this.admit(fresh.length, bytes, signal);
+      this.reservedDepth += fresh.length;
+      this.reservedBytes += bytes;
+      for (const f of fresh) {
+        const d = deferred<number>();
+        if (f.job.dedupeId !== null && this.dedupeWindow(f.job.dedupeId) > 0) {
+          // Claimed now so a concurrent duplicate waits for this job's id (window survives restart via the header).
+          this.dedupe.set(f.job.dedupeId, { off: -1, exp: now + this.dedupeWindow(f.job.dedupeId), wait: d });
+        }
+        this.ePending.push({ job: f.job, d });
+        results[f.i] = d.promise.then((off) => ({ id: String(off), duplicate: false }));
+      }
+      if (!this.eRunning) {
+        this.eRunning = true;
+        queueMicrotask(() => void this.enqueueLoop());
+      }
+    }
+    const out = await Promise.all(results);
+    for (const [i, first] of dupOf) out[i] = { id: out[first].id, duplicate: true };
+    return out;
+  }
+
+  /** Overflow policy (maxDepth / maxBytes): reject with QueueFullError or block up to blockTimeoutMs. */
+  private async admit(n: number, bytes: number, signal?: AbortSignal): Promise<void> {
+    const fits = (): boolean =>
+      this.live + this.reservedDepth + n <= this.config.maxDepth && this.liveBytes + this.reservedBytes + bytes <= this.config.maxBytes;
+    if (fits()) return;
+    const full = (): QueueFullError => new QueueFullError(this.name, this.live + this.reservedDepth, this.liveBytes + this.reservedBytes);
+    if (n > this.config.maxDepth || bytes > this.config.maxBytes || this.config.overflow === "reject") throw full();
+    signal?.throwIfAborted();
+    const deadline = performance.now() + this.config.blockTimeoutMs;
+    while (!fits()) {
+      this.checkOpen();
+      const left = deadline - performance.now();
+      if (left <= 0) throw full();
+      await new Promise<void>((resolve, reject) => {
+        const done = (): void => {
+          clearTimeout(timer);
+          this.roomWaiters.delete(done);
+          signal?.removeEventListener("abort", onAbort);
+          resolve();
+        };
+        const onAbort = (): void => {
+          done();
+          reject(new AbortedError("enqueue aborted while waiting for room", signal?.reason));
+        };
+        const timer = setTimeout(done, left);
+        this.roomWaiters.add(done);
+        signal?.addEventListener("abort", onAbort, { once: true });
+      });
+    }
+  }
+
+  private notifyRoom(): void {
+    if (this.roomWaiters.size === 0) return;
+    for (const w of [...this.roomWaiters]) w();
+  }
+
+  private sweepDedupe(now: number): void {
+    // Entries are inserted roughly in expiry order (one window per class); stop at the first live one.
+    let n = 0;
+    for (const [id, e] of this.dedupe) {
+      if (e.exp > now || n++ > 1000) break;
+      if (e.wait === null) this.dedupe.delete(id);
+    }
+  }
+
+  private async enqueueLoop(): Promise<void> {
+    try {
+      while (this.ePending.length > 0 && !this.broken) {
+        let n = 0;
+        let bytes = 0;
+        while (n < this.ePending.length && n < MAX_APPEND_RECORDS && (n === 0 || bytes + this.ePending[n].job.size <= MAX_APPEND_BYTES)) {
+          bytes += this.ePending[n].job.size;
+          n++;
+        }
+        const batch = this.ePending.splice(0, n);
+        let base: number;
+        try {
+          base = (await this.msgs.append(batch.map((p) => p.job.rec))).baseOffset;
+        } catch (e) {
+          // Nothing of a failed append is acknowledged; the log engine made it unwritable, so this queue is too.
+          for (const p of batch) {
+            if (p.job.dedupeId !== null) this.dedupe.delete(p.job.dedupeId);
+            p.d.reject(e);
+          }
+          this.reservedDepth -= batch.length;
+          this.reservedBytes -= bytes;
+          this.fail(e);
+          for (const p of this.ePending.splice(0)) p.d.reject(e);
+          break;
+        }
+        this.reservedDepth -= batch.length;
+        this.reservedBytes -= bytes;
+        if (this.closed) {
+          for (let k = 0; k < batch.length; k++) batch[k].d.resolve(base + k);
+          continue;
+        }
+        for (let k = 0; k < batch.length; k++) {
+          const p = batch[k];
+          const off = base + k;
+          this.addRow(off, p.job);
+          if (p.job.dedupeId !== null) {
+            const e = this.dedupe.get(p.job.dedupeId);
+            if (e !== undefined && e.wait === p.d) {
+              e.off = off;
+              e.wait = null;
+            }
+          }
+          if (!this.spill) this.cacheRecord(off, p.job.rec);
+          p.d.resolve(off);
+        }
+        this.scheduleDelayTimer();
+        this.pump();
+      }
+    } finally {
+      this.eRunning = false;
+      if (this.ePending.length === 0 && this.eIdle) {
+        this.eIdle.resolve();
+        this.eIdle = null;
+      }
+    }
+  }
+
+  private async enqueueDrained(): Promise<void> {
+    if (!this.eRunning && this.ePending.length === 0) return;
+    if (!this.eIdle) this.eIdle = deferred();
+    await this.eIdle.promise;
+  }
+
+  private addRow(off: number, job: PreparedJob): void {
+    const t = this.table;
+    let chain = -1;
+    let isHead = true;
+    if (job.key !== null) [chain, isHead] = this.chains.push(job.key, off);
+    const visible = job.deliverAt <= Date.now();
+    const s = !isHead ? St.BLOCKED : visible ? St.READY : St.DELAYED;
+    t.add(off, s, job.deliverAt, job.rec.timestamp, chain, job.size);
+    this.counts[s]++;
+    this.live++;
+    this.liveBytes += job.size;
+    if (s === St.READY) this.ready.push(off, off);
+    else if (s === St.DELAYED) this.delayed.push(job.deliverAt, off);
+  }
+
+  /**
+   * Tail cache: payloads of jobs not yet delivered, so a hot queue delivers from memory. When
+   * full, new jobs are not cached (the oldest are delivered next); delivery then reads them
+   * back in large sequential chunks (read-ahead), refilling the cache.
+   */
+  private cacheRecord(off: number, rec: PreparedRecord | StoredRecord): void {
+    const bytes = (rec.value?.length ?? 0) + 64;
+    if (this.cache.has(off)) return;
+    if (this.cacheBytes + bytes > TAIL_CACHE_BYTES) {
+      this.spill = true;
+      return;
+    }
+    this.cache.set(off, { offset: off, timestamp: rec.timestamp, key: rec.key, value: rec.value, valueKind: rec.valueKind, headers: rec.headers });
+    this.cacheBytes += bytes;
+  }
+
+  private uncache(off: number): void {
+    const r = this.cache.get(off);
+    if (r !== undefined) {
+      this.cache.delete(off);
+      this.cacheBytes -= (r.value?.length ?? 0) + 64;
+    }
+  }
+
+  /** Reads records by offset: the tail cache first, then the message log. */
+  private async fetchRecords(offs: number[]): Promise<Map<number, StoredRecord | Error>> {
+    const out = new Map<number, StoredRecord | Error>();
+    const missing: number[] = [];
+    for (const o of offs) {
+      const r = this.cache.get(o);
+      if (r !== undefined) out.set(o, r);
+      else missing.push(o);
+    }
+    if (missing.length === 0) return out;
+    // Reads are serialised: concurrent deliveries of neighbouring jobs then share one read-ahead
+    // instead of each decoding the same chunk.
+    const prev = this.readLock;
+    let release!: () => void;
+    this.readLock = new Promise<void>((r) => (release = r));
+    await prev;
+    try {
+      return await this.readMissing(missing, out);
+    } finally {
+      release();
+    }
+  }
+
+  private async readMissing(all: number[], out: Map<number, StoredRecord | Error>): Promise<Map<number, StoredRecord | Error>> {
+    const missing: number[] = [];
+    for (const o of all) {
+      const r = this.cache.get(o);
+      if (r !== undefined) out.set(o, r);
+      else missing.push(o);
+    }
+    missing.sort((a, b) => a - b);
+    let k = 0;
+    while (k < missing.length) {
+      const o = missing[k];
+      try {
+        const { records, nextOffset } = await this.msgs.read(o, 1024 * 1024);
+        let found = false;
+        const t = this.table;
+        if (nextOffset >= t.end && this.cacheBytes < TAIL_CACHE_BYTES / 2) this.spill = false;
+        for (const r of records) {
+          if (r.offset > o && t.has(r.offset) && !isTerminal(t.status[t.idx(r.offset)])) this.cacheRecord(r.offset, r);
+          while (k < missing.length && missing[k] < r.offset) {
+            if (!out.has(missing[k])) out.set(missing[k], new StorageError(`job ${missing[k]} missing from the message log`));
+            k++;
+          }
+          if (k < missing.length && missing[k] === r.offset) {
+            out.set(r.offset, r);
+            found = true;
+            k++;
+          }
+        }
+        if (!found && k < missing.length && missing[k] === o) {
+          out.set(o, new StorageError(`job ${o} missing from the message log`));
+          k++;
+        }
+      } catch (e) {
+        out.set(o, e instanceof Error ? e : new StorageError(String(e)));
+        k++;
+      }
+    }
+    return out;
+  }
+
+  // ─────────────────────────────── state changes ───────────────────────────────
+
+  private setStatus(i: number, s: St): void {
+    this.counts[this.table.status[i]]--;
+    this.table.status[i] = s;
+    this.counts[s]++;
+  }
+
+  /** Makes row `off` visible at `visibleAt` (READY now or DELAYED), respecting KEY-1. */
+  private makeVisible(off: number, visibleAt: number): void {
+    const t = this.table;
+    const i = t.idx(off);
+    t.visibleAt[i] = visibleAt;
+    const c = t.chain[i];
+    if (c >= 0 && this.chains.head(c) !== off) {
+      this.setStatus(i, St.BLOCKED);
+      return;
+    }
+    if (visibleAt <= Date.now()) {
+      this.setStatus(i, St.READY);
+      this.ready.push(off, off);
+    } else {
+      this.setStatus(i, St.DELAYED);
+      this.delayed.push(visibleAt, off);
+      this.scheduleDelayTimer();
+    }
+  }
+
+  /** Terminal transition (DONE or DEAD): frees the row and unblocks the key's next job. */
+  private finish(off: number, s: St.DONE | St.DEAD): void {
+    const t = this.table;
+    const i = t.idx(off);
+    const c = t.chain[i];
+    this.setStatus(i, s);
+    this.live--;
+    this.liveBytes -= t.size[i];
+    this.history.delete(off);
+    this.moving.delete(off);
+    this.uncache(off);
+    if (c >= 0) {
+      const next = this.chains.remove(c, off);
+      if (next >= 0 && t.has(next)) {
+        const ni = t.idx(next);
+        if (t.status[ni] === St.BLOCKED) this.makeVisible(next, t.visibleAt[ni]);
+      }
+    }
+    if (off === t.floor) t.advanceFloor();
+    this.notifyRoom();
+  }
+
+  private pushHistory(off: number, rec: AttemptRecord): void {
+    let h = this.history.get(off);
+    if (h === undefined) this.history.set(off, (h = []));
+    h.push(rec);
+    if (h.length > MAX_HISTORY) h.splice(0, h.length - MAX_HISTORY);
+  }
+
+  private countAck(): void {
+    this.completed++;
+    const sec = Math.floor(performance.now() / 1000);
+    if (sec !== this.ackBucketSec) {
+      for (let s = this.ackBucketSec + 1; s <= sec && s <= this.ackBucketSec + 10; s++) this.ackBuckets[s % 10] = 0;
+      this.ackBucketSec = sec;
+    }
+    this.ackBuckets[sec % 10]++;
+  }
+
+  // ─────────────────────────────── delivery ───────────────────────────────
+
+  addWorker(w: WorkerImpl<unknown>): void {
+    this.checkOpen();
+    this.workers.add(w);
+    if (this.keepAlive === null) this.keepAlive = setInterval(() => {}, 1 << 30);
+    this.pump();
+  }
+
+  removeWorker(w: WorkerImpl<unknown>): void {
+    this.workers.delete(w);
+    if (this.workers.size === 0 && this.keepAlive !== null) {
+      clearInterval(this.keepAlive);
+      this.keepAlive = null;
+    }
+  }
+
+  pump(): void {
+    if (this.pumpScheduled || this.closed) return;
+    this.pumpScheduled = true;
+    // setImmediate, not a microtask: settlements of one tick are gathered into one round of
+    // grants (one DELIVER group, one read-ahead, one hand-out) instead of one round per ack.
+    setImmediate(() => {
+      this.pumpScheduled = false;
+      this.doPump();
+    });
+  }
+
+  private promoteDue(now: number): void {
+    const t = this.table;
+    while (this.delayed.size > 0 && this.delayed.peekPriority() <= now) {
+      const at = this.delayed.peekPriority();
+      const off = this.delayed.pop();
+      if (!t.has(off)) continue;
+      const i = t.idx(off);
+      if (t.status[i] !== St.DELAYED || t.visibleAt[i] !== at) continue;
+      this.setStatus(i, St.READY);
+      this.ready.push(off, off);
+    }
+  }
+
+  private doPump(): void {
+    if (this.closed || this.broken || this.workers.size === 0) return;
+    this.promoteDue(Date.now());
+    const t = this.table;
+    const grants: Lease[] = [];
+    const ws = [...this.workers].filter((w) => w.capacity() > 0);
+    let evs: Buffer[] = [];
+    const wallNow = Date.now();
+    const monoNow = performance.now();
+    let progress = true;
+    while (progress && this.ready.size > 0 && ws.length > 0 && this.leases.size < this.config.maxInFlight) {
+      progress = false;
+      for (let k = 0; k < ws.length && this.ready.size > 0; k++) {
+        const w = ws[(this.rr + k) % ws.length];
+        if (w.capacity() <= 0) continue;
+        let off = -1;
+        while (this.ready.size > 0) {
+          const o = this.ready.pop();
+          if (t.has(o) && t.status[t.idx(o)] === St.READY) {
+            off = o;
+            break;
+          }
+        }
+        if (off < 0) break;
+        const i = t.idx(off);
+        const attempt = Math.min(65535, t.attempts[i] + 1);
+        t.attempts[i] = attempt;
+        if (attempt > 1) this.redeliveries++;
+        this.setStatus(i, St.INFLIGHT);
+        const vt = w.visibilityTimeoutMs;
+        const lease: Lease = {
+          off,
+          attempt,
+          receipt: `${off}.${attempt}`,
+          deadlineMono: monoNow + vt,
+          deadlineWall: wallNow + vt,
+          startedMono: monoNow,
+          consumer: w.consumerId,
+          codeVersion: w.codeVersion,
+          ac: null,
+          abortReason: undefined,
+          worker: w,
+        };
+        this.leases.set(off, lease);
+        w.reserve();
+        grants.push(lease);
+        evs.push(encodeEvent(Ev.DELIVER, off, attempt, lease.deadlineWall));
+        progress = true;
+      }
+      this.rr++;
+    }
+    if (grants.length === 0) return;
+    let p!: Promise<void>;
+    for (const e of evs) p = this.journalEvent(e);
+    evs = [];
+    this.scheduleLeaseTimer(monoNow + Math.min(...grants.map((g) => g.deadlineMono - monoNow)));
+    void this.handOut(grants, p);
+  }
+
+  /** Q-1: jobs reach workers only after their DELIVER events are durable. */
+  private async handOut(grants: Lease[], durable: Promise<void>): Promise<void> {
+    let recs: Map<number, StoredRecord | Error>;
+    try {
+      [, recs] = await Promise.all([durable, this.fetchRecords(grants.map((g) => g.off))]);
+    } catch (e) {
+      for (const g of grants) g.worker?.unreserve();
+      return;
+    }
+    for (const g of grants) {
+      const w = g.worker!;
+      const r = recs.get(g.off);
+      if (this.leases.get(g.off) !== g) {
+        w.unreserve();
+        continue;
+      }
+      if (r === undefined || r instanceof Error) {
+        // An unreadable job cannot be delivered or copied; park it as dead rather than loop on it.
+        this.logger.error({ err: r, queue: this.name, offset: g.off }, "job unreadable; marking it dead");
+        this.leases.delete(g.off);
+        w.unreserve();
+        this.finish(g.off, St.DEAD);
+        this.deadLettered++;
+        void this.journalEvent(encodeEvent(Ev.DEAD, g.off, g.attempt, Date.now())).catch(() => {});
+        continue;
+      }
+      const job = this.makeJob(g, r);
+      this.uncache(g.off);
+      w.deliver(job, g);
+    }
+  }
+
+  private makeJob(g: Lease, r: StoredRecord): JobImpl<unknown> {
+    const rd = getHeader(r.headers, H_REDRIVES);
+    const dlq = getHeader(r.headers, H_DLQ);
+    let data: unknown;
+    try {
+      data = decodeValue(r.value, r.valueKind);
+    } catch {
+      data = r.value;
+    }
+    return new JobImpl(this, g, {
+      id: String(g.off),
+      data,
+      key: r.key === null ? null : r.key.toString("utf8"),
+      attempt: g.attempt,
+      enqueuedAt: r.timestamp,
+      headers: headerMap(r.headers),
+      redriveCount: rd === undefined ? 0 : Number(rd.toString("utf8")) || 0,
+      deadLetter: dlq === undefined ? null : (JSON.parse(dlq.toString("utf8")) as DeadLetterInfo),
+    });
+  }
+
+  // ─────────────────────────────── timers ───────────────────────────────
+
+  private scheduleDelayTimer(): void {
+    if (this.closed) return;
+    const at = this.delayed.peekPriority();
+    if (at === Infinity || at >= this.delayTimerAt) return;
+    if (this.delayTimer) clearTimeout(this.delayTimer);
+    this.delayTimerAt = at;
+    this.delayTimer = setTimeout(() => {
+      this.delayTimer = null;
+      this.delayTimerAt = Infinity;
+      this.promoteDue(Date.now());
+      this.scheduleDelayTimer();
+      this.pump();
+    }, Math.min(MAX_TIMER_MS, Math.max(0, at - Date.now() + 1)));
+    this.delayTimer.unref();
+  }
+
+  private scheduleLeaseTimer(atMono: number): void {
+    if (this.closed || this.leases.size === 0 || atMono >= this.leaseTimerAt) return;
+    if (this.leaseTimer) clearTimeout(this.leaseTimer);
+    this.leaseTimerAt = atMono;
+    this.leaseTimer = setTimeout(() => this.checkLeases(), Math.min(MAX_TIMER_MS, Math.max(0, atMono - performance.now() + 1)));
+    this.leaseTimer.unref();
+  }
+
+  private checkLeases(): void {
+    this.leaseTimer = null;
+    this.leaseTimerAt = Infinity;
+    if (this.closed || this.broken) return;
+    const now = performance.now();
+    let next = Infinity;
+    for (const l of [...this.leases.values()]) {
+      if (l.deadlineMono <= now) this.expire(l);
+      else if (l.deadlineMono < next) next = l.deadlineMono;
+    }
+    if (next < Infinity) this.scheduleLeaseTimer(next);
+    this.pump();
+  }
+
+  /** Lease lost: abort the job's signal, record the attempt, make the job visible again (or dead-letter it). */
+  private expire(l: Lease): void {
+    this.leases.delete(l.off);
+    abortLease(l, new LeaseExpiredError());
+    l.worker?.settled(l);
+    const rec: AttemptRecord = {
+      at: Date.now(),
+      attempt: l.attempt,
+      consumer: l.consumer,
+      errorClass: "LeaseExpiredError",
+      error: "lease expired before the job was settled",
+      ...(l.codeVersion !== undefined ? { codeVersion: l.codeVersion } : {}),
+    };
+    this.pushHistory(l.off, rec);
+    if (l.attempt >= this.config.maxAttempts) {
+      this.track(this.deadLetter(l.off, rec).catch((e) => this.logger.error({ err: e, queue: this.name }, "dead-letter move failed")));
+      return;
+    }
+    const now = Date.now();
+    this.makeVisible(l.off, now);
+    void this.journalEvent(encodeEvent(Ev.EXPIRE, l.off, l.attempt, now, rec)).catch(() => {});
+  }
+
+  // ─────────────────────────────── settlement ───────────────────────────────
+
+  /** Q-3: the receipt must be the current lease's, and its monotonic deadline not passed. */
+  private checkLease(g: Lease): void {
+    this.checkOpen();
+    const cur = this.leases.get(g.off);
+    if (cur !== g) throw new LeaseExpiredError();
+    if (performance.now() >= g.deadlineMono) {
+      this.expire(g);
+      this.pump();
+      throw new LeaseExpiredError();
+    }
+  }
+
+  ack(g: Lease): Promise<void> {
+    this.checkLease(g);
+    this.leases.delete(g.off);
+    g.worker?.settled(g);
+    this.finish(g.off, St.DONE);
+    this.countAck();
+    const p = this.journalEvent(encodeEvent(Ev.ACK, g.off, g.attempt, Date.now()));
+    this.pump();
+    return p;
+  }
+
+  async nack(g: Lease, opts: NackOptions = {}): Promise<void> {
+    if (opts.delayMs !== undefined && (typeof opts.delayMs !== "number" || !(opts.delayMs >= 0) || opts.delayMs > 366 * 86_400_000))
+      throw new ValidationError("nack delayMs must be a number in [0, 1 year]");
+    this.checkLease(g);
+    this.leases.delete(g.off);
+    g.worker?.settled(g);
+    const info = opts.error !== undefined ? errorInfo(opts.error) : { errorClass: "Nack", error: "" };
+    if (opts.reason !== undefined) info.error = String(opts.reason).slice(0, MAX_ERROR_CHARS);
+    const rec: AttemptRecord = {
+      at: Date.now(),
+      attempt: g.attempt,
+      consumer: g.consumer,
+      errorClass: info.errorClass,
+      error: info.error,
+      ...(g.codeVersion !== undefined ? { codeVersion: g.codeVersion } : {}),
+    };
+    this.pushHistory(g.off, rec);
+    if (opts.requeue === false || g.attempt >= this.config.maxAttempts) {
+      await this.deadLetter(g.off, rec);
+      return;
+    }
+    const delay = opts.delayMs ?? retryDelayMs(this.config.backoff, g.attempt, this.random);
+    const visibleAt = Date.now() + delay;
+    this.retries++;
+    this.makeVisible(g.off, visibleAt);
+    const p = this.journalEvent(encodeEvent(Ev.NACK, g.off, g.attempt, visibleAt, rec));
+    this.pump();
+    return p;
+  }
+
+  /** Returns an unsettled job without recording a failure (worker shutdown). */
+  release(g: Lease): void {
+    if (this.closed || this.broken || this.leases.get(g.off) !== g) return;
+    this.leases.delete(g.off);
+    abortLease(g, new AbortedError("worker closed"));
+    g.worker?.settled(g);
+    const now = Date.now();
+    this.makeVisible(g.off, now);
+    void this.journalEvent(encodeEvent(Ev.NACK, g.off, g.attempt, now)).catch(() => {});
+    this.pump();
+  }
+
+  extend(g: Lease, ms: number): Promise<void> {
+    if (typeof ms !== "number" || !Number.isFinite(ms) || ms < 1 || ms > 12 * 3_600_000)
+      throw new ValidationError("extend(ms) needs a number in [1, 12 h]");
+    this.checkLease(g);
+    g.deadlineMono = performance.now() + ms;
+    g.deadlineWall = Date.now() + ms;
+    this.scheduleLeaseTimer(g.deadlineMono);
+    return this.journalEvent(encodeEvent(Ev.EXTEND, g.off, g.attempt, g.deadlineWall));
+  }
+
+  // ─────────────────────────────── dead letters ───────────────────────────────
+
+  /** Q-4 step 1: durable intent, then the move. */
+  private async deadLetter(off: number, last: AttemptRecord): Promise<void> {
+    const t = this.table;
+    const i = t.idx(off);
+    const intent: DlqIntent = {
+      at: Date.now(),
+      attempts: t.attempts[i],
+      errorClass: last.errorClass,
+      error: last.error,
+      ...(last.codeVersion !== undefined ? { codeVersion: last.codeVersion } : {}),
+      history: this.history.get(off) ?? [last],
+    };
+    this.setStatus(i, St.MOVING);
+    this.moving.set(off, intent);
+    this.pump();
+    await this.journalEvent(encodeEvent(Ev.DLQ_INTENT, off, t.attempts[i], intent.at, intent));
+    await this.finishDeadLetter(off, intent);
+  }
+
+  /** Q-4 steps 2-3 (also run on open for intents found in the journal). */
+  private async finishDeadLetter(off: number, intent: DlqIntent): Promise<void> {
+    const t = this.table;
+    if (this.config.deadLetter !== null) {
+      const [r] = [...(await this.fetchRecords([off])).values()];
+      if (r instanceof Error) throw r;
+      const dlq = await this.host.core(this.config.deadLetter);
+      const redact = new Set(this.config.redactHeaders);
+      const redacted: string[] = [];
+      const kept: [string, Buffer][] = [];
+      let firstEnqueuedAt = r.timestamp;
+      let redriveCount = 0;
+      for (const [k, v] of r.headers ?? []) {
+        if (k === H_FIRST_ENQUEUED) firstEnqueuedAt = Number(v.toString("utf8")) || r.timestamp;
+        else if (k === H_REDRIVES) redriveCount = Number(v.toString("utf8")) || 0;
+        else if (k.startsWith("sluice-")) continue;
+        else if (redact.has(k.toLowerCase())) redacted.push(k);
+        else kept.push([k, v]);
+      }
+      const info: DeadLetterInfo & { key: string | null } = {
+        sourceQueue: this.name,
+        sourceId: String(off),
+        sourceIncarnation: this.incarnation,
+        firstEnqueuedAt,
+        deadLetteredAt: intent.at,
+        attempts: intent.attempts,
+        errorClass: intent.errorClass,
+        error: intent.error,
+        history: intent.history,
+        ...(intent.codeVersion !== undefined ? { codeVersion: intent.codeVersion } : {}),
+        redriveCount,
+        repeat: redriveCount > 0 && redriveCount >= this.config.maxRedrives,
+        duplicate: false,
+        redacted,
+        key: r.key === null ? null : r.key.toString("utf8"),
+      };
+      let meta = Buffer.from(JSON.stringify(info), "utf8");
+      if (meta.length > 256 * 1024) {
+        info.history = info.history.slice(-3);
+        meta = Buffer.from(JSON.stringify(info), "utf8");
+      }
+      const job = dlq.prepareRaw(r.value, r.valueKind, { dedupeId: `sys:dlq:${this.incarnation}:${off}` }, [...kept, [H_DLQ, meta]]);
+      await dlq.enqueuePrepared([job]);
+    }
+    if (t.has(off) && t.status[t.idx(off)] === St.MOVING) {
+      this.finish(off, St.DEAD);
+      this.deadLettered++;
+      this.pump();
+      await this.journalEvent(encodeEvent(Ev.DEAD, off, 0, Date.now()));
+    }
+  }
+
+  /** Q-5: moves matching dead-letter entries of this queue back to their source (or `target`). */
+  async redrive(opts: RedriveOptions = {}, resuming = false): Promise<RedriveResult> {
+    this.checkOpen();
+    if (opts.target !== undefined) validateQueueName(opts.target);
+    if (opts.limit !== undefined && !(Number.isInteger(opts.limit) && opts.limit >= 0)) throw new ValidationError("limit must be a non-negative integer");
+    while (this.redriveRunning) await this.redriveRunning.catch(() => {});
+    const run = this.redriveInner(opts, resuming);
+    this.redriveRunning = run;
+    try {
+      return await run;
+    } finally {
+      this.redriveRunning = null;
+    }
+  }
+
+  private async redriveInner(opts: RedriveOptions, resuming: boolean): Promise<RedriveResult> {
+    const path = join(this.dir, "redrive.json");
+    if (!resuming) await writeFileAtomic(this.fs, path, JSON.stringify({ opts }));
+    await this.enqueueDrained();
+    const t = this.table;
+    const ids = opts.filter?.ids ? new Set(opts.filter.ids.map(String)) : null;
+    const limit = opts.limit ?? Infinity;
+    let moved = 0;
+    let skippedRepeats = 0;
+    let cursor = t.floor;
+    const end = t.end;
+    while (moved < limit && cursor < end) {
+      this.checkOpen();
+      const cand: number[] = [];
+      for (let o = Math.max(cursor, t.floor); o < end && cand.length < 256; o++) {
+        const s = t.status[t.idx(o)];
+        if (s === St.READY || s === St.DELAYED || s === St.BLOCKED) cand.push(o);
+        cursor = o + 1;
+      }
+      if (cand.length === 0) continue;
+      const recs = await this.fetchRecords(cand);
+      const byTarget = new Map<string, { off: number; job: PreparedJob }[]>();
+      for (const o of cand) {
+        if (moved + [...byTarget.values()].reduce((a, b) => a + b.length, 0) >= limit) break;
+        const r = recs.get(o);
+        if (r === undefined || r instanceof Error) continue;
+        if (!t.has(o)) continue;
+        const s = t.status[t.idx(o)];
+        if (s !== St.READY && s !== St.DELAYED && s !== St.BLOCKED) continue;
+        const mb = getHeader(r.headers, H_DLQ);
+        const info = mb === undefined ? null : (JSON.parse(mb.toString("utf8")) as DeadLetterInfo & { key?: string | null });
+        const target = opts.target ?? info?.sourceQueue;
+        if (target === undefined) continue;
+        const f = opts.filter;
+        if (ids !== null && !ids.has(String(o)) && !(info && ids.has(info.sourceId))) continue;
+        if (f?.errorClass !== undefined && info?.errorClass !== f.errorClass) continue;
+        const at = info?.deadLetteredAt ?? r.timestamp;
+        if (f?.from !== undefined && at < f.from) continue;
+        if (f?.to !== undefined && at >= f.to) continue;
+        if (info?.repeat && !opts.includeRepeats) {
+          skippedRepeats++;
+          continue;
+        }
+        const headers: [string, Buffer][] = [];
+        for (const [k, v] of r.headers ?? []) if (!k.startsWith("sluice-")) headers.push([k, v]);
+        headers.push([H_REDRIVES, Buffer.from(String((info?.redriveCount ?? 0) + 1))]);
+        headers.push([H_FIRST_ENQUEUED, Buffer.from(String(info?.firstEnqueuedAt ?? r.timestamp))]);
+        const targetCore = target === this.name ? this : await this.host.core(target);
+        const job = targetCore.prepareRaw(r.value, r.valueKind, { key: info?.key ?? null, dedupeId: `sys:rd:${this.incarnation}:${o}` }, headers);
+        let list = byTarget.get(target);
+        if (!list) byTarget.set(target, (list = []));
+        list.push({ off: o, job });
+      }
+      for (const [target, list] of byTarget) {
+        const targetCore = target === this.name ? this : await this.host.core(target);
+        // Not deliverable while in transit; the mark is in memory only (a crash leaves the entry, and the dedupe id makes the retry idempotent).
+        const prev = new Map<number, St>();
+        for (const { off } of list) {
+          const i = t.idx(off);
+          prev.set(off, t.status[i] as St);
+          this.setStatus(i, St.MOVING);
+        }
+        try {
+          await targetCore.enqueuePrepared(list.map((x) => x.job));
+        } catch (e) {
+          for (const { off } of list) if (t.has(off) && t.status[t.idx(off)] === St.MOVING) this.setStatus(t.idx(off), prev.get(off)!);
+          throw e;
+        }
+        let p: Promise<void> = Promise.resolve();
+        for (const { off } of list) {
+          if (!t.has(off) || t.status[t.idx(off)] !== St.MOVING) continue;
+          this.finish(off, St.DONE);
+          p = this.journalEvent(encodeEvent(Ev.ACK, off, 0, Date.now()));
+          moved++;
+        }
+        await p;
+      }
+    }
+    await this.fs.unlink(path).catch(() => {});
+    await this.fs.fsyncDir(this.dir).catch(() => {});
+    this.pump();
+    return { moved, skippedRepeats };
+  }
+
+  // ─────────────────────────────── purge / stats / close ───────────────────────────────
+
+  async purge(): Promise<number> {
+    this.checkOpen();
+    await this.enqueueDrained();
+    const t = this.table;
+    const end = t.end;
+    let n = 0;
+    t.forEachLive((o, i) => {
+      const l = this.leases.get(o);
+      if (l) {
+        this.leases.delete(o);
+        abortLease(l, new LeaseExpiredError("job was purged"));
+        l.worker?.settled(l);
+      }
+      this.counts[t.status[i]]--;
+      t.status[i] = St.DONE;
+      this.counts[St.DONE]++;
+      n++;
+    });
+    this.live = 0;
+    this.liveBytes = 0;
+    this.history.clear();
+    this.moving.clear();
+    this.chains.clear();
+    this.ready.clear();
+    this.delayed.clear();
+    this.cache.clear();
+    this.cacheBytes = 0;
+    t.advanceFloor();
+    this.notifyRoom();
+    await this.journalEvent(encodeEvent(Ev.PURGE, end, 0, Date.now()));
+    await this.compact();
+    return n;
+  }
+
+  stats(): QueueStats {
+    this.checkOpen();
+    const t = this.table;
+    const now = Date.now();
+    const mono = performance.now();
+    let oldestWaiting = 0;
+    while (this.ready.size > 0) {
+      const o = this.ready.peekOffset();
+      if (t.has(o) && t.status[t.idx(o)] === St.READY) {
+        oldestWaiting = Math.max(0, now - Math.max(t.enqueuedAt[t.idx(o)], t.visibleAt[t.idx(o)]));
+        break;
+      }
+      this.ready.pop();
+    }
+    let oldestLease = 0;
+    for (const l of this.leases.values()) oldestLease = Math.max(oldestLease, mono - l.startedMono);
+    const blockedKeys: BlockedKey[] = [];
+    let scanned = 0;
+    for (const c of this.chains.entries()) {
+      if (blockedKeys.length >= 100 || scanned++ > 100_000) break;
+      const h = c.offs[c.h];
+      if (h === undefined || !t.has(h)) continue;
+      const i = t.idx(h);
+      if (t.attempts[i] > 0 && t.status[i] !== St.INFLIGHT) blockedKeys.push({ key: c.key, ageMs: Math.max(0, now - t.enqueuedAt[i]), attempts: t.attempts[i] });
+    }
+    const sec = Math.floor(mono / 1000);
+    let acks = 0;
+    for (let s = sec - 9; s <= sec; s++) if (s <= this.ackBucketSec && s > this.ackBucketSec - 10) acks += this.ackBuckets[((s % 10) + 10) % 10];
+    return {
+      name: this.name,
+      waiting: this.counts[St.READY],
+      delayed: this.counts[St.DELAYED],
+      inFlight: this.counts[St.INFLIGHT],
+      blockedByKey: this.counts[St.BLOCKED],
+      deadLettered: this.deadLettered,
+      depth: this.live,
+      bytes: this.liveBytes,
+      oldestWaitingAgeMs: oldestWaiting,
+      oldestLeaseAgeMs: Math.round(oldestLease),
+      redeliveries: this.redeliveries,
+      retries: this.retries,
+      completed: this.completed,
+      completionRatePerSec: acks / 10,
+      blockedKeys,
+    };
+  }
+
+  /** Memory held by the job table and heaps (for docs and the memory benchmark). */
+  memoryBytes(): number {
+    return this.table.capacityBytes + this.ready.capacityBytes + this.delayed.capacityBytes + this.cacheBytes;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    for (const w of [...this.workers]) w.abortAll(new BrokerClosedError(`queue ${this.name} is closing`));
+    await this.enqueueDrained().catch(() => {});
+    await this.whenIdle().catch(() => {});
+    if (!this.broken) {
+      try {
+        await this.compact();
+      } catch (e) {
+        this.logger.warn({ err: e, queue: this.name }, "final queue snapshot failed");
+      }
+    }
+    while (this.jRunning) await new Promise((r) => setImmediate(r));
+    this.closed = true;
+    if (this.delayTimer) clearTimeout(this.delayTimer);
+    if (this.leaseTimer) clearTimeout(this.leaseTimer);
+    if (this.keepAlive) clearInterval(this.keepAlive);
+    for (const w of this.roomWaiters) w();
+    for (const l of this.leases.values()) abortLease(l, new BrokerClosedError(`queue ${this.name} is closing`));
+    await this.msgs.close();
+    await this.journal.close();
+  }
+}
+
+// ─────────────────────────────────── jobs ───────────────────────────────────
+
+interface JobFields<T> {
+  id: string;
+  data: T;
+  key: string | null;
+  attempt: number;
+  enqueuedAt: number;
+  headers: Record<string, Uint8Array>;
+  redriveCount: number;
+  deadLetter: DeadLetterInfo | null;
+}
+
+export class JobImpl<T> implements Job<T> {
+  readonly id: string;
+  readonly data: T;
+  readonly key: string | null;
+  readonly attempt: number;
+  readonly enqueuedAt: number;
+  readonly headers: Record<string, Uint8Array>;
+  readonly redriveCount: number;
+  readonly deadLetter: DeadLetterInfo | null;
+  constructor(private readonly core: QueueCore, private readonly lease: Lease, f: JobFields<T>) {
+    this.id = f.id;
+    this.data = f.data;
+    this.key = f.key;
+    this.attempt = f.attempt;
+    this.enqueuedAt = f.enqueuedAt;
+    this.headers = f.headers;
+    this.redriveCount = f.redriveCount;
+    this.deadLetter = f.deadLetter;
+  }
+  get receipt(): string {
+    return this.lease.receipt;
+  }
+  get leaseExpiresAt(): number {
+    return this.lease.deadlineWall;
+  }
+  get signal(): AbortSignal {
+    const l = this.lease;
+    if (l.ac === null) {
+      l.ac = new AbortController();
+      if (l.abortReason !== undefined) l.ac.abort(l.abortReason);
+    }
+    return l.ac.signal;
+  }
+  ack(): Promise<void> {
+    try {
+      return this.core.ack(this.lease);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+  nack(opts?: NackOptions): Promise<void> {
+    return this.core.nack(this.lease, opts);
+  }
+  extend(ms: number): Promise<void> {
+    try {
+      return this.core.extend(this.lease, ms);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+  /** @internal */
+  release(): void {
+    this.core.release(this.lease);
+  }
+}
+
+// ─────────────────────────────────── workers ───────────────────────────────────
+
+/**
+ * A worker iterator. `prefetch` bounds reserved + buffered + unsettled jobs, so a slow consumer
+ * holds at most `prefetch` leases and never an unbounded buffer.
+ */
+export class WorkerImpl<T> implements Worker<T> {
+  readonly visibilityTimeoutMs: number;
+  readonly prefetch: number;
+  readonly consumerId: string;
+  readonly codeVersion: string | undefined;
+  private readonly onUnsettled: "nack" | "error";
+  private core: QueueCore | null = null;
+  private buffer: JobImpl<T>[] = [];
+  private reserved = 0;
+  private held = new Set<Lease>();
+  private waiter: (() => void) | null = null;
+  private closed = false;
+  private failure: Error | null = null;
+  private readonly opening: Promise<void>;
+  private readonly signal: AbortSignal | undefined;
+
+  constructor(corePromise: Promise<QueueCore>, opts: WorkOptions = {}) {
+    const c = opts;
+    this.prefetch = Math.floor(num(c.prefetch, "prefetch", 1, MAX_PREFETCH, 16));
+    this.visibilityTimeoutMs = num(c.visibilityTimeoutMs, "visibilityTimeoutMs", 10, 12 * 3_600_000, 0);
+    this.consumerId = c.consumerId ?? `${process.pid}-worker-${++workerSeq}`;
+    this.codeVersion = c.codeVersion;
+    this.onUnsettled = c.onUnsettled ?? "nack";
+    this.signal = c.signal;
+    this.opening = corePromise.then(
+      (core) => {
+        this.core = core;
+        if (this.visibilityTimeoutMs === 0) (this as { visibilityTimeoutMs: number }).visibilityTimeoutMs = core.config.visibilityTimeoutMs;
+        if (this.closed) return;
+        core.addWorker(this as WorkerImpl<unknown>);
+      },
+      (e) => {
+        this.failure = e instanceof Error ? e : new Error(String(e));
+        this.wake();
+      },
+    );
+    this.opening.catch(() => {});
+    if (this.signal) {
+      if (this.signal.aborted) this.closed = true;
+      else this.signal.addEventListener("abort", () => void this.close(), { once: true });
+    }
+  }
+
+  capacity(): number {
+    return this.closed ? 0 : this.prefetch - this.reserved - this.buffer.length - this.held.size;
+  }
+  reserve(): void {
+    this.reserved++;
+  }
+  unreserve(): void {
+    this.reserved--;
+    this.core?.pump();
+  }
+  deliver(job: JobImpl<T>, g: Lease): void {
+    this.reserved--;
+    if (this.closed) {
+      this.core?.release(g);
+      return;
+    }
+    this.buffer.push(job);
+    this.wake();
+  }
+  /** Called by the queue when a lease this worker held ended (settled, expired, purged). */
+  settled(g: Lease): void {
+    if (this.held.delete(g)) this.core?.pump();
+    else {
+      const i = this.buffer.findIndex((j) => j.receipt === g.receipt);
+      if (i >= 0) this.buffer.splice(i, 1);
+    }
+  }
+  abortAll(err: Error): void {
+    this.failure = this.failure ?? err;
+    for (const g of this.held) abortLease(g, err);
+    void this.close();
+  }
+  private wake(): void {
+    const w = this.waiter;
+    this.waiter = null;
+    w?.();
+  }
+
+  async next(): Promise<IteratorResult<Job<T>>> {
+    for (;;) {
+      if (this.buffer.length > 0 && !this.closed) {
+        const job = this.buffer.shift()!;
+        this.held.add((job as unknown as { lease: Lease }).lease);
+        return { value: job, done: false };
+      }
+      if (this.closed) return { value: undefined, done: true };
+      if (this.failure) throw this.failure;
+      await new Promise<void>((r) => (this.waiter = r));
+    }
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<Job<T>> {
+    return {
+      next: () => this.next(),
+      return: async () => {
+        await this.close();
+        return { value: undefined, done: true };
+      },
+    };
+  }
+
+  /** Stops receiving; buffered jobs are released, unsettled ones too (onUnsettled "nack") or left to expire ("error"). */
+  async close(): Promise<void> {
+    if (this.closed && this.core === null) return;
+    this.closed = true;
+    this.wake();
+    await this.opening.catch(() => {});
+    const core = this.core;
+    if (core === null) return;
+    core.removeWorker(this as WorkerImpl<unknown>);
+    for (const j of this.buffer.splice(0)) j.release();
+    if (this.onUnsettled === "nack") for (const g of [...this.held]) core.release(g);
+    this.held.clear();
+  }
+
+  /** Like close(), but unsettled jobs stay leased so running handlers can still settle them. */
+  stopReceiving(): void {
+    this.closed = true;
+    this.wake();
+    const core = this.core;
+    if (core === null) return;
+    core.removeWorker(this as WorkerImpl<unknown>);
+    for (const j of this.buffer.splice(0)) j.release();
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}
+

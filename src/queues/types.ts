@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * Public work-queue contract. The embedded implementation (src/queues/queue.ts) and the network
+ * client implement the same `Queue<T>` interface, so nothing here may reference storage types.
+ */
+
+import type { Durability, Headers, PublishValue } from "../types.js";
+
+export type { Durability, Headers, PublishValue };
+
+/** Retry backoff: exponential growth with full jitter between `minDelayMs` and the capped step. */
+export interface BackoffConfig {
+  type?: "exponential" | "fixed";
+  /** Lower bound of every retry delay (and the first step of the exponential curve). Default 1000. */
+  minDelayMs?: number;
+  /** Upper bound of every retry delay. Default 300_000. */
+  maxDelayMs?: number;
+}
+
+export type OverflowPolicy = "reject" | "block";
+
+export interface QueueConfig {
+  /** Default lease length for a delivery. Default 30_000. Range 10 .. 12 h. */
+  visibilityTimeoutMs?: number;
+  /** Deliveries before the job is dead-lettered (1 .. 1000). Default 5. */
+  maxAttempts?: number;
+  backoff?: BackoffConfig;
+  /** Name of the dead-letter queue. Default `${name}.dlq`; `null` drops exhausted jobs (acked). */
+  deadLetter?: string | null;
+  /** Max jobs in the backlog (waiting + delayed + in flight). Default 10_000_000. */
+  maxDepth?: number;
+  /** Max payload bytes in the backlog. Default 1 GiB. */
+  maxBytes?: number;
+  /** What enqueue does when full: `reject` (retriable QueueFullError) or `block` up to `blockTimeoutMs`. */
+  overflow?: OverflowPolicy;
+  /** For `overflow: "block"`: how long an enqueue waits for room before QueueFullError. Default 5000. */
+  blockTimeoutMs?: number;
+  /** An enqueue whose `dedupeId` was seen within this window returns the original id. Default 0 (off). */
+  dedupeWindowMs?: number;
+  /** Max remembered dedupe ids (refuses new dedupe ids beyond this with QueueFullError). Default 1_000_000. */
+  maxDedupeEntries?: number;
+  /** Header names removed from a job when it moves to the dead-letter queue. */
+  redactHeaders?: string[];
+  /** A job redriven this many times that dead-letters again stays in the DLQ marked `repeat`. Default 3. */
+  maxRedrives?: number;
+  /** Largest payload + headers accepted by enqueue. Default 1 MiB. */
+  maxMessageBytes?: number;
+  /** `always` (default): enqueue/ack/nack resolve after fdatasync (group commit). */
+  durability?: Durability;
+  /** Max jobs in flight across all workers of this queue (bounds lease memory). Default 100_000. */
+  maxInFlight?: number;
+}
+
+export interface EnqueueOptions {
+  /** Per-key FIFO: jobs sharing a key are delivered in order, at most one in flight per key. */
+  key?: string | null;
+  /** Make the job visible only after this delay. */
+  delayMs?: number;
+  /** Absolute visibility time (ms since epoch or Date). Exclusive with delayMs. */
+  deliverAt?: number | Date;
+  /** Idempotent enqueue within the queue's `dedupeWindowMs`. Max 256 bytes. */
+  dedupeId?: string;
+  /** User headers. Names starting with `sluice-` are reserved. */
+  headers?: Headers;
+  /** Aborts a blocked enqueue (overflow: block). */
+  signal?: AbortSignal;
+}
+
+export interface EnqueueItem extends Omit<EnqueueOptions, "signal"> {
+  data: PublishValue;
+}
+
+export interface EnqueueResult {
+  /** Stable job id (unique within this incarnation of the queue). */
+  id: string;
+  /** True when a dedupeId matched: `id` is the original job's id and nothing was stored. */
+  duplicate: boolean;
+}
+
+export interface AttemptRecord {
+  /** Wall-clock ms of the failure (or lease loss). */
+  at: number;
+  attempt: number;
+  consumer: string;
+  errorClass: string;
+  error: string;
+  codeVersion?: string;
+}
+
+/** Present on jobs in a dead-letter queue. */
+export interface DeadLetterInfo {
+  sourceQueue: string;
+  /** Job id in the source queue. */
+  sourceId: string;
+  /** Incarnation id of the source queue (changes when it is deleted and re-created). */
+  sourceIncarnation: string;
+  firstEnqueuedAt: number;
+  deadLetteredAt: number;
+  attempts: number;
+  errorClass: string;
+  error: string;
+  history: AttemptRecord[];
+  codeVersion?: string;
+  /** How often this job had been redriven before it dead-lettered (again). */
+  redriveCount: number;
+  /** Dead-lettered again after `maxRedrives` redrives: `redrive()` skips it unless asked. */
+  repeat: boolean;
+  /** This copy may duplicate another DLQ entry of the same source job (crash during a move). */
+  duplicate: boolean;
+  /** Header names that were removed by `redactHeaders`. */
+  redacted: string[];
+}
+
+export interface NackOptions {
+  /** Retry after this delay instead of the queue's backoff. */
+  delayMs?: number;
+  /** `false` sends the job straight to the dead-letter queue. Default true. */
+  requeue?: boolean;
+  /** Failure description recorded in the attempt history / DLQ metadata. */
+  reason?: string;
+  /** The error that caused the failure (its class name is recorded). */
+  error?: unknown;
+}
+
+export interface Job<T = unknown> {
+  readonly id: string;
+  readonly data: T;
+  readonly key: string | null;
+  /** 1 on first delivery; rises with every delivery (including lease expiry). */
+  readonly attempt: number;
+  readonly enqueuedAt: number;
+  readonly headers: Record<string, Uint8Array>;
+  /** Unique per delivery; settlement with a stale receipt throws LeaseExpiredError. */
+  readonly receipt: string;
+  /** Wall-clock ms when the current lease ends (informational; expiry uses a monotonic clock). */
+  readonly leaseExpiresAt: number;
+  /** Number of times this job was redriven from a dead-letter queue. */
+  readonly redriveCount: number;
+  /** Set on jobs read from a dead-letter queue. */
+  readonly deadLetter: DeadLetterInfo | null;
+  /** Aborts when the lease is lost or the worker/queue shuts down. */
+  readonly signal: AbortSignal;
+  /** Completes the job; resolves once durable. */
+  ack(): Promise<void>;
+  /** Fails this attempt: retry with backoff (or `delayMs`), or `requeue: false` to dead-letter. */
+  nack(opts?: NackOptions): Promise<void>;
+  /** Pushes the lease out to `ms` from now. */
+  extend(ms: number): Promise<void>;
+}
+
+export interface WorkOptions {
+  /** Lease length for jobs of this worker. Default: the queue's visibilityTimeoutMs. */
+  visibilityTimeoutMs?: number;
+  /** Max unsettled jobs held by this worker (1 .. 10_000). Default 16. */
+  prefetch?: number;
+  signal?: AbortSignal;
+  /** Recorded in attempt history. Default `${pid}-worker-N`. */
+  consumerId?: string;
+  /** Recorded in attempt history and DLQ metadata. */
+  codeVersion?: string;
+  /** What happens to jobs still unsettled when the iterator ends. Default "nack" (visible again, no backoff). */
+  onUnsettled?: "nack" | "error";
+}
+
+export interface ProcessOptions extends WorkOptions {
+  /** Handlers running at once. Default 1, max 10_000. */
+  concurrency?: number;
+}
+
+export interface Worker<T> extends AsyncIterable<Job<T>> {
+  close(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+export interface BlockedKey {
+  key: string;
+  /** ms since the key's head job was first enqueued. */
+  ageMs: number;
+  /** Attempts already made on the head job. */
+  attempts: number;
+}
+
+export interface QueueStats {
+  name: string;
+  /** Visible and deliverable now. */
+  waiting: number;
+  /** Not yet visible (delay or retry backoff). */
+  delayed: number;
+  inFlight: number;
+  /** Keyed jobs held behind an earlier job of the same key. */
+  blockedByKey: number;
+  /** Total jobs this queue has moved to its dead-letter queue. */
+  deadLettered: number;
+  /** waiting + delayed + inFlight + blockedByKey. */
+  depth: number;
+  bytes: number;
+  oldestWaitingAgeMs: number;
+  oldestLeaseAgeMs: number;
+  redeliveries: number;
+  retries: number;
+  completed: number;
+  /** Acks per second over the last ~10 s. */
+  completionRatePerSec: number;
+  /** Keys whose head job has failed at least once and is held back (at most 100 listed). */
+  blockedKeys: BlockedKey[];
+}
+
+export interface RedriveFilter {
+  ids?: string[];
+  errorClass?: string;
+  /** Dead-lettered at or after (ms since epoch). */
+  from?: number;
+  /** Dead-lettered before (ms since epoch). */
+  to?: number;
+}
+
+export interface RedriveOptions {
+  /** Move to this queue instead of each job's source queue. */
+  target?: string;
+  filter?: RedriveFilter;
+  /** Also redrive entries marked `repeat`. Default false. */
+  includeRepeats?: boolean;
+  /** Stop after this many jobs. */
+  limit?: number;
+}
+
+export interface RedriveResult {
+  moved: number;
+  skippedRepeats: number;
+}
+
+export interface Queue<T = unknown> {
+  readonly name: string;
+  enqueue(data: T & PublishValue, opts?: EnqueueOptions): Promise<EnqueueResult>;
+  enqueueBatch(items: EnqueueItem[], opts?: { signal?: AbortSignal }): Promise<EnqueueResult[]>;
+  work(opts?: WorkOptions): Worker<T>;
+  /** Runs `fn` per job: return = ack, throw = nack with backoff, throw PermanentError = DLQ. Resolves when `signal` aborts (after in-flight handlers finish). */
+  process(fn: (job: Job<T>) => Promise<unknown> | unknown, opts?: ProcessOptions): Promise<void>;
+  stats(): Promise<QueueStats>;
+  /** Durably drops every job enqueued before this call (waiting, delayed, in flight). Returns how many. */
+  purge(): Promise<number>;
+  /** Treats this queue as a dead-letter queue and moves matching entries back. Resumable after a crash. */
+  redrive(opts?: RedriveOptions): Promise<RedriveResult>;
+}

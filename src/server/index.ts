@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * `startServer({ broker, host, port, httpPort })`: serves a `Broker` over the binary protocol
+ * (docs/protocol.md) and HTTP (health, admin, JSON produce/consume).
+ */
+import { createServer, type Server as NetServer, type Socket } from "node:net";
+import type { Server as HttpServer } from "node:http";
+import type { Broker } from "../types.js";
+import { Connection, DEFAULT_LIMITS, type ConnectionLimits, type Logger } from "./connection.js";
+import { createHttpServer } from "./http.js";
+
+export { DEFAULT_LIMITS } from "./connection.js";
+export type { ConnectionLimits, Logger } from "./connection.js";
+
+export interface ServerOptions {
+  broker: Broker;
+  /** Default 127.0.0.1: never expose a broker on all interfaces by accident. */
+  host?: string;
+  /** Binary protocol port. Default 7070; 0 picks a free port. */
+  port?: number;
+  /** HTTP port. Default 7071; 0 picks a free port; null disables HTTP. */
+  httpPort?: number | null;
+  maxConnections?: number;
+  /** Max HTTP request body, enforced while streaming. Default 1 MiB. */
+  maxBodyBytes?: number;
+  limits?: Partial<ConnectionLimits>;
+  logger?: Logger;
+}
+
+export interface ServerHandle {
+  readonly host: string;
+  readonly port: number;
+  readonly httpPort: number | null;
+  /** `sluice://host:port` for `connect({ url })`. */
+  readonly url: string;
+  connectionCount(): number;
+  /**
+   * Graceful stop: stop accepting, let in-flight requests finish (bounded by `graceMs`),
+   * close subscriptions (members leave their groups), close sockets. Does not close the broker.
+   */
+  close(opts?: { graceMs?: number }): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+function listen(server: NetServer | HttpServer, port: number, host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const onError = (err: Error): void => reject(err);
+    server.once("error", onError);
+    server.listen(port, host, () => {
+      server.off("error", onError);
+      const addr = server.address();
+      resolve(typeof addr === "object" && addr ? addr.port : port);
+    });
+  });
+}
+
+export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
+  const host = opts.host ?? "127.0.0.1";
+  const limits: ConnectionLimits = { ...DEFAULT_LIMITS, ...opts.limits };
+  const maxConnections = opts.maxConnections ?? 10_000;
+  const connections = new Set<Connection>();
+  let closing = false;
+
+  const tcp = createServer({ noDelay: true }, (socket: Socket) => {
+    if (closing || connections.size >= maxConnections) {
+      opts.logger?.warn?.({ remote: socket.remoteAddress, connections: connections.size }, "refusing connection");
+      socket.destroy();
+      return;
+    }
+    const conn = new Connection(socket, opts.broker, limits, opts.logger, (c) => connections.delete(c));
+    connections.add(conn);
+  });
+  tcp.maxConnections = maxConnections;
+  const port = await listen(tcp, opts.port ?? 7070, host);
+
+  let http: HttpServer | null = null;
+  let httpPort: number | null = null;
+  if (opts.httpPort !== null) {
+    http = createHttpServer({
+      broker: opts.broker,
+      maxBodyBytes: opts.maxBodyBytes ?? 1024 * 1024,
+      isReady: () => !closing,
+      stats: () => ({ connections: connections.size }),
+    });
+    try {
+      httpPort = await listen(http, opts.httpPort ?? 7071, host);
+    } catch (err) {
+      tcp.close();
+      throw err;
+    }
+  }
+  opts.logger?.info?.({ host, port, httpPort }, "sluice server listening");
+
+  let closed: Promise<void> | null = null;
+  const close = (o: { graceMs?: number } = {}): Promise<void> => {
+    if (closed) return closed;
+    closing = true;
+    const graceMs = o.graceMs ?? 5000;
+    closed = (async () => {
+      const tcpClosed = new Promise<void>((resolve) => tcp.close(() => resolve()));
+      await Promise.all([...connections].map((c) => c.shutdown(graceMs)));
+      await tcpClosed;
+      if (http) {
+        const h = http;
+        const httpClosed = new Promise<void>((resolve) => h.close(() => resolve()));
+        h.closeIdleConnections();
+        setTimeout(() => h.closeAllConnections(), Math.min(graceMs, 2000)).unref();
+        await httpClosed;
+      }
+    })();
+    return closed;
+  };
+
+  return {
+    host,
+    port,
+    httpPort,
+    url: `sluice://${host.includes(":") ? `[${host}]` : host}:${port}`,
+    connectionCount: () => connections.size,
+    close,
+    [Symbol.asyncDispose]: () => close(),
+  };
+}

@@ -1,0 +1,301 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * A consumer-group member that lives in a client process and is represented in the server by
+ * one embedded subscription (`broker.subscribe`). The broker's in-process group coordinator
+ * therefore sees every remote member as an ordinary member: join = subscribe, leave = close,
+ * rebalancing/generations/fencing are the coordinator's. This module adds what only the
+ * network needs:
+ *
+ * - credit-based flow control: a message is pulled from the embedded subscription only while
+ *   the client has granted credit and the socket is not backpressured, so a slow consumer
+ *   never makes the server buffer without bound;
+ * - session liveness: a member whose connection sends nothing (no heartbeat) for
+ *   `sessionTimeoutMs` is closed, which makes the coordinator move its partitions; later
+ *   commits for it fail with `StaleGenerationError`;
+ * - commits by (partition, offset): the client names the message it processed; we keep the
+ *   delivered-but-uncommitted embedded `Message` objects (bounded by `maxUncommitted`) and
+ *   commit the matching one, so "processed through this message" keeps its exact meaning;
+ * - revocation signals: when an embedded message's `signal` aborts (partition revoked) or the
+ *   assignment changes, we push the new assignment so the client aborts `msg.signal` before
+ *   the partition moves.
+ */
+import { NotAssignedError, StaleGenerationError, ValidationError } from "../errors.js";
+import type { Broker, Message, Subscription } from "../types.js";
+
+export interface RemoteMemberOptions {
+  id: number;
+  broker: Broker;
+  topic: string;
+  group: string;
+  start?: "earliest" | "latest";
+  offsetReset?: "earliest" | "latest" | "error";
+  assignment?: "range" | "roundrobin";
+  maxBytes?: number;
+  /** Initial credit in messages granted by the client. */
+  credit: number;
+  /** Upper bound on delivered-but-uncommitted messages kept for commits; delivery pauses at it. */
+  maxUncommitted: number;
+  /** Max messages per push frame. */
+  maxBatchMessages: number;
+  /** Called with a batch of messages to push; returns false when the socket is backpressured. */
+  push(messages: Message[]): boolean;
+  pushAssignment(generation: number, assigned: number[], revoked: number[]): void;
+  pushEnded(reason: string, error?: unknown): void;
+  /** Resolves when the socket can take more output. */
+  waitWritable(): Promise<void>;
+}
+
+/** Resolves after the current macrotask turn: everything the embedded subscription already
+ * buffered resolves (in microtasks) before it does. */
+const tick = (): Promise<"tick"> => new Promise((resolve) => setImmediate(() => resolve("tick")));
+
+export class RemoteMember {
+  readonly id: number;
+  private readonly opts: RemoteMemberOptions;
+  private readonly sub: Subscription;
+  private readonly ac = new AbortController();
+  private credit: number;
+  private creditWaiter: (() => void) | null = null;
+  /** Delivered but not yet committed messages, per partition, in offset order. */
+  private readonly uncommitted = new Map<number, Message[]>();
+  private uncommittedCount = 0;
+  private readonly hookedSignals = new WeakSet<AbortSignal>();
+  private lastAssignment: number[] = [];
+  private generation = 0;
+  private assignmentTimer: NodeJS.Timeout;
+  /** Set once the member is closed; the reason is reported to later commits. */
+  endedReason: string | null = null;
+
+  constructor(opts: RemoteMemberOptions) {
+    this.id = opts.id;
+    this.opts = opts;
+    this.credit = opts.credit;
+    this.sub = opts.broker.subscribe(opts.topic, {
+      group: opts.group,
+      start: opts.start,
+      offsetReset: opts.offsetReset,
+      assignment: opts.assignment,
+      maxBytes: opts.maxBytes,
+      signal: this.ac.signal,
+    });
+    // Assignment changes are not always visible through a message (a member may get no data);
+    // poll the cheap `assignment()` too. Unref'd: it must never keep a process alive.
+    this.assignmentTimer = setInterval(() => this.checkAssignment(), 100);
+    this.assignmentTimer.unref();
+    void this.pump();
+  }
+
+  get topic(): string {
+    return this.opts.topic;
+  }
+  get group(): string {
+    return this.opts.group;
+  }
+
+  addCredit(n: number): void {
+    if (!Number.isSafeInteger(n) || n < 0 || n > 1_000_000) throw new ValidationError(`invalid credit ${n}`);
+    this.credit = Math.min(this.credit + n, 10_000_000);
+    this.wake();
+  }
+
+  private wake(): void {
+    const w = this.creditWaiter;
+    this.creditWaiter = null;
+    w?.();
+  }
+
+  private checkAssignment(): void {
+    if (this.endedReason !== null) return;
+    let now: number[];
+    try {
+      now = [...this.sub.assignment()].sort((a, b) => a - b);
+    } catch {
+      return;
+    }
+    const prev = this.lastAssignment;
+    if (now.length === prev.length && now.every((p, i) => p === prev[i])) return;
+    const revoked = prev.filter((p) => !now.includes(p));
+    const assigned = now.filter((p) => !prev.includes(p));
+    this.lastAssignment = now;
+    // Prefer the coordinator's generation when the embedded subscription exposes it.
+    const g = (this.sub as unknown as { generation?: unknown }).generation;
+    this.generation = typeof g === "number" ? g : this.generation + 1;
+    for (const p of revoked) this.dropPartition(p);
+    this.opts.pushAssignment(this.generation, now, revoked);
+    void assigned;
+  }
+
+  private dropPartition(p: number): void {
+    const list = this.uncommitted.get(p);
+    if (list) {
+      this.uncommittedCount -= list.length;
+      this.uncommitted.delete(p);
+      this.wake();
+    }
+  }
+
+  private hook(msg: Message): void {
+    const sig = msg.signal;
+    if (!sig || this.hookedSignals.has(sig)) return;
+    this.hookedSignals.add(sig);
+    const onAbort = (): void => {
+      // The embedded coordinator revoked this partition (or the subscription closed). Tell
+      // the client now so it stops processing before the partition moves.
+      if (this.endedReason !== null) return;
+      this.checkAssignment();
+      if (this.lastAssignment.includes(msg.partition)) {
+        // assignment() not yet updated: report the revocation explicitly.
+        this.lastAssignment = this.lastAssignment.filter((p) => p !== msg.partition);
+        const g = (this.sub as unknown as { generation?: unknown }).generation;
+        this.generation = typeof g === "number" ? g : this.generation + 1;
+        this.dropPartition(msg.partition);
+        this.opts.pushAssignment(this.generation, this.lastAssignment, [msg.partition]);
+      }
+    };
+    if (sig.aborted) onAbort();
+    else sig.addEventListener("abort", onAbort, { once: true });
+  }
+
+  private async pump(): Promise<void> {
+    const it = this.sub[Symbol.asyncIterator]();
+    let pending: Promise<IteratorResult<Message>> | null = null;
+    try {
+      while (this.endedReason === null) {
+        // Flow control: wait for credit, room for uncommitted messages and a writable socket.
+        while (
+          this.endedReason === null &&
+          (this.credit <= 0 || this.uncommittedCount >= this.opts.maxUncommitted)
+        ) {
+          await new Promise<void>((resolve) => (this.creditWaiter = resolve));
+        }
+        if (this.endedReason !== null) break;
+        const batch: Message[] = [];
+        if (pending === null) pending = it.next();
+        const first = await pending;
+        pending = null;
+        if (first.done) break;
+        batch.push(first.value);
+        // Gather what is already available without waiting for more data: race each next()
+        // against one event-loop turn (one shared timer per batch, so draining a buffer costs
+        // microtasks only); a still-pending next() is kept for the next round.
+        const turn = tick();
+        while (batch.length < Math.min(this.credit, this.opts.maxBatchMessages)) {
+          pending = it.next();
+          const r = await Promise.race([pending, turn]);
+          if (r === "tick") break;
+          pending = null;
+          if (r.done) {
+            this.deliver(batch);
+            batch.length = 0;
+            this.finish("closed");
+            return;
+          }
+          batch.push(r.value);
+        }
+        this.deliver(batch);
+      }
+      this.finish(this.endedReason ?? "closed");
+    } catch (err) {
+      this.finish("error", err);
+    }
+  }
+
+  private deliver(batch: Message[]): void {
+    if (batch.length === 0 || this.endedReason !== null) return;
+    for (const m of batch) {
+      let list = this.uncommitted.get(m.partition);
+      if (!list) {
+        list = [];
+        this.uncommitted.set(m.partition, list);
+      }
+      list.push(m);
+      this.hook(m);
+    }
+    this.uncommittedCount += batch.length;
+    this.credit -= batch.length;
+    if (!this.lastAssignment.length) this.checkAssignment();
+    const writable = this.opts.push(batch);
+    if (!writable) {
+      // Socket backpressure: pretend we have no credit until it drains.
+      const saved = this.credit;
+      this.credit = 0;
+      void this.opts.waitWritable().then(() => {
+        this.credit += saved;
+        this.wake();
+      });
+    }
+  }
+
+  /** Commits "processed through offset" for each (partition, offset) pair. */
+  async commit(offsets: [number, number][]): Promise<void> {
+    if (this.endedReason !== null) {
+      throw new StaleGenerationError(
+        `member ${this.id} of group ${JSON.stringify(this.opts.group)} is no longer active (${this.endedReason}); ` +
+          "its partitions may have moved to another member",
+      );
+    }
+    for (const [partition, offset] of offsets) {
+      const list = this.uncommitted.get(partition);
+      let idx = -1;
+      if (list) {
+        // Highest delivered message with offset <= requested (usually exactly equal).
+        for (let i = list.length - 1; i >= 0; i--) {
+          if (list[i].offset <= offset) {
+            idx = i;
+            break;
+          }
+        }
+      }
+      if (idx < 0) {
+        if (!this.lastAssignment.includes(partition)) {
+          throw new NotAssignedError(
+            `partition ${partition} of ${JSON.stringify(this.opts.topic)} is not assigned to member ${this.id} of group ${JSON.stringify(this.opts.group)}`,
+          );
+        }
+        // Already committed (or never delivered, which a correct client cannot ask for): nothing to do.
+        continue;
+      }
+      const msg = list![idx];
+      await msg.commit();
+      // Drop everything at or below the committed message; the array may have changed during
+      // the await (more deliveries appended, or the partition dropped).
+      const cur = this.uncommitted.get(partition);
+      if (cur) {
+        let n = 0;
+        while (n < cur.length && cur[n].offset <= msg.offset) n++;
+        cur.splice(0, n);
+        this.uncommittedCount -= n;
+        this.wake();
+      }
+    }
+  }
+
+  assignment(): number[] {
+    return this.lastAssignment;
+  }
+
+  private finish(reason: string, error?: unknown): void {
+    const first = this.endedReason === null;
+    if (first) this.endedReason = reason;
+    clearInterval(this.assignmentTimer);
+    this.uncommitted.clear();
+    this.uncommittedCount = 0;
+    this.wake();
+    if (first) this.opts.pushEnded(reason, error);
+  }
+
+  /** Leaves the group (partitions are reassigned by the coordinator). */
+  async close(reason = "closed"): Promise<void> {
+    if (this.endedReason === null) this.endedReason = reason;
+    clearInterval(this.assignmentTimer);
+    this.ac.abort();
+    this.wake();
+    try {
+      await this.sub.close();
+    } catch {
+      // closing is best effort; the coordinator drops the member either way
+    }
+    this.uncommitted.clear();
+    this.uncommittedCount = 0;
+  }
+}
