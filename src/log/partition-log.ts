@@ -101,6 +101,10 @@ const PRODUCER_EXPIRY_MS = 7 * 86_400_000;
 const MAX_WRITE_BYTES = 16 * 1024 * 1024;
 /** Bound on open read handles of sealed segments per partition. */
 const MAX_OPEN_SEALED = 4;
+/** Bound on sparse indexes of sealed segments held in memory per partition (LRU). */
+const MAX_LOADED_INDEXES = 16;
+/** Bound on remembered corrupt ranges per segment. */
+const MAX_CORRUPT_RANGES = 1000;
 /** Bound on bytes waiting to be written; appends beyond it wait (back-pressure). */
 const MAX_PENDING_BYTES = 256 * 1024 * 1024;
 
@@ -141,6 +145,7 @@ export class PartitionLog {
   private flushTimer: NodeJS.Timeout | null = null;
   /** The round whose fdatasync is running (durability "always"), published when it returns. */
   private inflight: { items: PendingAppend[]; endPos: number; promise: Promise<unknown> } | null = null;
+  private loadedIndexes = new Set<Segment>();
   private dirty = false;
   private metaLock: Promise<void> = Promise.resolve();
 
@@ -266,7 +271,7 @@ export class PartitionLog {
         // Intact batches follow: this is damage inside acknowledged data, not a torn write.
         // Never drop it silently: keep the bytes, record the range, serve a typed error.
         this.logger.error({ file: seg.logPath, position: pos, offset: expected, nextOffset: next.offset, detail }, "corrupt batch inside active segment");
-        seg.corrupt.push({ offset: expected, nextOffset: next.offset, pos, nextPos: next.pos });
+        if (seg.corrupt.length < MAX_CORRUPT_RANGES) seg.corrupt.push({ offset: expected, nextOffset: next.offset, pos, nextPos: next.pos });
         seg.endOffset = next.offset;
         return "skip";
       },
@@ -617,6 +622,7 @@ export class PartitionLog {
     // Invariant LOG-4: `old` was fdatasync'ed above, before its successor exists.
     old.sealed = true;
     old.lastUsed = Date.now();
+    this.touchIndex(old);
     this.segments.push(seg);
     this.syncedSize = 0;
     this.readableSize = 0;
@@ -694,8 +700,14 @@ export class PartitionLog {
 
   /** Loads (or rebuilds) the index of a sealed segment. */
   private async ensureIndex(seg: Segment, fh: FileHandle): Promise<void> {
-    if (seg.index !== null) return;
-    if (await seg.loadIndexes(seg.size, seg.endOffset)) return;
+    if (seg.index !== null) {
+      this.touchIndex(seg);
+      return;
+    }
+    if (await seg.loadIndexes(seg.size, seg.endOffset)) {
+      this.touchIndex(seg);
+      return;
+    }
     this.logger.warn({ file: seg.logPath }, "rebuilding index of sealed segment");
     const endOffset = seg.endOffset;
     seg.maxTimestamp = -1;
@@ -705,7 +717,7 @@ export class PartitionLog {
     await Segment.scan(fh, 0, seg.baseOffset, sealedSize, {
       onBatch: (h, pos) => seg.noteBatch(h.baseOffset, h.count, pos, h.length, h.maxTimestamp),
       onCorrupt: (pos, expected, detail, next) => {
-        seg.corrupt.push({ offset: expected, nextOffset: next?.offset ?? endOffset, pos, nextPos: next?.pos ?? -1 });
+        if (seg.corrupt.length < MAX_CORRUPT_RANGES) seg.corrupt.push({ offset: expected, nextOffset: next?.offset ?? endOffset, pos, nextPos: next?.pos ?? -1 });
         this.logger.error({ file: seg.logPath, position: pos, offset: expected, detail }, "corrupt batch in sealed segment");
         return "skip";
       },
@@ -713,7 +725,24 @@ export class PartitionLog {
     seg.size = sealedSize;
     seg.endOffset = endOffset;
     if (seg.index === null) seg.index = new SparseIndex();
+    seg.maxTimestampKnown = true;
+    this.touchIndex(seg);
     await seg.writeIndexes().catch((e) => this.logger.warn({ err: e }, "could not write rebuilt index"));
+  }
+
+  /**
+   * Keeps at most MAX_LOADED_INDEXES sealed-segment indexes in memory, least recently used
+   * evicted first, so memory does not grow with the number of retained segments. Readers keep
+   * their own reference to an index they are using, so eviction never disturbs a read.
+   */
+  private touchIndex(seg: Segment): void {
+    this.loadedIndexes.delete(seg);
+    this.loadedIndexes.add(seg);
+    for (const s of this.loadedIndexes) {
+      if (this.loadedIndexes.size <= MAX_LOADED_INDEXES) break;
+      this.loadedIndexes.delete(s);
+      if (s.sealed) s.index = null;
+    }
   }
 
   /**
@@ -804,7 +833,7 @@ export class PartitionLog {
         if (known) next = known.nextPos >= 0 ? { pos: known.nextPos, offset: known.nextOffset } : null;
         else {
           next = await Segment.resync(fh, pos, expected, limit, MAX_BATCH_BYTES);
-          if (seg.corrupt.length < 1000) seg.corrupt.push({ offset: expected, nextOffset: next?.offset ?? segEnd, pos, nextPos: next?.pos ?? -1 });
+          if (seg.corrupt.length < MAX_CORRUPT_RANGES) seg.corrupt.push({ offset: expected, nextOffset: next?.offset ?? segEnd, pos, nextPos: next?.pos ?? -1 });
         }
         const nextOffset = next?.offset ?? segEnd;
         if (offset < nextOffset) throw new CorruptRecordError(this.topic, this.partition, expected, seg.logPath, pos, detail, nextOffset);
@@ -947,7 +976,7 @@ export class PartitionLog {
       }
       let expired = false;
       if (retentionMs >= 0) {
-        if (seg.index === null) {
+        if (!seg.maxTimestampKnown) {
           const fh = await this.acquire(seg);
           try {
             await this.ensureIndex(seg, fh);

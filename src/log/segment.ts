@@ -96,6 +96,8 @@ export class Segment {
   /** Next offset after the last record in this segment. */
   endOffset: number;
   maxTimestamp = -1;
+  /** False for a sealed segment whose indexes were never loaded (maxTimestamp unknown). */
+  maxTimestampKnown = false;
   index: SparseIndex | null = null;
   bytesSinceIndex = 0;
   sealed = false;
@@ -129,6 +131,7 @@ export class Segment {
     this.size = pos + length;
     this.endOffset = baseOffset + count;
     if (maxTs > this.maxTimestamp) this.maxTimestamp = maxTs;
+    this.maxTimestampKnown = true;
   }
 
   /** Writes both index files with the seal entry. They are rebuildable, so no fsync. */
@@ -196,6 +199,7 @@ export class Segment {
     if (!Number.isFinite(maxTs) || maxTs < prevTs) return false;
     this.index = idx;
     this.maxTimestamp = maxTs;
+    this.maxTimestampKnown = true;
     this.endOffset = this.baseOffset + endRel;
     this.size = size;
     return true;
