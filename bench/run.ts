@@ -34,8 +34,11 @@ try {
     })) as Record<string, (o: { tmpDir: string; quick?: boolean }) => Promise<BenchRow[]>> | null;
     if (!m?.[fn]) continue;
     const rows = await m[fn]({ tmpDir: tmp, quick: values.quick });
+    printTable(rows, { title: section === "queues" ? "work queues (embedded) vs BullMQ and pg-boss" : "server mode vs NATS JetStream, Redis Streams, RabbitMQ" });
     all.push(...rows);
   }
+  const ratios = all.filter((r) => r.unit === "x");
+  if (ratios.length > 0) printTable(ratios, { title: "summary: ratios measured in this run" });
 } finally {
   rmSync(tmp, { recursive: true, force: true });
 }

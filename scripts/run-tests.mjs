@@ -29,6 +29,7 @@ const r = spawnSync(
   [
     "--test",
     `--test-concurrency=${process.env.SLUICE_TEST_CONCURRENCY ?? 2}`,
+    `--test-timeout=${process.env.SLUICE_TEST_TIMEOUT_MS ?? 300_000}`,
     "--test-reporter=spec",
     "--test-reporter-destination=stdout",
     "--test-reporter=tap",

@@ -55,6 +55,9 @@ describe("queue basics", () => {
     const q = m.queue("q", { maxMessageBytes: 1024 });
     await assert.rejects(q.enqueue("x", { headers: { "sluice-at": "1" } }), ValidationError);
     await assert.rejects(q.enqueue("x", { delayMs: -5 }), ValidationError);
+    await assert.rejects(q.enqueue("x", { dedupeId: "sys:dlq:x" }), ValidationError);
+    await assert.rejects(q.enqueue("x", { key: "k".repeat(2000) }), ValidationError);
+    await assert.rejects(q.enqueueBatch([{ data: 1 }, { data: 2, delayMs: 1, deliverAt: 5 }]), ValidationError);
     await assert.rejects(q.enqueue("x".repeat(5000)), (e: Error) => e.name === "RecordTooLargeError");
     assert.equal((await q.stats()).depth, 0);
     await m.close();
@@ -423,6 +426,69 @@ describe("stats", () => {
     assert.equal(s.blockedKeys[0].attempts, 1);
     assert.equal(s.retries, 1);
     assert.equal(s.completed, 1);
+    await m.close();
+  });
+});
+
+describe("storage", () => {
+  test("settled segments are deleted: storage stays proportional to the backlog", async () => {
+    const { readdirSync, statSync } = await import("node:fs");
+    const { join } = await import("node:path");
+    const dir = dataDir();
+    const du = (p: string): number =>
+      readdirSync(p, { recursive: true, withFileTypes: true })
+        .filter((e) => e.isFile())
+        .reduce((a, e) => a + statSync(join(e.parentPath ?? (e as unknown as { path: string }).path, e.name)).size, 0);
+    let m = await openManager(dir);
+    const q = m.queue("store", { segmentBytes: 32 * 1024 });
+    for (let i = 0; i < 20; i++) await q.enqueueBatch(Array.from({ length: 250 }, (_, k) => ({ data: { i, k, pad: "p".repeat(100) } })));
+    const keep = await q.enqueue("the one job left");
+    const root = join(dir, "queues");
+    const full = du(root);
+    assert.ok(full > 500_000, `backlog on disk: ${full}`);
+    const ac = new AbortController();
+    let n = 0;
+    const p = q.process(
+      async (job) => {
+        if (job.id === keep.id) throw new Error("stays");
+        if (++n === 5000) ac.abort();
+      },
+      { concurrency: 64, signal: ac.signal },
+    );
+    await p;
+    await m.close(); // snapshot + delete settled prefixes
+    const after = du(root);
+    assert.ok(after < full / 4, `after settling: ${after} bytes (was ${full})`);
+    m = await openManager(dir);
+    const s = await m.queue("store").stats();
+    assert.equal(s.depth, 1, "the unsettled job survives compaction");
+    await m.close();
+  });
+});
+
+describe("dead-letter move safety", () => {
+  test("a move that cannot land (DLQ full) stays in the source, survives restart and lands once there is room", async () => {
+    const dir = dataDir();
+    let m = await openManager(dir);
+    const dlq = m.queue<string>("mv.dlq", { maxDepth: 1 });
+    await dlq.enqueue("filler");
+    const q = m.queue<string>("mv", { maxAttempts: 1 });
+    await q.enqueue("x");
+    const job = await nextJob(iter(q.work()));
+    await assert.rejects(job.nack({ error: new Error("fails") }), QueueFullError);
+    assert.equal((await q.stats()).depth, 1, "still in the source while the move is pending");
+    await m.close();
+    m = await openManager(dir);
+    const q2 = m.queue<string>("mv");
+    const d2 = m.queue<string>("mv.dlq");
+    assert.equal((await q2.stats()).depth, 1);
+    const f = await nextJob(iter(d2.work()));
+    assert.equal(f.data, "filler");
+    await f.ack();
+    await waitFor(async () => (await q2.stats()).depth === 0, "move retried after room appeared");
+    const s = await d2.stats();
+    assert.equal(s.depth, 1);
+    assert.equal((await q2.stats()).deadLettered, 1);
     await m.close();
   });
 });

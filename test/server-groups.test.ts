@@ -67,10 +67,14 @@ test("multi-process group: kill one member, add one; every record processed in o
     await publish(0, 3000);
     for (let i = 0; i < 3; i++) members.push(spawnMember(`m${i}`, server.url, "orders", "billing", "work", 3000));
     const msgCount = (): number => members.reduce((n, m) => n + m.lines.filter((l) => l.startsWith("MSG")).length, 0);
-    await waitUntil(() => msgCount() > 500, "members make progress");
+    // All three members own partitions before one is killed. (If the first member were
+    // killed while alone, the group would empty and generations would restart at 1.)
+    await waitUntil(() => members.every((m) => m.lines.some((l) => /^ASSIGN \d+ \d/.test(l))), "all members own partitions");
+    const before = msgCount();
+    await publish(3000, 3000);
+    await waitUntil(() => msgCount() > before + 300, "members consume the new records");
     members[0].proc.kill("SIGKILL");
     await members[0].exited;
-    await publish(3000, 3000);
     members.push(spawnMember("m3", server.url, "orders", "billing", "work", 3000));
     await waitUntil(() => members[3].lines.some((l) => /^ASSIGN \d+ \d/.test(l)), "the new member gets partitions");
     await publish(6000, 3000);
@@ -168,6 +172,49 @@ test("a member frozen with SIGSTOP past its session timeout loses its partitions
       await m.exited;
     }
     await admin.close();
+    server.proc.kill("SIGTERM");
+    await server.exited;
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("cooperative revocation: a remote member stops (signal aborted) before its partitions reach the new owner", { timeout: 60_000 }, async () => {
+  const dir = tmp();
+  const server = await spawnServer(["--data", dir, "--port", "0", "--http-port", "off", "--log-level", "error"]);
+  const a = await connect({ url: server.url });
+  const b = await connect({ url: server.url });
+  try {
+    await a.createTopic("coop", { partitions: 4 });
+    await a.publishBatch("coop", Array.from({ length: 400 }, (_, i) => ({ value: i, partition: i % 4 })));
+    const abortedAt = new Map<number, number>();
+    const subA = a.subscribe<number>("coop", { group: "g", start: "earliest" });
+    const itA = subA[Symbol.asyncIterator]();
+    const seenA = new Set<number>();
+    while (seenA.size < 4) {
+      const m = (await itA.next()).value!;
+      if (!seenA.has(m.partition)) {
+        seenA.add(m.partition);
+        m.signal.addEventListener("abort", () => abortedAt.set(m.partition, performance.now()), { once: true });
+      }
+    }
+    const firstAtB = new Map<number, number>();
+    const subB = b.subscribe<number>("coop", { group: "g", start: "earliest" });
+    const consumeB = (async () => {
+      for await (const m of subB) {
+        if (!firstAtB.has(m.partition)) firstAtB.set(m.partition, performance.now());
+        if (firstAtB.size === 2) break;
+      }
+    })();
+    await waitUntil(() => firstAtB.size === 2, "the new member receives its partitions");
+    for (const [p, t] of firstAtB) {
+      const stopped = abortedAt.get(p);
+      assert.ok(stopped !== undefined && stopped <= t, `partition ${p}: old owner stopped at ${stopped}, new owner got data at ${t}`);
+    }
+    await consumeB;
+    await subA.close();
+  } finally {
+    await a.close();
+    await b.close();
     server.proc.kill("SIGTERM");
     await server.exited;
     rmSync(dir, { recursive: true, force: true });

@@ -114,6 +114,12 @@ test("HTTP: health, readiness, admin, JSON produce/consume, body limit; SIGTERM 
     assert.equal((await http(hp, "GET", "/v1/topics/nope")).status, 404);
     assert.equal((await http(hp, "GET", "/v1/groups/g/topics/web/lag")).json.totalRecords, 2);
     assert.equal((await http(hp, "POST", "/v1/groups/g/topics/web/reset", { to: "latest", dryRun: true })).json.dryRun, true);
+    // Queues: enqueue and stats over HTTP.
+    const enq = await http(hp, "POST", "/v1/queues/web-jobs/jobs", { jobs: [{ data: { a: 1 } }, { data: "two", key: "k" }] });
+    assert.equal(enq.status, 200);
+    assert.equal(enq.json.results.length, 2);
+    assert.equal((await http(hp, "GET", "/v1/queues/web-jobs/stats")).json.waiting, 2);
+    assert.equal((await http(hp, "POST", "/v1/queues/web-jobs/purge")).json.purged, 2);
     // A body larger than the limit is refused while streaming (no Content-Length).
     const big = await http(hp, "POST", "/v1/topics/web/records", undefined, { chunks: 64, chunkBytes: 16 * 1024 });
     assert.equal(big.status, 413);

@@ -379,7 +379,7 @@ test("server: credit-based flow control; a slow consumer never makes the server 
     // Several request/response round trips give the server every chance to push more.
     for (let i = 0; i < 20; i++) await client.listTopics();
     // The server pulled at most the window (+1 pending next() of the embedded iterator).
-    assert.ok(broker.stats.delivered <= 101, `server pulled ${broker.stats.delivered} messages for a window of 100`);
+    assert.ok(broker.stats.delivered <= 101, `server pulled ${broker.stats.delivered} messages for a window of 100`); // the fake hands out batches of one
     // Consuming returns credit: the rest flows, in order.
     let expect = 1;
     while (expect < 5000) {
@@ -391,4 +391,48 @@ test("server: credit-based flow control; a slow consumer never makes the server 
     await client.close();
     await srv.close({ graceMs: 100 });
   }
+});
+
+test("server: tiny in-flight budgets throttle pipelining without deadlock", async () => {
+  const broker = fakeBroker();
+  await broker.createTopic("t", { partitions: 2 });
+  const srv = await startServer({
+    broker,
+    port: 0,
+    httpPort: null,
+    limits: { maxInFlight: 4, maxInFlightBytes: 2048, maxInFlightBytesTotal: 4096 },
+  });
+  const clients = await Promise.all([0, 1, 2].map(() => connect({ url: srv.url, idempotent: false })));
+  try {
+    const all = clients.flatMap((c, k) =>
+      Array.from({ length: 300 }, (_, i) => c.publishBatch("t", [{ value: "x".repeat(200) + `${k}-${i}`, partition: i % 2 }])),
+    );
+    const receipts = await Promise.all(all);
+    assert.equal(receipts.length, 900);
+  } finally {
+    await Promise.all(clients.map((c) => c.close()));
+    await srv.close({ graceMs: 100 });
+  }
+});
+
+test("client: lingerMs gathers concurrent publish() calls into batches; close() waits for them", async () => {
+  await withServer(async (srv) => {
+    const client = await connect({ url: srv.url, lingerMs: 5, maxBatchRecords: 64 });
+    let frames = 0;
+    const orig = client.transport.request.bind(client.transport);
+    client.transport.request = ((op: Op, ...rest: unknown[]) => {
+      if (op === Op.Publish) frames++;
+      return (orig as (...a: unknown[]) => Promise<Frame>)(op, ...rest);
+    }) as typeof client.transport.request;
+    const receipts = await Promise.all(Array.from({ length: 200 }, (_, i) => client.publish("t", i, { partition: 1 })));
+    assert.deepEqual(
+      receipts.map((r) => r.offset),
+      receipts.map((_, i) => receipts[0].offset + i),
+      "one partition, contiguous offsets in call order",
+    );
+    assert.ok(frames >= 4 && frames <= 8, `200 records in batches of <= 64: ${frames} frames`);
+    const last = client.publish("t", "last", { partition: 0 });
+    await client.close();
+    assert.equal((await last).partition, 0, "close() sends and awaits accepted publishes");
+  });
 });

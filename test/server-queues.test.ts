@@ -156,3 +156,29 @@ test("queue.process over the network: return acks, PermanentError dead-letters",
     }
   });
 });
+
+test("onUnsettled: \"error\" keeps a dropped connection's leases until they expire", { timeout: 60_000 }, async () => {
+  await withQueueServer(async (url) => {
+    const a = await connect({ url, reconnectMinDelayMs: 10 });
+    const b = await connect({ url });
+    try {
+      const qa = a.queue<string>("keep", { visibilityTimeoutMs: 1500 });
+      await qa.enqueue("leased");
+      const wa = qa.work({ prefetch: 1, onUnsettled: "error" });
+      const ja = (await wa[Symbol.asyncIterator]().next()).value!;
+      const leasedAt = Date.now();
+      a.transport.destroySocketForTest();
+      await waitUntil(() => ja.signal.aborted, "A's job signal aborts");
+      await wa.close();
+      const wb = b.queue<string>("keep").work({ prefetch: 1 });
+      const jb = (await wb[Symbol.asyncIterator]().next()).value!;
+      assert.equal(jb.id, ja.id);
+      assert.ok(Date.now() - leasedAt >= 1400, `redelivered only after the lease expired (${Date.now() - leasedAt} ms)`);
+      await jb.ack();
+      await wb.close();
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+});

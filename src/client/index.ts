@@ -124,11 +124,13 @@ class RemoteBroker implements Broker {
   async createTopic(name: string, config: TopicConfig = {}): Promise<TopicDescription> {
     const f = await this.req(Op.CreateTopic, { name, config }, false);
     this.producer.invalidate(name);
+    this.producer.resetSequences(name);
     return f.meta.topic as TopicDescription;
   }
   async deleteTopic(name: string): Promise<void> {
     await this.req(Op.DeleteTopic, { name }, false);
     this.producer.invalidate(name);
+    this.producer.resetSequences(name);
   }
   async listTopics(): Promise<string[]> {
     return (await this.req(Op.ListTopics, {})).meta.topics as string[];
@@ -210,6 +212,14 @@ class RemoteBroker implements Broker {
     return new RemoteQueue<T>(this.transport, this.workers, name, config);
   }
 
+  async listQueues(): Promise<string[]> {
+    return (await this.req(Op.QueueAdmin, { action: "list" })).meta.queues as string[];
+  }
+
+  async deleteQueue(name: string): Promise<void> {
+    await this.req(Op.QueueAdmin, { action: "delete", queue: name }, false);
+  }
+
   async resetGroup(group: string, topic: string, to: ResetTarget, opts: { dryRun?: boolean } = {}): Promise<ResetResult> {
     return (await this.req(Op.ResetGroup, { group, topic, to, dryRun: opts.dryRun === true }, opts.dryRun === true)).meta
       .result as ResetResult;
@@ -222,7 +232,8 @@ class RemoteBroker implements Broker {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.producer.flush();
+    // Publishes already accepted are sent and answered before the connection closes.
+    await this.producer.drain(10_000);
     await Promise.all([...this.allSubs].map((s) => s.close().catch(() => {})));
     await Promise.all([...this.workers.values()].map((w) => w.close().catch(() => {})));
     await this.transport.close();
@@ -236,6 +247,8 @@ class RemoteBroker implements Broker {
 export type RemoteBrokerHandle = Broker & {
   /** Work queues over the network. */
   queue<T = unknown>(name: string, config?: QueueConfig): Queue<T>;
+  listQueues(): Promise<string[]>;
+  deleteQueue(name: string): Promise<void>;
   /** Implementation detail for tests: the underlying transport. */
   readonly transport: Transport;
 };

@@ -33,10 +33,11 @@ export interface ProducerOptions {
   maxBufferedRecords: number;
 }
 
+/** The records of one send() call for one partition (one promise for all of them). */
 interface Item {
-  record: PublishRecord;
+  records: PublishRecord[];
   size: number;
-  resolve(r: PublishReceipt): void;
+  resolve(r: PublishReceipt[]): void;
   reject(e: unknown): void;
 }
 
@@ -44,6 +45,7 @@ interface Batch {
   topic: string;
   partition: number | null; // null: non-idempotent, broker picks per record
   items: Item[];
+  count: number;
   bytes: number;
 }
 
@@ -106,6 +108,26 @@ export class Producer {
     this.meta.delete(topic);
   }
 
+  /** A new incarnation of the topic starts its producer sequences from scratch. */
+  resetSequences(topic: string): void {
+    for (const k of [...this.seqs.keys()]) if (k.startsWith(`${topic}\u0000`)) this.seqs.delete(k);
+  }
+
+  /** Sends what is gathered and waits (up to `timeoutMs`) until every accepted record is answered. */
+  async drain(timeoutMs: number): Promise<void> {
+    this.flush();
+    const deadline = Date.now() + timeoutMs;
+    while (this.buffered > 0 && Date.now() < deadline) {
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, 10);
+        this.spaceWaiters.push(() => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+    }
+  }
+
   private async ensureIdentity(): Promise<void> {
     if (this.identity) return;
     if (!this.identityLoading) {
@@ -160,19 +182,35 @@ export class Producer {
     } else {
       parts = records.map(() => null);
     }
-    const promises = records.map(
-      (record, i) =>
-        new Promise<PublishReceipt>((resolve, reject) => {
-          const item: Item = { record, size: approxSize(record), resolve, reject };
-          this.add(topic, parts[i], item);
-        }),
-    );
-    this.scheduleFlush();
-    try {
-      return await Promise.all(promises);
-    } finally {
-      // `release` runs per item as it settles; nothing to do here.
+    // Group by partition (in record order), one item per group and batch-sized chunk.
+    const groups = new Map<number | null, number[]>();
+    for (let i = 0; i < records.length; i++) {
+      let g = groups.get(parts[i]);
+      if (!g) groups.set(parts[i], (g = []));
+      g.push(i);
     }
+    const out: PublishReceipt[] = new Array(records.length);
+    const promises: Promise<void>[] = [];
+    const max = this.opts.maxBatchRecords;
+    for (const [p, idx] of groups) {
+      for (let s = 0; s < idx.length; s += max) {
+        const chunk = groups.size === 1 && idx.length <= max ? null : idx.slice(s, s + max);
+        const recs = chunk === null ? records : chunk.map((i) => records[i]);
+        let size = 0;
+        for (const r of recs) size += approxSize(r);
+        promises.push(
+          new Promise<PublishReceipt[]>((resolve, reject) => this.add(topic, p, { records: recs, size, resolve, reject })).then(
+            (rs) => {
+              if (chunk === null) for (let k = 0; k < rs.length; k++) out[k] = rs[k];
+              else for (let k = 0; k < rs.length; k++) out[chunk[k]] = rs[k];
+            },
+          ),
+        );
+      }
+    }
+    this.scheduleFlush();
+    await Promise.all(promises);
+    return out;
   }
 
   private validate(r: PublishRecord, i: number, meta: TopicMeta): void {
@@ -211,13 +249,20 @@ export class Producer {
   private add(topic: string, partition: number | null, item: Item): void {
     const key = `${topic}\u0000${partition ?? -1}`;
     let b = this.open.get(key);
+    if (b && b.count + item.records.length > this.opts.maxBatchRecords) {
+      // Keep batches within maxBatchRecords: send what is gathered, start a new one.
+      this.open.delete(key);
+      this.dispatch(b);
+      b = undefined;
+    }
     if (!b) {
-      b = { topic, partition, items: [], bytes: 0 };
+      b = { topic, partition, items: [], count: 0, bytes: 0 };
       this.open.set(key, b);
     }
     b.items.push(item);
+    b.count += item.records.length;
     b.bytes += item.size;
-    if (b.items.length >= this.opts.maxBatchRecords || b.bytes >= this.opts.maxBatchBytes) {
+    if (b.count >= this.opts.maxBatchRecords || b.bytes >= this.opts.maxBatchBytes) {
       this.open.delete(key);
       this.dispatch(b);
     }
@@ -236,6 +281,11 @@ export class Producer {
   }
 
   flush(): void {
+    if (this.lingerTimer) {
+      clearTimeout(this.lingerTimer);
+      this.lingerTimer = null;
+      this.flushScheduled = false;
+    }
     const batches = [...this.open.values()];
     this.open.clear();
     // Next linger window: keyless records move to another partition (sticky batches).
@@ -250,7 +300,7 @@ export class Producer {
     }
     const seqKey = `${b.topic}\u0000${b.partition}`;
     const base = this.seqs.get(seqKey) ?? 0;
-    this.seqs.set(seqKey, base + b.items.length);
+    this.seqs.set(seqKey, base + b.count);
     void this.sendBatch(b, { ...this.identity, baseSequence: base });
   }
 
@@ -258,10 +308,10 @@ export class Producer {
     b: Batch,
     idem: { producerId: number; producerEpoch: number; baseSequence: number } | null,
   ): Promise<void> {
-    const records = b.items.map((it) => (b.partition === null ? it.record : { ...it.record, partition: b.partition! }));
+    const records: PublishRecord[] = b.items.length === 1 ? b.items[0].records : b.items.flatMap((it) => it.records);
     let body: Buffer;
     try {
-      body = encodePublishRecords(records);
+      body = encodePublishRecords(records, b.partition ?? undefined, b.bytes);
     } catch (err) {
       this.failBatch(b, err, idem);
       return;
@@ -276,14 +326,18 @@ export class Producer {
       );
       const r = new Reader(f.body);
       const n = r.u32();
-      if (n !== b.items.length) throw new Error(`server returned ${n} receipts for ${b.items.length} records`);
-      for (let i = 0; i < n; i++) {
-        const partition = r.i32();
-        const offset = r.f64();
-        const flags = r.u8();
-        b.items[i].resolve({ topic: b.topic, partition, offset, duplicate: (flags & 1) !== 0, synced: (flags & 2) !== 0 });
+      if (n !== b.count) throw new Error(`server returned ${n} receipts for ${b.count} records`);
+      for (const it of b.items) {
+        const rs: PublishReceipt[] = new Array(it.records.length);
+        for (let k = 0; k < rs.length; k++) {
+          const partition = r.i32();
+          const offset = r.f64();
+          const flags = r.u8();
+          rs[k] = { topic: b.topic, partition, offset, duplicate: (flags & 1) !== 0, synced: (flags & 2) !== 0 };
+        }
+        it.resolve(rs);
       }
-      this.release(b.items.length);
+      this.release(b.count);
     } catch (err) {
       const code = (err as { code?: string }).code;
       if (idem && this.identity && (code === "OUT_OF_ORDER_SEQUENCE" || code === "PRODUCER_FENCED") && idem.producerEpoch < this.identity.producerEpoch) {
@@ -298,7 +352,7 @@ export class Producer {
 
   private failBatch(b: Batch, err: unknown, idem: { producerEpoch: number } | null): void {
     for (const it of b.items) it.reject(err);
-    this.release(b.items.length);
+    this.release(b.count);
     if (idem && this.identity && idem.producerEpoch === this.identity.producerEpoch) void this.bumpEpoch();
   }
 

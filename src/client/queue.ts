@@ -142,6 +142,9 @@ export class RemoteWorker<T> implements Worker<T> {
           visibilityTimeoutMs: this.opts.visibilityTimeoutMs,
           consumerId: this.opts.consumerId,
           codeVersion: this.opts.codeVersion,
+          // Also decides what a dropped connection does to this worker's leases: "nack"
+          // releases them at once, "error" leaves them until lease expiry.
+          onUnsettled: this.opts.onUnsettled ?? "nack",
         },
         null,
         { retry: false },

@@ -11,7 +11,7 @@
  * again as a new member; commits of messages from the old member fail with
  * `StaleGenerationError`/`NotAssignedError` because their partitions may have moved.
  */
-import { AbortedError, BrokerClosedError, StaleGenerationError } from "../errors.js";
+import { AbortedError, NotAssignedError, StaleGenerationError } from "../errors.js";
 import type { Message, MessageBatch, SubscribeOptions, Subscription } from "../types.js";
 import { Op, decodeConsumedRecords, wireToError, type Frame, type WireError } from "../server/protocol.js";
 import type { Transport } from "./transport.js";
@@ -151,7 +151,18 @@ export class RemoteSubscription<T> implements Subscription<T> {
     switch (f.op) {
       case Op.PushMessages: {
         const recs = decodeConsumedRecords(this.topic, f.body);
-        const commit = (msg: RemoteMessage<T>): Promise<void> => this.commitOffsets(m, [[msg.partition, msg.offset]]);
+        const commit = (msg: RemoteMessage<T>): Promise<void> => {
+          // A message of a revoked ownership period must not be committed, even if the
+          // partition has since come back to this member (that could move the offset back).
+          if (msg.signal.aborted && !m.ended) {
+            return Promise.reject(
+              new NotAssignedError(
+                `partition ${msg.partition} of ${JSON.stringify(this.topic)} was revoked from this member (or the subscription closed) after this message was delivered`,
+              ),
+            );
+          }
+          return this.commitOffsets(m, [[msg.partition, msg.offset]]);
+        };
         for (const r of recs) {
           let ps = m.partitionSignals.get(r.partition);
           if (!ps) {
@@ -182,6 +193,9 @@ export class RemoteSubscription<T> implements Subscription<T> {
           this.consumedSinceCredit += live.length - this.buffer.length;
           this.maybeGrantCredit();
         }
+        // Revocation handshake: signals are aborted and buffered messages dropped; the
+        // partitions may move to their new owner now.
+        if (typeof f.meta.ack === "number") this.transport.sendOneWay(Op.RevokeAck, { sub: m.id, ack: f.meta.ack });
         break;
       }
       case Op.PushSubscriptionEnded: {
@@ -324,6 +338,11 @@ export class RemoteSubscription<T> implements Subscription<T> {
                 // Highest offset per partition, grouped per member (a batch may straddle a rejoin).
                 const byMember = new Map<MemberState, Map<number, number>>();
                 for (const m of messages) {
+                  if (m.signal.aborted && !RemoteMessage.memberOf(m).ended) {
+                    throw new NotAssignedError(
+                      `partition ${m.partition} of ${JSON.stringify(self.topic)} was revoked from this member (or the subscription closed) after this batch was delivered`,
+                    );
+                  }
                   const ms = RemoteMessage.memberOf(m);
                   let mp = byMember.get(ms);
                   if (!mp) byMember.set(ms, (mp = new Map()));
@@ -367,4 +386,3 @@ export class RemoteSubscription<T> implements Subscription<T> {
   }
 }
 
-export { BrokerClosedError };

@@ -26,7 +26,6 @@ import {
   DEFAULT_MAX_FRAME_BYTES,
   FLAG_ERROR,
   FLAG_PUSH,
-  FLAG_RESPONSE,
   FrameReader,
   MIN_PROTOCOL_VERSION,
   Op,
@@ -336,14 +335,28 @@ export class Transport {
       // connection is back, its deadline passes, or the reconnect timeout fails everything.
       if (this.ready && this.socket) {
         p.sent = true;
-        this.socket.write(frame);
+        this.write(this.socket, frame);
       }
     });
   }
 
+  private corkedSocket: Socket | null = null;
+  /** Frames written in one tick leave in one syscall (pipelined publishes, settles, credits). */
+  private write(socket: Socket, frame: Buffer): void {
+    if (this.corkedSocket !== socket) {
+      this.corkedSocket = socket;
+      socket.cork();
+      process.nextTick(() => {
+        this.corkedSocket = null;
+        socket.uncork();
+      });
+    }
+    socket.write(frame);
+  }
+
   /** Fire-and-forget frame (credit, heartbeat): dropped while disconnected, by design. */
   sendOneWay(op: Op, meta: unknown): void {
-    if (this.ready && this.socket) this.socket.write(encodeFrame(op, 0, 0, meta));
+    if (this.ready && this.socket) this.write(this.socket, encodeFrame(op, 0, 0, meta));
   }
 
   setHeartbeat(intervalMs: number | null): void {
@@ -382,4 +395,3 @@ export class Transport {
   }
 }
 
-export const FLAGS = { FLAG_RESPONSE };

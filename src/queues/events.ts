@@ -51,6 +51,16 @@ export function encodeEvent(type: Ev, offset: number, attempt: number, time: num
   return b;
 }
 
+/** Writes a fixed-size event (no payload) into `buf` at `pos`; returns the next position. */
+export function writeEvent(buf: Buffer, pos: number, type: Ev, offset: number, attempt: number, time: number): number {
+  buf[pos] = type;
+  buf.writeDoubleLE(offset, pos + 1);
+  buf.writeUInt32LE(attempt, pos + 9);
+  buf.writeDoubleLE(time, pos + 13);
+  buf.writeUInt32LE(0, pos + 21);
+  return pos + EVENT_FIXED_BYTES;
+}
+
 /** Decodes every event of one journal record value. Throws on a malformed value. */
 export function decodeEvents(buf: Buffer, out: JournalEvent[] = []): JournalEvent[] {
   let p = 0;

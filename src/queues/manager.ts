@@ -9,7 +9,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
-import { BrokerClosedError, NotFoundError, PermanentError, ValidationError } from "../errors.js";
+import { AbortedError, BrokerClosedError, NotFoundError, PermanentError, ValidationError } from "../errors.js";
 import { readJsonFile, writeFileAtomic, type FileSystem } from "../log/io.js";
 import { silentLogger, type Logger } from "../log/logger.js";
 import type { PublishValue } from "../types.js";
@@ -216,45 +216,62 @@ export class QueueHandle<T> implements Queue<T> {
     const concurrency = opts.concurrency ?? 1;
     if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > MAX_PREFETCH)
       throw new ValidationError(`concurrency must be an integer in [1, ${MAX_PREFETCH}]`);
-    // The iterator's signal is separate: on shutdown we stop receiving but let handlers settle.
+    // The worker's signal is separate: on shutdown we stop receiving but let handlers settle.
     const { signal, ...rest } = opts;
     const worker = new WorkerImpl<T>(this.core(), { ...rest, prefetch: concurrency });
-    const running = new Set<Promise<void>>();
-    const onAbort = (): void => worker.stopReceiving();
+    let running = 0;
+    let drained: (() => void) | null = null;
+    const finish = (): void => {
+      if (--running === 0 && drained !== null) drained();
+    };
+    const fail = (job: Job<T>, e: unknown): void => {
+      let p: Promise<void>;
+      try {
+        if (e instanceof PermanentError) p = job.nack({ requeue: false, error: e });
+        else if (signal?.aborted && job.signal.aborted) p = job.nack({ delayMs: 0, reason: "shutdown" });
+        else p = job.nack({ error: e });
+      } catch {
+        p = Promise.resolve();
+      }
+      // A LeaseExpiredError here means the job is someone else's now: nothing to do.
+      p.then(finish, finish);
+    };
+    const ok = (job: Job<T>): void => {
+      // LeaseExpiredError: redelivered elsewhere; idempotent handlers make this safe.
+      job.ack().then(finish, finish);
+    };
+    // Push mode: no iterator promise per job; `prefetch = concurrency` bounds running handlers.
+    worker.onJob = (job) => {
+      running++;
+      let r: unknown;
+      try {
+        r = fn(job);
+      } catch (e) {
+        fail(job, e);
+        return;
+      }
+      if (r !== null && typeof r === "object" && typeof (r as PromiseLike<unknown>).then === "function")
+        (r as PromiseLike<unknown>).then(
+          () => ok(job),
+          (e) => fail(job, e),
+        );
+      else ok(job);
+    };
+    // Shutdown: stop receiving and abort running jobs' signals; their handlers may still settle.
+    const onAbort = (): void => {
+      worker.stopReceiving();
+      worker.abortSignals(new AbortedError("worker shutting down", signal?.reason));
+    };
     signal?.addEventListener("abort", onAbort, { once: true });
     if (signal?.aborted) onAbort();
     try {
-      for (;;) {
-        const r = await worker.next();
-        if (r.done) break;
-        const job = r.value;
-        const p = (async () => {
-          try {
-            await fn(job);
-          } catch (e) {
-            try {
-              if (signal?.aborted && job.signal.aborted) await job.nack({ delayMs: 0, reason: "shutdown" });
-              else if (e instanceof PermanentError) await job.nack({ requeue: false, error: e });
-              else await job.nack({ error: e });
-            } catch {
-              /* lease lost: the job is someone else's now */
-            }
-            return;
-          }
-          try {
-            await job.ack();
-          } catch {
-            /* LeaseExpiredError: redelivered elsewhere; idempotent handlers make this safe */
-          }
-        })();
-        running.add(p);
-        void p.finally(() => running.delete(p));
-      }
+      await worker.whenStopped();
     } finally {
       signal?.removeEventListener("abort", onAbort);
-      await Promise.allSettled([...running]);
+      if (running > 0) await new Promise<void>((r) => (drained = r));
       await worker.close();
     }
+    if (worker.error !== null && !signal?.aborted) throw worker.error;
   }
 
   async stats(): Promise<QueueStats> {

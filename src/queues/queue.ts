@@ -40,7 +40,7 @@ import { PartitionLog, type LogConfig } from "../log/partition-log.js";
 import { decodeValue, prepareValue, recordSize, type PreparedRecord, type StoredRecord, type ValueKind } from "../log/record-batch.js";
 import { retryDelayMs } from "./backoff.js";
 import { KeyChains } from "./chains.js";
-import { decodeEvents, encodeEvent, Ev, type JournalEvent } from "./events.js";
+import { decodeEvents, encodeEvent, Ev, EVENT_FIXED_BYTES, writeEvent, type JournalEvent } from "./events.js";
 import { OffsetHeap } from "./heap.js";
 import { isTerminal, JobTable, St } from "./table.js";
 import type {
@@ -79,9 +79,12 @@ const MAX_APPEND_RECORDS = 8192;
 const MAX_APPEND_BYTES = 8 * 1024 * 1024;
 const MAX_JOURNAL_RECORD_BYTES = 1024 * 1024;
 /** Recently enqueued payloads kept in memory so delivery of a hot queue does not re-read disk. */
-const TAIL_CACHE_BYTES = 16 * 1024 * 1024;
+const TAIL_CACHE_BYTES = 32 * 1024 * 1024;
+const CACHE_SLOTS = 1 << 17;
 /** Take a snapshot (and delete settled log prefixes) after this many journal bytes. */
 const SNAPSHOT_EVERY_JOURNAL_BYTES = 32 * 1024 * 1024;
+/** ... and after this many message-log bytes (or twice the last snapshot's size, whichever is larger). */
+const SNAPSHOT_EVERY_MSG_BYTES = 64 * 1024 * 1024;
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** Reserved header names (user headers may not start with `sluice-`). */
@@ -107,6 +110,7 @@ export interface ResolvedQueueConfig {
   maxMessageBytes: number;
   durability: "always" | "interval" | "never";
   maxInFlight: number;
+  segmentBytes: number;
 }
 
 function num(v: unknown, name: string, min: number, max: number, dflt: number): number {
@@ -155,6 +159,7 @@ export function resolveQueueConfig(name: string, c: QueueConfig = {}): ResolvedQ
     maxMessageBytes: Math.floor(num(c.maxMessageBytes, "maxMessageBytes", 64, 64 * 1024 * 1024 - 1024, 1024 * 1024)),
     durability,
     maxInFlight: Math.floor(num(c.maxInFlight, "maxInFlight", 1, 10_000_000, 100_000)),
+    segmentBytes: Math.floor(num(c.segmentBytes, "segmentBytes", 16 * 1024, 1024 ** 3, 64 * 1024 * 1024)),
   };
 }
 
@@ -194,6 +199,11 @@ function getHeader(h: [string, Buffer][] | null, name: string): Buffer | undefin
   return undefined;
 }
 
+/** Approximate heap cost of a cached record (object, buffers, header arrays). */
+function cacheCost(r: { value: Buffer | null; headers: [string, Buffer][] | null }): number {
+  return (r.value?.length ?? 0) + 200 + (r.headers === null ? 0 : r.headers.length * 120);
+}
+
 function abortLease(l: Lease, reason: unknown): void {
   if (l.abortReason !== undefined) return;
   l.abortReason = reason;
@@ -205,6 +215,16 @@ function errorInfo(e: unknown): { errorClass: string; error: string } {
   if (e === undefined) return { errorClass: "Nack", error: "" };
   return { errorClass: typeof e, error: String(e).slice(0, MAX_ERROR_CHARS) };
 }
+
+interface JournalBatch {
+  chunks: Buffer[];
+  cur: Buffer;
+  pos: number;
+  bytes: number;
+  d: Deferred;
+}
+
+const JOURNAL_CHUNK_BYTES = 64 * 1024;
 
 /** A job encoded for the message log, plus what the queue needs to know before the append. */
 export interface PreparedJob {
@@ -218,11 +238,15 @@ export interface PreparedJob {
 interface DedupeEntry {
   off: number;
   exp: number;
+  /** While the claiming job's append is in flight: its group's base-offset promise and index. */
   wait: Deferred<number> | null;
+  idx: number;
 }
 
+/** One enqueue call's new jobs: appended together (never split), one promise for the group. */
 interface PendingEnqueue {
-  job: PreparedJob;
+  jobs: PreparedJob[];
+  bytes: number;
   d: Deferred<number>;
 }
 
@@ -306,7 +330,9 @@ export class QueueCore {
   private leases = new Map<number, Lease>();
   private history = new Map<number, AttemptRecord[]>();
   private moving = new Map<number, DlqIntent>();
+  /** User dedupe ids (one window, so insertion order is expiry order) and the broker's own `sys:` ids (7 days). */
   private dedupe = new Map<string, DedupeEntry>();
+  private sysDedupe = new Map<string, DedupeEntry>();
   private counts = new Float64Array(8);
   private live = 0;
   private liveBytes = 0;
@@ -322,7 +348,13 @@ export class QueueCore {
   private workers = new Set<WorkerImpl<unknown>>();
   private rr = 0;
   private pumpScheduled = false;
-  private cache = new Map<number, StoredRecord>();
+  /**
+   * Direct-mapped ring (slot = offset mod size): O(1) without hashing, and neighbouring offsets
+   * never collide. A slot taken by another live offset simply is not cached (read back later).
+   */
+  private cacheSlots: (PreparedRecord | undefined)[] = new Array(CACHE_SLOTS);
+  /** Offset held by each slot (the records themselves are stored as enqueued, without a copy). */
+  private cacheOffs = new Float64Array(CACHE_SLOTS);
   private cacheBytes = 0;
   /** The cache overflowed: new jobs are read back from disk in order until delivery catches up. */
   private spill = false;
@@ -332,9 +364,12 @@ export class QueueCore {
   private ePending: PendingEnqueue[] = [];
   private eRunning = false;
   private eIdle: Deferred | null = null;
-  private jBatch: { bufs: Buffer[]; bytes: number; d: Deferred } | null = null;
+  private jBatch: JournalBatch | null = null;
   private jRunning = false;
   private jSinceSnapshot = 0;
+  /** Message-log bytes appended since the last snapshot: bounds the log scan on recovery. */
+  private mSinceSnapshot = 0;
+  private lastSnapshotBytes = 0;
   private snapshotRequested = false;
   private snapshotting: Promise<void> | null = null;
 
@@ -386,7 +421,7 @@ export class QueueCore {
       dir: join(this.dir, "msgs"),
       topic: `queue:${this.name}`,
       partition: 0,
-      config: this.logConfig(this.config.maxMessageBytes + 4096, 64 * 1024 * 1024),
+      config: this.logConfig(this.config.maxMessageBytes + 4096, this.config.segmentBytes),
       logger: this.logger,
     });
     this.journal = await PartitionLog.open({
@@ -394,7 +429,7 @@ export class QueueCore {
       dir: join(this.dir, "journal"),
       topic: `queue-journal:${this.name}`,
       partition: 0,
-      config: this.logConfig(MAX_JOURNAL_RECORD_BYTES + 128 * 1024, 16 * 1024 * 1024),
+      config: this.logConfig(MAX_JOURNAL_RECORD_BYTES + 128 * 1024, Math.max(16 * 1024, Math.min(16 * 1024 * 1024, this.config.segmentBytes / 4))),
       logger: this.logger,
     });
 
@@ -409,7 +444,7 @@ export class QueueCore {
       for (const [off, attempt, deadlineWall, consumer] of meta.leases) restoredLeases.set(off, { attempt, deadlineWall, consumer });
       for (const [off, h] of meta.history) this.history.set(off, h);
       for (const [off, m] of meta.moving) this.moving.set(off, m);
-      for (const [id, off, exp] of meta.dedupe) this.dedupe.set(id, { off, exp, wait: null });
+      for (const [id, off, exp] of meta.dedupe) this.dd(id).set(id, { off, exp, wait: null, idx: 0 });
       this.redeliveries = meta.counters.redeliveries;
       this.retries = meta.counters.retries;
       this.completed = meta.counters.completed;
@@ -417,6 +452,11 @@ export class QueueCore {
       journalFrom = Math.max(journalFrom, meta.journalOffset);
     } else {
       this.table = new JobTable(this.msgs.logStartOffset);
+    }
+    if (this.table.end > this.msgs.highWatermark) {
+      // Only possible with durability "interval"/"never": the log lost an unsynced tail the snapshot had seen.
+      this.logger.warn({ queue: this.name, snapshotEnd: this.table.end, logEnd: this.msgs.highWatermark }, "queue jobs lost with the unsynced log tail");
+      this.table.truncate(this.msgs.highWatermark);
     }
     // Jobs appended after the snapshot: rebuild their rows from the message log.
     const now = Date.now();
@@ -442,7 +482,7 @@ export class QueueCore {
         if (dd !== undefined) {
           const id = dd.toString("utf8");
           const exp = r.timestamp + (id.startsWith("sys:") ? SYSTEM_DEDUPE_WINDOW_MS : this.config.dedupeWindowMs);
-          if (exp > now) this.dedupe.set(id, { off: r.offset, exp, wait: null });
+          if (exp > now) this.dd(id).set(id, { off: r.offset, exp, wait: null, idx: 0 });
         }
       }
       if (nextOffset <= off) break;
@@ -509,7 +549,13 @@ export class QueueCore {
     this.scheduleLeaseTimer(0);
     // Resume interrupted dead-letter moves and redrives in the background (they may need other
     // queues, which may need this one: never awaited inside open).
-    for (const [o, intent] of this.moving) this.track(this.finishDeadLetter(o, intent).catch((e) => this.logger.error({ err: e, queue: this.name }, "resuming dead-letter move failed")));
+    for (const [o, intent] of this.moving)
+      this.track(
+        this.finishDeadLetter(o, intent, true).catch((e) => {
+          this.logger.warn({ err: e, queue: this.name }, "resuming dead-letter move failed; retrying");
+          this.retryMove(o, intent);
+        }),
+      );
     const rd = await readJsonFile<{ opts: RedriveOptions }>(this.fs, join(this.dir, "redrive.json")).catch(() => null);
     if (rd !== null) {
       const p = Promise.resolve().then(() => this.redrive(rd.opts, true));
@@ -610,7 +656,7 @@ export class QueueCore {
     });
     const now = Date.now();
     const dedupe: [string, number, number][] = [];
-    for (const [id, e] of this.dedupe) if (e.off >= 0 && e.exp > now) dedupe.push([id, e.off, e.exp]);
+    for (const m of [this.dedupe, this.sysDedupe]) for (const [id, e] of m) if (e.off >= 0 && e.exp > now) dedupe.push([id, e.off, e.exp]);
     const meta: SnapshotMeta = {
       version: 1,
       incarnation: this.incarnation,
@@ -630,6 +676,8 @@ export class QueueCore {
     head.writeUInt32LE(json.length, 8);
     const body = Buffer.concat([head, json, t.encode()]);
     this.jSinceSnapshot = 0;
+    this.mSinceSnapshot = 0;
+    this.lastSnapshotBytes = body.length;
     await writeFileAtomic(this.fs, join(this.dir, "snapshot.bin"), body);
     // The snapshot is durable: what it covers may go (storage proportional to backlog).
     await this.journal.advanceLogStart(Math.min(meta.journalOffset, this.journal.highWatermark));
@@ -647,18 +695,40 @@ export class QueueCore {
 
   /** Queues an event for the journal; resolves once it is durable (group commit). */
   private journalEvent(buf: Buffer | null): Promise<void> {
-    this.checkOpen();
-    if (this.jBatch === null) this.jBatch = { bufs: [], bytes: 0, d: deferred() };
-    const b = this.jBatch;
+    const b = this.jOpenBatch();
     if (buf !== null) {
-      b.bufs.push(buf);
+      if (b.pos + buf.length > b.cur.length) this.jNewChunk(b, buf.length);
+      buf.copy(b.cur, b.pos);
+      b.pos += buf.length;
       b.bytes += buf.length;
     }
+    return b.d.promise;
+  }
+
+  /** Fast path for fixed-size events: written straight into the batch buffer (no per-event allocation). */
+  private jev(type: Ev, off: number, attempt: number, time: number): Promise<void> {
+    const b = this.jOpenBatch();
+    if (b.pos + EVENT_FIXED_BYTES > b.cur.length) this.jNewChunk(b, EVENT_FIXED_BYTES);
+    b.pos = writeEvent(b.cur, b.pos, type, off, attempt, time);
+    b.bytes += EVENT_FIXED_BYTES;
+    return b.d.promise;
+  }
+
+  private jNewChunk(b: JournalBatch, need: number): void {
+    if (b.pos > 0) b.chunks.push(b.cur.subarray(0, b.pos));
+    b.cur = Buffer.allocUnsafe(Math.max(JOURNAL_CHUNK_BYTES, need));
+    b.pos = 0;
+  }
+
+  private jOpenBatch(): JournalBatch {
+    this.checkOpen();
+    if (this.jBatch === null) this.jBatch = { chunks: [], cur: Buffer.allocUnsafe(JOURNAL_CHUNK_BYTES), pos: 0, bytes: 0, d: deferred() };
+    const b = this.jBatch;
     if (!this.jRunning) {
       this.jRunning = true;
       queueMicrotask(() => void this.journalLoop());
     }
-    return b.d.promise;
+    return b;
   }
 
   private async journalLoop(): Promise<void> {
@@ -669,21 +739,10 @@ export class QueueCore {
         this.jBatch = null;
         try {
           if (b.bytes > 0) {
-            const records: PreparedRecord[] = [];
-            let chunk: Buffer[] = [];
-            let bytes = 0;
+            // One journal record per chunk; events never straddle chunks.
+            if (b.pos > 0) b.chunks.push(b.cur.subarray(0, b.pos));
             const ts = Date.now();
-            for (const e of b.bufs) {
-              if (bytes + e.length > MAX_JOURNAL_RECORD_BYTES && chunk.length > 0) {
-                records.push({ key: null, value: Buffer.concat(chunk, bytes), valueKind: 0, timestamp: ts, headers: null });
-                chunk = [];
-                bytes = 0;
-              }
-              chunk.push(e);
-              bytes += e.length;
-            }
-            if (chunk.length > 0) records.push({ key: null, value: Buffer.concat(chunk, bytes), valueKind: 0, timestamp: ts, headers: null });
-            await this.journal.append(records);
+            await this.journal.append(b.chunks.map((value) => ({ key: null, value, valueKind: 0 as const, timestamp: ts, headers: null })));
             this.jSinceSnapshot += b.bytes;
           }
           b.d.resolve();
@@ -758,6 +817,7 @@ export class QueueCore {
     if (item.dedupeId !== undefined) {
       if (typeof item.dedupeId !== "string" || item.dedupeId.length === 0 || Buffer.byteLength(item.dedupeId) > MAX_DEDUPE_ID_BYTES)
         throw new ValidationError(`dedupeId must be a non-empty string of at most ${MAX_DEDUPE_ID_BYTES} bytes`);
+      if (extra === null && item.dedupeId.startsWith("sys:")) throw new ValidationError(`dedupeId prefix "sys:" is reserved`);
       dedupeId = item.dedupeId;
     }
     const headers: [string, Buffer][] = [];
@@ -796,6 +856,10 @@ export class QueueCore {
     return (r.value?.length ?? 0) + (r.key?.length ?? 0) + 16;
   }
 
+  private dd(id: string): Map<string, DedupeEntry> {
+    return id.startsWith("sys:") ? this.sysDedupe : this.dedupe;
+  }
+
   private dedupeWindow(id: string): number {
     return id.startsWith("sys:") ? SYSTEM_DEDUPE_WINDOW_MS : this.config.dedupeWindowMs;
   }
@@ -814,9 +878,10 @@ export class QueueCore {
       const job = jobs[i];
       if (job.dedupeId !== null) {
         const window = this.dedupeWindow(job.dedupeId);
-        const e = window > 0 ? this.dedupe.get(job.dedupeId) : undefined;
+        const e = window > 0 ? this.dd(job.dedupeId).get(job.dedupeId) : undefined;
         if (e !== undefined && e.exp > now) {
-          results[i] = e.wait !== null ? e.wait.promise.then((off) => ({ id: String(off), duplicate: true })) : { id: String(e.off), duplicate: true };
+          const idx = e.idx;
+          results[i] = e.wait !== null ? e.wait.promise.then((base) => ({ id: String(base + idx), duplicate: true })) : { id: String(e.off), duplicate: true };
           continue;
         }
         if (window > 0 && seenInBatch.has(job.dedupeId)) {
@@ -836,19 +901,23 @@ export class QueueCore {
       await this.admit(fresh.length, bytes, signal);
       this.reservedDepth += fresh.length;
       this.reservedBytes += bytes;
-      for (const f of fresh) {
-        const d = deferred<number>();
-        if (f.job.dedupeId !== null && this.dedupeWindow(f.job.dedupeId) > 0) {
+      const d = deferred<number>();
+      const group: PendingEnqueue = { jobs: new Array<PreparedJob>(fresh.length), bytes, d };
+      for (let k = 0; k < fresh.length; k++) {
+        const job = fresh[k].job;
+        group.jobs[k] = job;
+        if (job.dedupeId !== null && this.dedupeWindow(job.dedupeId) > 0) {
           // Claimed now so a concurrent duplicate waits for this job's id (window survives restart via the header).
-          this.dedupe.set(f.job.dedupeId, { off: -1, exp: now + this.dedupeWindow(f.job.dedupeId), wait: d });
+          this.dd(job.dedupeId).set(job.dedupeId, { off: -1, exp: now + this.dedupeWindow(job.dedupeId), wait: d, idx: k });
         }
-        this.ePending.push({ job: f.job, d });
-        results[f.i] = d.promise.then((off) => ({ id: String(off), duplicate: false }));
       }
+      this.ePending.push(group);
       if (!this.eRunning) {
         this.eRunning = true;
         queueMicrotask(() => void this.enqueueLoop());
       }
+      const base = await d.promise;
+      for (let k = 0; k < fresh.length; k++) results[fresh[k].i] = { id: String(base + k), duplicate: false };
     }
     const out = await Promise.all(results);
     for (const [i, first] of dupOf) out[i] = { id: out[first].id, duplicate: true };
@@ -894,56 +963,73 @@ export class QueueCore {
   private sweepDedupe(now: number): void {
     // Entries are inserted roughly in expiry order (one window per class); stop at the first live one.
     let n = 0;
-    for (const [id, e] of this.dedupe) {
-      if (e.exp > now || n++ > 1000) break;
-      if (e.wait === null) this.dedupe.delete(id);
+    for (const m of [this.dedupe, this.sysDedupe]) {
+      for (const [id, e] of m) {
+        if (e.exp > now || n++ > 1000) break;
+        if (e.wait === null) m.delete(id);
+      }
     }
   }
 
   private async enqueueLoop(): Promise<void> {
     try {
       while (this.ePending.length > 0 && !this.broken) {
+        // Whole groups per append, up to MAX_APPEND_RECORDS / MAX_APPEND_BYTES (a group alone may exceed them).
         let n = 0;
+        let recs = 0;
         let bytes = 0;
-        while (n < this.ePending.length && n < MAX_APPEND_RECORDS && (n === 0 || bytes + this.ePending[n].job.size <= MAX_APPEND_BYTES)) {
-          bytes += this.ePending[n].job.size;
+        while (
+          n < this.ePending.length &&
+          (n === 0 || (recs + this.ePending[n].jobs.length <= MAX_APPEND_RECORDS && bytes + this.ePending[n].bytes <= MAX_APPEND_BYTES))
+        ) {
+          recs += this.ePending[n].jobs.length;
+          bytes += this.ePending[n].bytes;
           n++;
         }
-        const batch = this.ePending.splice(0, n);
+        const groups = this.ePending.splice(0, n);
+        const records: PreparedRecord[] = new Array(recs);
+        let r = 0;
+        for (const g of groups) for (const j of g.jobs) records[r++] = j.rec;
         let base: number;
         try {
-          base = (await this.msgs.append(batch.map((p) => p.job.rec))).baseOffset;
+          base = (await this.msgs.append(records)).baseOffset;
         } catch (e) {
           // Nothing of a failed append is acknowledged; the log engine made it unwritable, so this queue is too.
-          for (const p of batch) {
-            if (p.job.dedupeId !== null) this.dedupe.delete(p.job.dedupeId);
-            p.d.reject(e);
+          for (const g of [...groups, ...this.ePending.splice(0)]) {
+            for (const j of g.jobs) if (j.dedupeId !== null && this.dd(j.dedupeId).get(j.dedupeId)?.wait === g.d) this.dd(j.dedupeId).delete(j.dedupeId);
+            this.reservedDepth -= g.jobs.length;
+            this.reservedBytes -= g.bytes;
+            g.d.reject(e);
           }
-          this.reservedDepth -= batch.length;
-          this.reservedBytes -= bytes;
           this.fail(e);
-          for (const p of this.ePending.splice(0)) p.d.reject(e);
           break;
         }
-        this.reservedDepth -= batch.length;
+        this.reservedDepth -= recs;
         this.reservedBytes -= bytes;
-        if (this.closed) {
-          for (let k = 0; k < batch.length; k++) batch[k].d.resolve(base + k);
-          continue;
+        this.mSinceSnapshot += bytes;
+        if (this.mSinceSnapshot > Math.max(SNAPSHOT_EVERY_MSG_BYTES, 2 * this.lastSnapshotBytes) && !this.snapshotRequested) {
+          this.snapshotRequested = true;
+          void this.journalEvent(null).catch(() => {});
         }
-        for (let k = 0; k < batch.length; k++) {
-          const p = batch[k];
-          const off = base + k;
-          this.addRow(off, p.job);
-          if (p.job.dedupeId !== null) {
-            const e = this.dedupe.get(p.job.dedupeId);
-            if (e !== undefined && e.wait === p.d) {
-              e.off = off;
-              e.wait = null;
+        let off = base;
+        for (const g of groups) {
+          const gBase = off;
+          if (!this.closed) {
+            for (const job of g.jobs) {
+              this.addRow(off, job);
+              if (job.dedupeId !== null) {
+                const e = this.dd(job.dedupeId).get(job.dedupeId);
+                if (e !== undefined && e.wait === g.d) {
+                  e.off = off;
+                  e.wait = null;
+                }
+              }
+              // Delayed jobs are not cached: they are delivered much later (read back in order then).
+              if (!this.spill && job.deliverAt <= job.rec.timestamp) this.cacheRecord(off, job.rec);
+              off++;
             }
-          }
-          if (!this.spill) this.cacheRecord(off, p.job.rec);
-          p.d.resolve(off);
+          } else off += g.jobs.length;
+          g.d.resolve(gBase);
         }
         this.scheduleDelayTimer();
         this.pump();
@@ -984,30 +1070,42 @@ export class QueueCore {
    * back in large sequential chunks (read-ahead), refilling the cache.
    */
   private cacheRecord(off: number, rec: PreparedRecord | StoredRecord): void {
-    const bytes = (rec.value?.length ?? 0) + 64;
-    if (this.cache.has(off)) return;
+    const bytes = cacheCost(rec);
+    const slot = off % CACHE_SLOTS;
+    if (this.cacheSlots[slot] !== undefined) {
+      if (this.cacheOffs[slot] !== off) this.spill = true;
+      return;
+    }
     if (this.cacheBytes + bytes > TAIL_CACHE_BYTES) {
       this.spill = true;
       return;
     }
-    this.cache.set(off, { offset: off, timestamp: rec.timestamp, key: rec.key, value: rec.value, valueKind: rec.valueKind, headers: rec.headers });
+    this.cacheSlots[slot] = rec;
+    this.cacheOffs[slot] = off;
     this.cacheBytes += bytes;
   }
 
+  private cacheGet(off: number): PreparedRecord | undefined {
+    const slot = off % CACHE_SLOTS;
+    const r = this.cacheSlots[slot];
+    return r !== undefined && this.cacheOffs[slot] === off ? r : undefined;
+  }
+
   private uncache(off: number): void {
-    const r = this.cache.get(off);
-    if (r !== undefined) {
-      this.cache.delete(off);
-      this.cacheBytes -= (r.value?.length ?? 0) + 64;
+    const slot = off % CACHE_SLOTS;
+    const r = this.cacheSlots[slot];
+    if (r !== undefined && this.cacheOffs[slot] === off) {
+      this.cacheSlots[slot] = undefined;
+      this.cacheBytes -= cacheCost(r);
     }
   }
 
   /** Reads records by offset: the tail cache first, then the message log. */
-  private async fetchRecords(offs: number[]): Promise<Map<number, StoredRecord | Error>> {
-    const out = new Map<number, StoredRecord | Error>();
+  private async fetchRecords(offs: number[]): Promise<Map<number, PreparedRecord | Error>> {
+    const out = new Map<number, PreparedRecord | Error>();
     const missing: number[] = [];
     for (const o of offs) {
-      const r = this.cache.get(o);
+      const r = this.cacheGet(o);
       if (r !== undefined) out.set(o, r);
       else missing.push(o);
     }
@@ -1025,10 +1123,10 @@ export class QueueCore {
     }
   }
 
-  private async readMissing(all: number[], out: Map<number, StoredRecord | Error>): Promise<Map<number, StoredRecord | Error>> {
+  private async readMissing(all: number[], out: Map<number, PreparedRecord | Error>): Promise<Map<number, PreparedRecord | Error>> {
     const missing: number[] = [];
     for (const o of all) {
-      const r = this.cache.get(o);
+      const r = this.cacheGet(o);
       if (r !== undefined) out.set(o, r);
       else missing.push(o);
     }
@@ -1118,6 +1216,8 @@ export class QueueCore {
   private pushHistory(off: number, rec: AttemptRecord): void {
     let h = this.history.get(off);
     if (h === undefined) this.history.set(off, (h = []));
+    // Replay may repeat an event already reflected in the snapshot (JRN-1): keep history idempotent.
+    if (h.some((x) => x.attempt === rec.attempt && x.at === rec.at)) return;
     h.push(rec);
     if (h.length > MAX_HISTORY) h.splice(0, h.length - MAX_HISTORY);
   }
@@ -1179,7 +1279,7 @@ export class QueueCore {
     const t = this.table;
     const grants: Lease[] = [];
     const ws = [...this.workers].filter((w) => w.capacity() > 0);
-    let evs: Buffer[] = [];
+    let p: Promise<void> | null = null;
     const wallNow = Date.now();
     const monoNow = performance.now();
     let progress = true;
@@ -1219,22 +1319,21 @@ export class QueueCore {
         this.leases.set(off, lease);
         w.reserve();
         grants.push(lease);
-        evs.push(encodeEvent(Ev.DELIVER, off, attempt, lease.deadlineWall));
+        p = this.jev(Ev.DELIVER, off, attempt, lease.deadlineWall);
         progress = true;
       }
       this.rr++;
     }
     if (grants.length === 0) return;
-    let p!: Promise<void>;
-    for (const e of evs) p = this.journalEvent(e);
-    evs = [];
-    this.scheduleLeaseTimer(monoNow + Math.min(...grants.map((g) => g.deadlineMono - monoNow)));
-    void this.handOut(grants, p);
+    let first = Infinity;
+    for (const g of grants) if (g.deadlineMono < first) first = g.deadlineMono;
+    this.scheduleLeaseTimer(first);
+    void this.handOut(grants, p!);
   }
 
   /** Q-1: jobs reach workers only after their DELIVER events are durable. */
   private async handOut(grants: Lease[], durable: Promise<void>): Promise<void> {
-    let recs: Map<number, StoredRecord | Error>;
+    let recs: Map<number, PreparedRecord | Error>;
     try {
       [, recs] = await Promise.all([durable, this.fetchRecords(grants.map((g) => g.off))]);
     } catch (e) {
@@ -1255,7 +1354,7 @@ export class QueueCore {
         w.unreserve();
         this.finish(g.off, St.DEAD);
         this.deadLettered++;
-        void this.journalEvent(encodeEvent(Ev.DEAD, g.off, g.attempt, Date.now())).catch(() => {});
+        void this.jev(Ev.DEAD, g.off, g.attempt, Date.now()).catch(() => {});
         continue;
       }
       const job = this.makeJob(g, r);
@@ -1264,7 +1363,7 @@ export class QueueCore {
     }
   }
 
-  private makeJob(g: Lease, r: StoredRecord): JobImpl<unknown> {
+  private makeJob(g: Lease, r: PreparedRecord): JobImpl<unknown> {
     const rd = getHeader(r.headers, H_REDRIVES);
     const dlq = getHeader(r.headers, H_DLQ);
     let data: unknown;
@@ -1368,7 +1467,7 @@ export class QueueCore {
     g.worker?.settled(g);
     this.finish(g.off, St.DONE);
     this.countAck();
-    const p = this.journalEvent(encodeEvent(Ev.ACK, g.off, g.attempt, Date.now()));
+    const p = this.jev(Ev.ACK, g.off, g.attempt, Date.now());
     this.pump();
     return p;
   }
@@ -1422,7 +1521,7 @@ export class QueueCore {
     g.deadlineMono = performance.now() + ms;
     g.deadlineWall = Date.now() + ms;
     this.scheduleLeaseTimer(g.deadlineMono);
-    return this.journalEvent(encodeEvent(Ev.EXTEND, g.off, g.attempt, g.deadlineWall));
+    return this.jev(Ev.EXTEND, g.off, g.attempt, g.deadlineWall);
   }
 
   // ─────────────────────────────── dead letters ───────────────────────────────
@@ -1443,11 +1542,30 @@ export class QueueCore {
     this.moving.set(off, intent);
     this.pump();
     await this.journalEvent(encodeEvent(Ev.DLQ_INTENT, off, t.attempts[i], intent.at, intent));
-    await this.finishDeadLetter(off, intent);
+    try {
+      await this.finishDeadLetter(off, intent);
+    } catch (e) {
+      // E.g. the DLQ is full: the intent is durable, so keep retrying (and on every open) until it lands.
+      this.retryMove(off, intent);
+      throw e;
+    }
+  }
+
+  private retryMove(off: number, intent: DlqIntent): void {
+    const timer = setTimeout(() => {
+      if (this.closed || this.broken || !this.moving.has(off)) return;
+      this.track(
+        this.finishDeadLetter(off, intent, true).catch((e) => {
+          this.logger.warn({ err: e, queue: this.name, offset: off }, "dead-letter move failed; retrying");
+          this.retryMove(off, intent);
+        }),
+      );
+    }, 1000);
+    timer.unref();
   }
 
   /** Q-4 steps 2-3 (also run on open for intents found in the journal). */
-  private async finishDeadLetter(off: number, intent: DlqIntent): Promise<void> {
+  private async finishDeadLetter(off: number, intent: DlqIntent, resumed = false): Promise<void> {
     const t = this.table;
     if (this.config.deadLetter !== null) {
       const [r] = [...(await this.fetchRecords([off])).values()];
@@ -1478,7 +1596,9 @@ export class QueueCore {
         ...(intent.codeVersion !== undefined ? { codeVersion: intent.codeVersion } : {}),
         redriveCount,
         repeat: redriveCount > 0 && redriveCount >= this.config.maxRedrives,
-        duplicate: false,
+        // A resumed move may follow a DLQ append that landed before the crash; the system dedupe id
+        // normally suppresses the second copy, but if it does not (window passed) the copy says so.
+        duplicate: resumed,
         redacted,
         key: r.key === null ? null : r.key.toString("utf8"),
       };
@@ -1494,7 +1614,7 @@ export class QueueCore {
       this.finish(off, St.DEAD);
       this.deadLettered++;
       this.pump();
-      await this.journalEvent(encodeEvent(Ev.DEAD, off, 0, Date.now()));
+      await this.jev(Ev.DEAD, off, 0, Date.now());
     }
   }
 
@@ -1585,7 +1705,7 @@ export class QueueCore {
         for (const { off } of list) {
           if (!t.has(off) || t.status[t.idx(off)] !== St.MOVING) continue;
           this.finish(off, St.DONE);
-          p = this.journalEvent(encodeEvent(Ev.ACK, off, 0, Date.now()));
+          p = this.jev(Ev.ACK, off, 0, Date.now());
           moved++;
         }
         await p;
@@ -1624,11 +1744,11 @@ export class QueueCore {
     this.chains.clear();
     this.ready.clear();
     this.delayed.clear();
-    this.cache.clear();
+    this.cacheSlots = new Array(CACHE_SLOTS);
     this.cacheBytes = 0;
     t.advanceFloor();
     this.notifyRoom();
-    await this.journalEvent(encodeEvent(Ev.PURGE, end, 0, Date.now()));
+    await this.jev(Ev.PURGE, end, 0, Date.now());
     await this.compact();
     return n;
   }
@@ -1799,6 +1919,9 @@ export class WorkerImpl<T> implements Worker<T> {
   private failure: Error | null = null;
   private readonly opening: Promise<void>;
   private readonly signal: AbortSignal | undefined;
+  /** Push mode (used by `process()`): jobs go straight to this callback instead of the iterator buffer. */
+  onJob: ((job: JobImpl<T>) => void) | null = null;
+  private closedWaiters: (() => void)[] = [];
 
   constructor(corePromise: Promise<QueueCore>, opts: WorkOptions = {}) {
     const c = opts;
@@ -1817,6 +1940,7 @@ export class WorkerImpl<T> implements Worker<T> {
       },
       (e) => {
         this.failure = e instanceof Error ? e : new Error(String(e));
+        this.closed = true;
         this.wake();
       },
     );
@@ -1825,6 +1949,11 @@ export class WorkerImpl<T> implements Worker<T> {
       if (this.signal.aborted) this.closed = true;
       else this.signal.addEventListener("abort", () => void this.close(), { once: true });
     }
+  }
+
+  /** Why the worker stopped, if it failed (queue could not open, storage failure, queue closed). */
+  get error(): Error | null {
+    return this.failure;
   }
 
   capacity(): number {
@@ -1843,8 +1972,19 @@ export class WorkerImpl<T> implements Worker<T> {
       this.core?.release(g);
       return;
     }
+    if (this.onJob !== null) {
+      this.held.add(g);
+      this.onJob(job);
+      return;
+    }
     this.buffer.push(job);
     this.wake();
+  }
+
+  /** Resolves once the worker stopped receiving (close, stopReceiving, abort, queue shutdown). */
+  whenStopped(): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    return new Promise((r) => this.closedWaiters.push(r));
   }
   /** Called by the queue when a lease this worker held ended (settled, expired, purged). */
   settled(g: Lease): void {
@@ -1860,6 +2000,7 @@ export class WorkerImpl<T> implements Worker<T> {
     void this.close();
   }
   private wake(): void {
+    if (this.closed) for (const r of this.closedWaiters.splice(0)) r();
     const w = this.waiter;
     this.waiter = null;
     w?.();
@@ -1872,8 +2013,8 @@ export class WorkerImpl<T> implements Worker<T> {
         this.held.add((job as unknown as { lease: Lease }).lease);
         return { value: job, done: false };
       }
+      if (this.failure && this.core === null) throw this.failure;
       if (this.closed) return { value: undefined, done: true };
-      if (this.failure) throw this.failure;
       await new Promise<void>((r) => (this.waiter = r));
     }
   }
@@ -1900,6 +2041,11 @@ export class WorkerImpl<T> implements Worker<T> {
     for (const j of this.buffer.splice(0)) j.release();
     if (this.onUnsettled === "nack") for (const g of [...this.held]) core.release(g);
     this.held.clear();
+  }
+
+  /** Aborts the signals of unsettled jobs (shutdown) without releasing their leases. */
+  abortSignals(reason: unknown): void {
+    for (const g of this.held) abortLease(g, reason);
   }
 
   /** Like close(), but unsettled jobs stay leased so running handlers can still settle them. */

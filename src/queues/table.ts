@@ -81,11 +81,11 @@ export class JobTable {
 
   /**
    * Appends a row for `offset`, which must be `end` (offsets are contiguous), or moves an empty
-   * table to `offset` (the log start moved past purged data).
+   * table to `offset` (the log start moved past purged data, or an unsynced tail was lost).
    */
   add(offset: number, status: St, visibleAt: number, enqueuedAt: number, chain: number, size: number): number {
     if (offset !== this.end) {
-      if (this.rows === 0 && offset > this.end) {
+      if (this.rows === 0) {
         this.base = offset;
         this.head = this.tail = 0;
       } else {
@@ -101,6 +101,12 @@ export class JobTable {
     this.chain[i] = chain;
     this.size[i] = size;
     return i;
+  }
+
+  /** Drops rows at and above `end` (their jobs were lost from an unsynced log tail). */
+  truncate(end: number): void {
+    const i = Math.max(this.head, end - this.base);
+    if (i < this.tail) this.tail = i;
   }
 
   /** Moves `floor` past terminal rows; returns the new floor. */

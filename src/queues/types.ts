@@ -49,6 +49,8 @@ export interface QueueConfig {
   durability?: Durability;
   /** Max jobs in flight across all workers of this queue (bounds lease memory). Default 100_000. */
   maxInFlight?: number;
+  /** Segment size of the queue's message log; settled segments are deleted whole. Default 64 MiB. */
+  segmentBytes?: number;
 }
 
 export interface EnqueueOptions {

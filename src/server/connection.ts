@@ -14,7 +14,6 @@
  */
 import type { Socket } from "node:net";
 import {
-  BrokerError,
   ConnectionClosedError,
   LeaseExpiredError,
   ProtocolError,
@@ -58,6 +57,11 @@ export interface Logger {
 export interface ConnectionLimits {
   maxFrameBytes: number;
   maxInFlight: number;
+  /** Bytes of request frames being executed on one connection; reading pauses above it. */
+  maxInFlightBytes: number;
+  /** The same across all connections of the server (a pipelining client cannot pin
+   * maxInFlight x maxFrameBytes, and many clients together cannot exceed this). */
+  maxInFlightBytesTotal: number;
   maxOutputBytes: number;
   maxRecordsPerBatch: number;
   maxSubscriptionsPerConnection: number;
@@ -71,6 +75,8 @@ export interface ConnectionLimits {
 export const DEFAULT_LIMITS: ConnectionLimits = {
   maxFrameBytes: 16 * 1024 * 1024,
   maxInFlight: 1024,
+  maxInFlightBytes: 64 * 1024 * 1024,
+  maxInFlightBytesTotal: 512 * 1024 * 1024,
   maxOutputBytes: 8 * 1024 * 1024,
   maxRecordsPerBatch: 100_000,
   maxSubscriptionsPerConnection: 256,
@@ -82,6 +88,13 @@ export const DEFAULT_LIMITS: ConnectionLimits = {
 };
 
 type State = "preamble" | "hello" | "ready" | "closing" | "closed";
+
+/** Server-wide accounting shared by all connections. */
+export interface SharedBudget {
+  inFlightBytes: number;
+  /** Connections paused because the shared budget was exhausted. */
+  paused: Set<Connection>;
+}
 
 let nextConnectionId = 1;
 
@@ -106,6 +119,7 @@ export class Connection {
   private state: State = "preamble";
   private readonly reader: FrameReader;
   private inFlight = 0;
+  private inFlightBytes = 0;
   private readonly members = new Map<number, RemoteMember>();
   private readonly workers = new Map<number, RemoteWorker>();
   /** Queue handles by name+config, bounded (a handle is cheap; this only avoids re-validation). */
@@ -117,6 +131,7 @@ export class Connection {
   private livenessTimer: NodeJS.Timeout | null = null;
   private handshakeTimer: NodeJS.Timeout | null;
   private paused = false;
+  private corked = false;
   private writableWaiters: (() => void)[] = [];
   private idleWaiters: (() => void)[] = [];
   version = 0;
@@ -127,6 +142,7 @@ export class Connection {
     private readonly limits: ConnectionLimits,
     private readonly logger: Logger | undefined,
     private readonly onClose: (c: Connection) => void,
+    private readonly shared: SharedBudget = { inFlightBytes: 0, paused: new Set() },
   ) {
     this.reader = new FrameReader(PRE_HANDSHAKE_MAX_FRAME_BYTES);
     socket.setNoDelay(true);
@@ -189,8 +205,16 @@ export class Connection {
         this.handleHello(frame);
         continue;
       }
-      this.dispatch(frame);
+      this.dispatch(frame, raw.length);
     }
+  }
+
+  private overBudget(): boolean {
+    return (
+      this.inFlight >= this.limits.maxInFlight ||
+      this.inFlightBytes >= this.limits.maxInFlightBytes ||
+      this.shared.inFlightBytes >= this.limits.maxInFlightBytesTotal
+    );
   }
 
   private handleHello(frame: Frame): void {
@@ -227,6 +251,16 @@ export class Connection {
 
   private send(buf: Buffer): boolean {
     if (this.state === "closed" || this.socket.destroyed) return false;
+    // Coalesce the frames written during one tick into one syscall (many small responses
+    // and pushes are common: queue jobs, receipts).
+    if (!this.corked) {
+      this.corked = true;
+      this.socket.cork();
+      process.nextTick(() => {
+        this.corked = false;
+        this.socket.uncork();
+      });
+    }
     this.socket.write(buf);
     const ok = this.socket.writableLength < this.limits.maxOutputBytes;
     if (!ok && !this.paused) {
@@ -244,10 +278,14 @@ export class Connection {
     this.maybeResume();
   }
 
-  private maybeResume(): void {
-    if (!this.paused) return;
-    if (this.inFlight >= this.limits.maxInFlight) return;
+  maybeResume(): void {
+    if (!this.paused || this.state !== "ready") return;
+    if (this.overBudget()) {
+      if (this.shared.inFlightBytes >= this.limits.maxInFlightBytesTotal) this.shared.paused.add(this);
+      return;
+    }
     if (this.socket.writableLength >= this.limits.maxOutputBytes) return;
+    this.shared.paused.delete(this);
     this.paused = false;
     this.socket.resume();
     try {
@@ -272,10 +310,14 @@ export class Connection {
     this.send(encodeFrame(frame.op, FLAG_RESPONSE | FLAG_ERROR, frame.correlationId, wire));
   }
 
-  private dispatch(frame: Frame): void {
+  private dispatch(frame: Frame, size: number): void {
     if (frame.flags & (FLAG_RESPONSE | FLAG_PUSH)) throw new ProtocolError("clients may only send requests");
     // Frames that need no response and cost nothing are handled inline.
     if (frame.op === Op.Heartbeat) return;
+    if (frame.op === Op.RevokeAck) {
+      this.members.get(int(frame.meta, "sub")!)?.revokeAck(int(frame.meta, "ack")!);
+      return;
+    }
     if (frame.op === Op.Credit) {
       const sub = int(frame.meta, "sub")!;
       const n = int(frame.meta, "credit")!;
@@ -283,9 +325,12 @@ export class Connection {
       return;
     }
     this.inFlight++;
-    if (this.inFlight >= this.limits.maxInFlight && !this.paused) {
+    this.inFlightBytes += size;
+    this.shared.inFlightBytes += size;
+    if (this.overBudget() && !this.paused) {
       this.paused = true;
       this.socket.pause();
+      if (this.shared.inFlightBytes >= this.limits.maxInFlightBytesTotal) this.shared.paused.add(this);
     }
     let p: Promise<void>;
     try {
@@ -297,6 +342,15 @@ export class Connection {
     }
     p.catch((err) => this.respondError(frame, err)).finally(() => {
       this.inFlight--;
+      this.inFlightBytes -= size;
+      this.shared.inFlightBytes -= size;
+      // Connections paused on the shared budget may continue now.
+      if (this.shared.paused.size > 0 && this.shared.inFlightBytes < this.limits.maxInFlightBytesTotal) {
+        for (const c of [...this.shared.paused]) {
+          this.shared.paused.delete(c);
+          c.maybeResume();
+        }
+      }
       if (this.inFlight === 0) {
         const ws = this.idleWaiters;
         this.idleWaiters = [];
@@ -415,6 +469,18 @@ export class Connection {
         return this.respond(frame, {});
       }
       case Op.QueueAdmin: {
+        if (m.action === "list" || m.action === "delete") {
+          const host = queueHost(this.broker) as unknown as { listQueues?(): Promise<string[]>; deleteQueue?(n: string): Promise<void> };
+          if (m.action === "list") {
+            if (typeof host.listQueues !== "function") throw new ValidationError("this broker cannot list queues");
+            return this.respond(frame, { queues: await host.listQueues() });
+          }
+          if (typeof host.deleteQueue !== "function") throw new ValidationError("this broker cannot delete queues");
+          const name = str(m, "queue", 300);
+          await host.deleteQueue(name);
+          for (const k of [...this.queues.keys()]) if (k.startsWith(`${name}\u0000`)) this.queues.delete(k);
+          return this.respond(frame, {});
+        }
         const q = this.queueFor(m);
         switch (m.action) {
           case "stats":
@@ -495,6 +561,7 @@ export class Connection {
       visibilityTimeoutMs: int(m, "visibilityTimeoutMs", true),
       consumerId: typeof m.consumerId === "string" ? m.consumerId.slice(0, 200) : `conn-${this.id}-worker-${id}`,
       codeVersion: typeof m.codeVersion === "string" ? m.codeVersion.slice(0, 200) : undefined,
+      onUnsettled: m.onUnsettled === "error" ? "error" : "nack",
       push: (jobs) => {
         const metaJobs = jobs.map((j) => ({
           id: j.id,
@@ -562,14 +629,15 @@ export class Connection {
       credit,
       maxUncommitted: this.limits.maxUncommittedPerSubscription,
       maxBatchMessages: 1000,
+      revokeTimeoutMs: Math.min(sessionTimeoutMs, 10_000),
       push: (msgs: Message[]) => {
         const w = new Writer(256 + msgs.length * 64);
         w.u32(msgs.length);
         for (const msg of msgs) writeConsumedRecord(w, msg);
         return this.send(encodeFrame(Op.PushMessages, FLAG_PUSH, 0, { sub: subId, topic }, w.finish()));
       },
-      pushAssignment: (generation, assigned, revoked) => {
-        this.send(encodeFrame(Op.PushAssignment, FLAG_PUSH, 0, { sub: subId, generation, assigned, revoked }));
+      pushAssignment: (generation, assigned, revoked, ack) => {
+        this.send(encodeFrame(Op.PushAssignment, FLAG_PUSH, 0, { sub: subId, generation, assigned, revoked, ack }));
       },
       pushEnded: (reason, error) => {
         if (this.members.get(subId) === member) {
@@ -643,6 +711,7 @@ export class Connection {
   private cleanup(): void {
     if (this.state === "closed") return;
     this.state = "closed";
+    this.shared.paused.delete(this);
     if (this.handshakeTimer) clearTimeout(this.handshakeTimer);
     if (this.livenessTimer) clearInterval(this.livenessTimer);
     this.ac.abort(new ConnectionClosedError("client connection closed"));
@@ -658,7 +727,6 @@ export class Connection {
   }
 }
 
-export { BrokerError };
 
 /** Settling on a worker that no longer exists: its leases were released when it ended. */
 class LeaseExpiredErrorForWorker extends LeaseExpiredError {

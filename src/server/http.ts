@@ -196,6 +196,17 @@ export function createHttpServer(opts: HttpOptions): Server {
           });
           return send(res, 200, { ...r, records: r.records.map(recordToJson) });
         }
+        case "GET /v1/queues": {
+          const host = queueHost(broker) as unknown as { listQueues?(): Promise<string[]> };
+          if (typeof host.listQueues !== "function") throw new HttpError(404, "this broker cannot list queues");
+          return send(res, 200, { queues: await host.listQueues() });
+        }
+        case "DELETE /v1/queues/:": {
+          const host = queueHost(broker) as unknown as { deleteQueue?(n: string): Promise<void> };
+          if (typeof host.deleteQueue !== "function") throw new HttpError(404, "this broker cannot delete queues");
+          await host.deleteQueue(parts[2]);
+          return send(res, 200, { deleted: parts[2] });
+        }
         case "GET /v1/queues/:/stats":
           return send(res, 200, await queueHost(broker).queue(parts[2]).stats());
         case "POST /v1/queues/:/jobs": {

@@ -6,7 +6,7 @@
 import { createServer, type Server as NetServer, type Socket } from "node:net";
 import type { Server as HttpServer } from "node:http";
 import type { Broker } from "../types.js";
-import { Connection, DEFAULT_LIMITS, type ConnectionLimits, type Logger } from "./connection.js";
+import { Connection, DEFAULT_LIMITS, type ConnectionLimits, type Logger, type SharedBudget } from "./connection.js";
 import { createHttpServer } from "./http.js";
 
 export { DEFAULT_LIMITS } from "./connection.js";
@@ -59,6 +59,7 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
   const limits: ConnectionLimits = { ...DEFAULT_LIMITS, ...opts.limits };
   const maxConnections = opts.maxConnections ?? 10_000;
   const connections = new Set<Connection>();
+  const shared: SharedBudget = { inFlightBytes: 0, paused: new Set() };
   let closing = false;
 
   const tcp = createServer({ noDelay: true }, (socket: Socket) => {
@@ -67,7 +68,7 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
       socket.destroy();
       return;
     }
-    const conn = new Connection(socket, opts.broker, limits, opts.logger, (c) => connections.delete(c));
+    const conn = new Connection(socket, opts.broker, limits, opts.logger, (c) => connections.delete(c), shared);
     connections.add(conn);
   });
   tcp.maxConnections = maxConnections;
@@ -89,7 +90,7 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
       throw err;
     }
   }
-  opts.logger?.info?.({ host, port, httpPort }, "sluice server listening");
+  opts.logger?.debug?.({ host, port, httpPort }, "sluice server listening");
 
   let closed: Promise<void> | null = null;
   const close = (o: { graceMs?: number } = {}): Promise<void> => {

@@ -76,6 +76,7 @@ export const enum Op {
   PushMessages = 45,
   PushAssignment = 46,
   PushSubscriptionEnded = 47,
+  RevokeAck = 48,
   ResetGroup = 50,
   GroupLag = 51,
   QueueEnqueue = 60,
@@ -89,7 +90,7 @@ export const enum Op {
 }
 
 export const KNOWN_OPS: ReadonlySet<number> = new Set([
-  1, 2, 10, 11, 12, 13, 20, 21, 30, 31, 40, 41, 42, 43, 44, 45, 46, 47, 50, 51, 60, 61, 62, 63, 64, 65, 66, 67,
+  1, 2, 10, 11, 12, 13, 20, 21, 30, 31, 40, 41, 42, 43, 44, 45, 46, 47, 48, 50, 51, 60, 61, 62, 63, 64, 65, 66, 67,
 ]);
 
 export const FLAG_RESPONSE = 1;
@@ -523,11 +524,11 @@ function keyBytes(key: string | Uint8Array | null | undefined): Uint8Array | nul
 
 /** Publish records: u32 count, then per record partition(i32, -1 none) timestamp(f64, -1 none)
  * key(nullable bytes) value(kind + payload) headers. */
-export function encodePublishRecords(records: readonly PublishRecord[]): Buffer {
-  const w = new Writer(64 + records.length * 64);
+export function encodePublishRecords(records: readonly PublishRecord[], partitionOverride?: number, sizeHint = 0): Buffer {
+  const w = new Writer(Math.max(64 + records.length * 64, sizeHint + records.length * 32 + 64));
   w.u32(records.length);
   for (const rec of records) {
-    w.i32(rec.partition === undefined ? -1 : rec.partition);
+    w.i32(partitionOverride !== undefined ? partitionOverride : rec.partition === undefined ? -1 : rec.partition);
     w.f64(rec.timestamp === undefined ? -1 : rec.timestamp);
     w.nullableBytes(keyBytes(rec.key));
     encodeValue(w, rec.value);

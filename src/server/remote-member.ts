@@ -12,9 +12,12 @@
  * - session liveness: a member whose connection sends nothing (no heartbeat) for
  *   `sessionTimeoutMs` is closed, which makes the coordinator move its partitions; later
  *   commits for it fail with `StaleGenerationError`;
- * - commits by (partition, offset): the client names the message it processed; we keep the
- *   delivered-but-uncommitted embedded `Message` objects (bounded by `maxUncommitted`) and
- *   commit the matching one, so "processed through this message" keeps its exact meaning;
+ * - commits by (partition, offset): the client names the message it processed. When the
+ *   embedded subscription offers `commitOffsets(Map<partition, nextOffset>)` we keep only the
+ *   highest delivered offset per partition (no message is retained, so memory does not grow
+ *   with unprocessed values) and commit offset+1 for all partitions in one durable write.
+ *   Otherwise we keep the delivered-but-uncommitted `Message` objects (delivery pauses at
+ *   `maxUncommitted`) and call the matching one's commit();
  * - revocation signals: when an embedded message's `signal` aborts (partition revoked) or the
  *   assignment changes, we push the new assignment so the client aborts `msg.signal` before
  *   the partition moves.
@@ -37,17 +40,16 @@ export interface RemoteMemberOptions {
   maxUncommitted: number;
   /** Max messages per push frame. */
   maxBatchMessages: number;
+  /** Longest wait for the client to acknowledge a revocation before the partitions move anyway. */
+  revokeTimeoutMs: number;
   /** Called with a batch of messages to push; returns false when the socket is backpressured. */
   push(messages: Message[]): boolean;
-  pushAssignment(generation: number, assigned: number[], revoked: number[]): void;
+  pushAssignment(generation: number, assigned: number[], revoked: number[], ack?: number): void;
   pushEnded(reason: string, error?: unknown): void;
   /** Resolves when the socket can take more output. */
   waitWritable(): Promise<void>;
 }
 
-/** Resolves after the current macrotask turn: everything the embedded subscription already
- * buffered resolves (in microtasks) before it does. */
-const tick = (): Promise<"tick"> => new Promise((resolve) => setImmediate(() => resolve("tick")));
 
 export class RemoteMember {
   readonly id: number;
@@ -59,12 +61,19 @@ export class RemoteMember {
   /** Delivered but not yet committed messages, per partition, in offset order. */
   private readonly uncommitted = new Map<number, Message[]>();
   private uncommittedCount = 0;
+  /** Hook mode: highest delivered offset per partition. */
+  private readonly delivered = new Map<number, number>();
+  private readonly commitHook: ((next: Map<number, number>) => Promise<void>) | null;
   private readonly hookedSignals = new WeakSet<AbortSignal>();
   private lastAssignment: number[] = [];
   private generation = 0;
   private assignmentTimer: NodeJS.Timeout;
   /** Set once the member is closed; the reason is reported to later commits. */
   endedReason: string | null = null;
+  private nextAck = 1;
+  /** True when revoke/assign are intercepted (then message signals need no separate watch). */
+  private intercepting = false;
+  private readonly pendingAcks = new Map<number, () => void>();
 
   constructor(opts: RemoteMemberOptions) {
     this.id = opts.id;
@@ -80,6 +89,9 @@ export class RemoteMember {
     });
     // Assignment changes are not always visible through a message (a member may get no data);
     // poll the cheap `assignment()` too. Unref'd: it must never keep a process alive.
+    this.interceptRebalance();
+    const hook = (this.sub as unknown as { commitOffsets?: unknown }).commitOffsets;
+    this.commitHook = typeof hook === "function" ? (hook.bind(this.sub) as (next: Map<number, number>) => Promise<void>) : null;
     this.assignmentTimer = setInterval(() => this.checkAssignment(), 100);
     this.assignmentTimer.unref();
     void this.pump();
@@ -104,6 +116,62 @@ export class RemoteMember {
     w?.();
   }
 
+  /**
+   * Cooperative revocation across the network. The coordinator awaits a member's `revoke()`
+   * before it hands the partitions to their new owner (GRP-1), so we extend the embedded
+   * member's revoke: after it stops locally, the client is told (PUSH_ASSIGNMENT with an ack
+   * id) and we wait for its REVOKE_ACK -- sent once it has aborted `msg.signal` and dropped
+   * buffered messages -- or for `revokeTimeoutMs`, or for this member to end. Thus a remote
+   * consumer stops before its partitions move. Assignments are pushed at once, too.
+   * Duck-typed: an engine whose subscription has no revoke/assign keeps the polling path.
+   */
+  private interceptRebalance(): void {
+    const m = this.sub as unknown as {
+      revoke?: (parts: number[], generation: number) => unknown;
+      assign?: (parts: number[], generation: number) => unknown;
+    };
+    if (typeof m.revoke !== "function" || typeof m.assign !== "function") return;
+    this.intercepting = true;
+    const revoke = m.revoke.bind(this.sub);
+    const assign = m.assign.bind(this.sub);
+    m.revoke = (parts: number[], generation: number) =>
+      Promise.resolve(revoke(parts, generation)).then(() => this.revokeRemote(parts, generation));
+    m.assign = (parts: number[], generation: number) => {
+      const r = assign(parts, generation);
+      this.checkAssignment();
+      return r;
+    };
+  }
+
+  private revokeRemote(parts: number[], generation: number): Promise<void> {
+    if (this.endedReason !== null || parts.length === 0) return Promise.resolve();
+    this.lastAssignment = this.lastAssignment.filter((p) => !parts.includes(p));
+    for (const p of parts) this.dropPartition(p);
+    this.generation = generation;
+    const ack = this.nextAck++;
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(done, this.opts.revokeTimeoutMs);
+      timer.unref();
+      const self = this;
+      function done(): void {
+        clearTimeout(timer);
+        self.pendingAcks.delete(ack);
+        resolve();
+      }
+      this.pendingAcks.set(ack, done);
+      this.opts.pushAssignment(generation, this.lastAssignment, parts, ack);
+    });
+  }
+
+  /** The client confirmed it stopped processing the revoked partitions. */
+  revokeAck(ack: number): void {
+    this.pendingAcks.get(ack)?.();
+  }
+
+  private releaseAcks(): void {
+    for (const done of [...this.pendingAcks.values()]) done();
+  }
+
   private checkAssignment(): void {
     if (this.endedReason !== null) return;
     let now: number[];
@@ -126,6 +194,7 @@ export class RemoteMember {
   }
 
   private dropPartition(p: number): void {
+    this.delivered.delete(p);
     const list = this.uncommitted.get(p);
     if (list) {
       this.uncommittedCount -= list.length;
@@ -135,6 +204,7 @@ export class RemoteMember {
   }
 
   private hook(msg: Message): void {
+    if (this.intercepting) return;
     const sig = msg.signal;
     if (!sig || this.hookedSignals.has(sig)) return;
     this.hookedSignals.add(sig);
@@ -157,42 +227,21 @@ export class RemoteMember {
   }
 
   private async pump(): Promise<void> {
-    const it = this.sub[Symbol.asyncIterator]();
-    let pending: Promise<IteratorResult<Message>> | null = null;
     try {
+      // The embedded subscription's batch iterator hands over whatever is buffered (up to
+      // maxBatchMessages) per step: far fewer promise hops than per-message iteration. A batch
+      // is requested only while credit is positive, so the client may receive up to
+      // maxBatchMessages - 1 beyond its credit: its buffer is bounded by window + one batch.
+      const it = this.sub.batches({ maxMessages: this.opts.maxBatchMessages, maxWaitMs: 0 })[Symbol.asyncIterator]();
       while (this.endedReason === null) {
         // Flow control: wait for credit, room for uncommitted messages and a writable socket.
-        while (
-          this.endedReason === null &&
-          (this.credit <= 0 || this.uncommittedCount >= this.opts.maxUncommitted)
-        ) {
+        while (this.endedReason === null && (this.credit <= 0 || this.uncommittedCount >= this.opts.maxUncommitted)) {
           await new Promise<void>((resolve) => (this.creditWaiter = resolve));
         }
         if (this.endedReason !== null) break;
-        const batch: Message[] = [];
-        if (pending === null) pending = it.next();
-        const first = await pending;
-        pending = null;
-        if (first.done) break;
-        batch.push(first.value);
-        // Gather what is already available without waiting for more data: race each next()
-        // against one event-loop turn (one shared timer per batch, so draining a buffer costs
-        // microtasks only); a still-pending next() is kept for the next round.
-        const turn = tick();
-        while (batch.length < Math.min(this.credit, this.opts.maxBatchMessages)) {
-          pending = it.next();
-          const r = await Promise.race([pending, turn]);
-          if (r === "tick") break;
-          pending = null;
-          if (r.done) {
-            this.deliver(batch);
-            batch.length = 0;
-            this.finish("closed");
-            return;
-          }
-          batch.push(r.value);
-        }
-        this.deliver(batch);
+        const r = await it.next();
+        if (r.done) break;
+        this.deliver(r.value.messages);
       }
       this.finish(this.endedReason ?? "closed");
     } catch (err) {
@@ -203,15 +252,19 @@ export class RemoteMember {
   private deliver(batch: Message[]): void {
     if (batch.length === 0 || this.endedReason !== null) return;
     for (const m of batch) {
-      let list = this.uncommitted.get(m.partition);
-      if (!list) {
-        list = [];
-        this.uncommitted.set(m.partition, list);
+      if (this.commitHook) {
+        this.delivered.set(m.partition, m.offset);
+      } else {
+        let list = this.uncommitted.get(m.partition);
+        if (!list) {
+          list = [];
+          this.uncommitted.set(m.partition, list);
+        }
+        list.push(m);
+        this.uncommittedCount++;
       }
-      list.push(m);
       this.hook(m);
     }
-    this.uncommittedCount += batch.length;
     this.credit -= batch.length;
     if (!this.lastAssignment.length) this.checkAssignment();
     const writable = this.opts.push(batch);
@@ -226,7 +279,9 @@ export class RemoteMember {
     }
   }
 
-  /** Commits "processed through offset" for each (partition, offset) pair. */
+  /** Commits "processed through offset" for each (partition, offset) pair, in one durable
+   * write when the embedded subscription offers `commitOffsets` (one fsync for all partitions,
+   * exactly what its own batch commit does), else via the delivered messages' commit(). */
   async commit(offsets: [number, number][]): Promise<void> {
     if (this.endedReason !== null) {
       throw new StaleGenerationError(
@@ -234,6 +289,26 @@ export class RemoteMember {
           "its partitions may have moved to another member",
       );
     }
+    if (this.commitHook) {
+      const next = new Map<number, number>();
+      for (const [partition, offset] of offsets) {
+        const hi = this.delivered.get(partition);
+        if (hi === undefined) {
+          if (!this.lastAssignment.includes(partition)) {
+            throw new NotAssignedError(
+              `partition ${partition} of ${JSON.stringify(this.opts.topic)} is not assigned to member ${this.id} of group ${JSON.stringify(this.opts.group)}`,
+            );
+          }
+          continue; // nothing delivered in this ownership period: nothing to commit
+        }
+        if (offset < 0) throw new ValidationError(`invalid offset ${offset}`);
+        // "Processed through `offset`" for an offset this member was given (never beyond).
+        next.set(partition, Math.min(offset, hi) + 1);
+      }
+      if (next.size > 0) await this.commitHook(next);
+      return;
+    }
+    const targets: Message[] = [];
     for (const [partition, offset] of offsets) {
       const list = this.uncommitted.get(partition);
       let idx = -1;
@@ -255,19 +330,21 @@ export class RemoteMember {
         // Already committed (or never delivered, which a correct client cannot ask for): nothing to do.
         continue;
       }
-      const msg = list![idx];
-      await msg.commit();
+      targets.push(list![idx]);
+    }
+    if (targets.length === 0) return;
+    await Promise.all(targets.map((m) => m.commit()));
+    for (const msg of targets) {
       // Drop everything at or below the committed message; the array may have changed during
       // the await (more deliveries appended, or the partition dropped).
-      const cur = this.uncommitted.get(partition);
-      if (cur) {
-        let n = 0;
-        while (n < cur.length && cur[n].offset <= msg.offset) n++;
-        cur.splice(0, n);
-        this.uncommittedCount -= n;
-        this.wake();
-      }
+      const cur = this.uncommitted.get(msg.partition);
+      if (!cur) continue;
+      let n = 0;
+      while (n < cur.length && cur[n].offset <= msg.offset) n++;
+      cur.splice(0, n);
+      this.uncommittedCount -= n;
     }
+    this.wake();
   }
 
   assignment(): number[] {
@@ -277,9 +354,11 @@ export class RemoteMember {
   private finish(reason: string, error?: unknown): void {
     const first = this.endedReason === null;
     if (first) this.endedReason = reason;
+    this.releaseAcks();
     clearInterval(this.assignmentTimer);
     this.uncommitted.clear();
     this.uncommittedCount = 0;
+    this.delivered.clear();
     this.wake();
     if (first) this.opts.pushEnded(reason, error);
   }
@@ -287,6 +366,7 @@ export class RemoteMember {
   /** Leaves the group (partitions are reassigned by the coordinator). */
   async close(reason = "closed"): Promise<void> {
     if (this.endedReason === null) this.endedReason = reason;
+    this.releaseAcks();
     clearInterval(this.assignmentTimer);
     this.ac.abort();
     this.wake();

@@ -34,6 +34,9 @@ export interface RemoteWorkerOptions {
   visibilityTimeoutMs?: number;
   consumerId?: string;
   codeVersion?: string;
+  /** "nack" (default): when the worker or its connection ends, unsettled jobs are released at
+   * once. "error": they stay leased until their lease expires. */
+  onUnsettled: "nack" | "error";
   push(jobs: Job<unknown>[]): boolean;
   pushLeaseLost(receipt: string): void;
   pushEnded(reason: string, error?: unknown): void;
@@ -56,7 +59,7 @@ export class RemoteWorker {
       consumerId: opts.consumerId,
       codeVersion: opts.codeVersion,
       signal: this.ac.signal,
-      onUnsettled: "nack",
+      onUnsettled: opts.onUnsettled,
     });
     void this.pump();
   }

@@ -31,6 +31,8 @@ import {
 } from "../errors.js";
 import { partitionForKey } from "../streams/murmur2.js";
 import type { Broker, Message, Subscription } from "../types.js";
+import type { Job } from "../queues/types.js";
+import { LeaseExpiredError, PermanentError } from "../errors.js";
 
 export interface ConformanceTarget {
   broker: Broker;
@@ -467,5 +469,99 @@ export function defineConformanceSuite(name: string, factory: () => Promise<Conf
     await sub.close();
     await b.resetGroup(group, name, "earliest");
     assert.equal((await b.groupLag(group, name)).totalRecords, 20);
+  });
+
+  // ------------------------------------------------------------------------------ queues
+  const nextJob = async <T>(it: AsyncIterator<Job<T>>, timeoutMs = 10_000): Promise<Job<T>> => {
+    let timer: NodeJS.Timeout | undefined;
+    const r = await Promise.race([
+      it.next(),
+      new Promise<"timeout">((resolve) => (timer = setTimeout(() => resolve("timeout"), timeoutMs))),
+    ]);
+    clearTimeout(timer);
+    if (r === "timeout" || r.done) throw new Error("no job delivered in time");
+    return r.value;
+  };
+
+  t("queues: enqueue, work, ack; nack redelivers with a higher attempt; stats", async (b) => {
+    const q = b.queue<{ n: number }>(uniq("q"), { visibilityTimeoutMs: 10_000 });
+    const r1 = await q.enqueue({ n: 1 }, { headers: { h: "v" } });
+    assert.equal(r1.duplicate, false);
+    await q.enqueueBatch([{ data: { n: 2 } }]);
+    const w = q.work({ prefetch: 2 });
+    const it = w[Symbol.asyncIterator]();
+    const a = await nextJob(it);
+    const c = await nextJob(it);
+    const byN = new Map([a, c].map((j) => [j.data.n, j]));
+    assert.deepEqual([...byN.keys()].sort(), [1, 2]);
+    assert.equal(byN.get(1)!.attempt, 1);
+    assert.deepEqual(Buffer.from(byN.get(1)!.headers.h), Buffer.from("v"));
+    await byN.get(1)!.ack();
+    await byN.get(2)!.nack({ delayMs: 0 });
+    const again = await nextJob(it);
+    assert.equal(again.data.n, 2);
+    assert.equal(again.attempt, 2);
+    await again.extend(5_000);
+    await again.ack();
+    const st = await q.stats();
+    assert.equal(st.inFlight, 0);
+    assert.equal(st.depth, 0);
+    await w.close();
+  });
+
+  t("queues: a stale receipt after lease expiry fails with LeaseExpiredError; job.signal aborts", async (b) => {
+    const q = b.queue<string>(uniq("lease"), { visibilityTimeoutMs: 300 });
+    await q.enqueue("x");
+    const w1 = q.work({ prefetch: 1 });
+    const j1 = await nextJob(w1[Symbol.asyncIterator]());
+    await waitUntil(() => j1.signal.aborted, "lease loss aborts job.signal", 10_000);
+    await assert.rejects(j1.ack(), LeaseExpiredError);
+    // w1 has room again and could receive the job itself; close it so w2 gets the redelivery.
+    await w1.close();
+    const w2 = q.work({ prefetch: 1 });
+    const j2 = await nextJob(w2[Symbol.asyncIterator]());
+    assert.equal(j2.id, j1.id);
+    assert.ok(j2.attempt >= 2);
+    await assert.rejects(j1.ack(), LeaseExpiredError);
+    await j2.ack();
+    await w2.close();
+  });
+
+  t("queues: dedupe window returns the original id; purge empties the queue", async (b) => {
+    const q = b.queue<string>(uniq("dedupe"), { dedupeWindowMs: 60_000 });
+    const a = await q.enqueue("a", { dedupeId: "d1" });
+    const again = await q.enqueue("a", { dedupeId: "d1" });
+    assert.equal(again.id, a.id);
+    assert.equal(again.duplicate, true);
+    await q.enqueue("b");
+    assert.equal((await q.stats()).waiting, 2);
+    assert.equal(await q.purge(), 2);
+    assert.equal((await q.stats()).depth, 0);
+  });
+
+  t("queues: process() acks on return; PermanentError dead-letters with metadata", async (b) => {
+    const name = uniq("proc");
+    const q = b.queue<number>(name, { maxAttempts: 3 });
+    await q.enqueueBatch([1, 2, 3, 4].map((n) => ({ data: n })));
+    const ac = new AbortController();
+    const done: number[] = [];
+    await q.process(
+      async (job) => {
+        if (job.data === 3) throw new PermanentError("bad job");
+        done.push(job.data);
+        if (done.length === 3) ac.abort();
+      },
+      { concurrency: 2, signal: ac.signal },
+    );
+    assert.deepEqual(done.sort(), [1, 2, 4]);
+    const dlq = b.queue<number>(`${name}.dlq`);
+    await waitUntil(async () => (await dlq.stats()).waiting === 1, "job in the DLQ");
+    const w = dlq.work();
+    const dead = await nextJob(w[Symbol.asyncIterator]());
+    assert.equal(dead.data, 3);
+    assert.equal(dead.deadLetter?.sourceQueue, name);
+    assert.equal(dead.deadLetter?.errorClass, "PermanentError");
+    await dead.ack();
+    await w.close();
   });
 }
