@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 export { openBroker, EmbeddedBroker, type BrokerOptions } from "./broker/broker.js";
+export { connect, type ConnectOptions } from "./client/index.js";
 export * from "./errors.js";
 export type * from "./types.js";
 export type { Logger } from "./log/logger.js";

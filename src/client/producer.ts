@@ -147,40 +147,12 @@ export class Producer {
     }
     this.buffered += records.length;
     let parts: (number | null)[];
-    if (this.opts.idempotent) {
-      await this.ensureIdentity();
-      let meta = this.meta.get(topic) ?? (await this.topicMeta(topic));
-      parts = [];
-      for (let i = 0; i < records.length; i++) {
-        const r = records[i];
-        let p: number;
-        try {
-          // Validate here, exactly as the broker would: this record will share a batch with
-          // other callers' records, and one bad record must not fail their publishes.
-          this.validate(r, i, meta);
-        } catch (err) {
-          this.release(records.length);
-          throw err;
-        }
-        if (r.partition !== undefined) {
-          if (r.partition >= meta.partitions) {
-            meta = await this.topicMeta(topic, true);
-            if (r.partition >= meta.partitions) {
-              this.release(records.length);
-              throw new ValidationError(`partition ${r.partition} out of range for ${topic} (0..${meta.partitions - 1})`);
-            }
-          }
-          p = r.partition;
-        } else if (r.key !== undefined && r.key !== null) {
-          const kb = typeof r.key === "string" ? Buffer.from(r.key, "utf8") : r.key;
-          p = partitionForKey(kb, meta.partitions);
-        } else {
-          p = meta.sticky;
-        }
-        parts.push(p);
-      }
-    } else {
-      parts = records.map(() => null);
+    try {
+      parts = this.opts.idempotent ? await this.choosePartitions(topic, records) : records.map(() => null);
+    } catch (err) {
+      // Nothing was queued: give the room back (close() waits for buffered records).
+      this.release(records.length);
+      throw err;
     }
     // Group by partition (in record order), one item per group and batch-sized chunk.
     const groups = new Map<number | null, number[]>();
@@ -211,6 +183,36 @@ export class Producer {
     this.scheduleFlush();
     await Promise.all(promises);
     return out;
+  }
+
+  /** Validates every record (as the broker would) and picks its partition. Throws, queues nothing. */
+  private async choosePartitions(topic: string, records: PublishRecord[]): Promise<number[]> {
+    await this.ensureIdentity();
+    let meta = this.meta.get(topic) ?? (await this.topicMeta(topic));
+    const parts: number[] = [];
+    for (let i = 0; i < records.length; i++) {
+      const r = records[i];
+      // Validate here, exactly as the broker would: this record will share a batch with other
+      // callers' records, and one bad record must not fail their publishes.
+      this.validate(r, i, meta);
+      let p: number;
+      if (r.partition !== undefined) {
+        if (r.partition >= meta.partitions) {
+          meta = await this.topicMeta(topic, true);
+          if (r.partition >= meta.partitions) {
+            throw new ValidationError(`partition ${r.partition} out of range for ${topic} (0..${meta.partitions - 1})`);
+          }
+        }
+        p = r.partition;
+      } else if (r.key !== undefined && r.key !== null) {
+        const kb = typeof r.key === "string" ? Buffer.from(r.key, "utf8") : r.key;
+        p = partitionForKey(kb, meta.partitions);
+      } else {
+        p = meta.sticky;
+      }
+      parts.push(p);
+    }
+    return parts;
   }
 
   private validate(r: PublishRecord, i: number, meta: TopicMeta): void {

@@ -87,11 +87,11 @@ export class RemoteMember {
       maxBytes: opts.maxBytes,
       signal: this.ac.signal,
     });
-    // Assignment changes are not always visible through a message (a member may get no data);
-    // poll the cheap `assignment()` too. Unref'd: it must never keep a process alive.
     this.interceptRebalance();
     const hook = (this.sub as unknown as { commitOffsets?: unknown }).commitOffsets;
     this.commitHook = typeof hook === "function" ? (hook.bind(this.sub) as (next: Map<number, number>) => Promise<void>) : null;
+    // Also poll the cheap `assignment()`: engines without the revoke/assign interception (and
+    // members that receive no data) still report changes. Unref'd: never keeps a process alive.
     this.assignmentTimer = setInterval(() => this.checkAssignment(), 100);
     this.assignmentTimer.unref();
     void this.pump();

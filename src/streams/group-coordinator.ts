@@ -34,6 +34,8 @@ export function newMemberId(prefix = "member"): string {
 
 export class GroupCoordinator {
   private groups = new Map<string, GroupState>();
+  /** Last generation of groups that emptied, so a re-formed group never reuses a generation. */
+  private lastGeneration = new Map<string, number>();
 
   private key(group: string, topic: string): string {
     return `${group}\u0000${topic}`;
@@ -43,7 +45,7 @@ export class GroupCoordinator {
     const k = this.key(group, topic);
     let g = this.groups.get(k);
     if (!g) {
-      g = { members: new Map(), owners: new Map(), generation: 0, strategy, partitions, lock: Promise.resolve() };
+      g = { members: new Map(), owners: new Map(), generation: this.lastGeneration.get(k) ?? 0, strategy, partitions, lock: Promise.resolve() };
       this.groups.set(k, g);
     }
     return g;
@@ -54,7 +56,8 @@ export class GroupCoordinator {
   }
 
   generation(group: string, topic: string): number {
-    return this.groups.get(this.key(group, topic))?.generation ?? 0;
+    const k = this.key(group, topic);
+    return this.groups.get(k)?.generation ?? this.lastGeneration.get(k) ?? 0;
   }
 
   join(group: string, topic: string, partitions: number, strategy: AssignmentStrategy, member: GroupMember): Promise<void> {
@@ -69,7 +72,11 @@ export class GroupCoordinator {
     if (!g || !g.members.delete(memberId)) return Promise.resolve();
     for (const [p, owner] of g.owners) if (owner === memberId) g.owners.delete(p);
     return this.rebalance(g).then(() => {
-      if (g.members.size === 0 && this.groups.get(k) === g) this.groups.delete(k);
+      if (g.members.size === 0 && this.groups.get(k) === g) {
+        this.groups.delete(k);
+        // Bounded by the number of (group, topic) pairs ever used in this process.
+        this.lastGeneration.set(k, g.generation);
+      }
     });
   }
 

@@ -134,8 +134,12 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     });
   }
 
-  /** Stores "processed through" for each partition: the value stored is the next offset to read. */
-  private async commitOffsets(next: Map<number, number>): Promise<void> {
+  /**
+   * Stores "processed through" for several partitions in one durable write: `next` maps a
+   * partition to the next offset to read (last processed + 1). Used by `batch.commit()` and by
+   * the server, which commits for remote members without keeping their messages.
+   */
+  async commitOffsets(next: Map<number, number>): Promise<void> {
     for (const p of next.keys()) this.deps.coordinator.checkOwner(this.group, this.topic, p, this.memberId);
     await this.deps.engine.commitOffsets(this.group, this.topic, next);
   }
