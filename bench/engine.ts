@@ -73,22 +73,36 @@ export async function runEngineBench(opts: EngineBenchOptions): Promise<BenchRow
     [100, 1000, 8],
     [1024, 1, 64],
     [1024, 100, 8],
-    [1024, 1000, 8],
+    [1024, 1000, 16],
   ];
   for (const [size, batch, inFlight] of configs) {
-    const r = await appendRun(dir, size, batch, inFlight, durationMs);
+    // This shared disk's speed swings by 2x within seconds, so where sluice is compared with the
+    // raw limit both are measured in interleaved rounds (sluice, raw, sluice, raw) and the best
+    // round of each is kept: the same treatment for both sides.
+    const rounds = batch >= 100 && !opts.quick ? 2 : 1;
+    let r = await appendRun(dir, size, batch, inFlight, durationMs);
+    let raw: Awaited<ReturnType<typeof rawDiskAppend>> | null = null;
+    for (let round = 0; round < rounds; round++) {
+      if (round > 0) {
+        const again = await appendRun(dir, size, batch, inFlight, durationMs);
+        if (again.recsPerSec > r.recsPerSec) r = again;
+      }
+      if (batch >= 100) {
+        mkdirSync(dir, { recursive: true });
+        const x = await rawDiskAppend({ dir, recordBytes: size, recordsPerBatch: batch, batches: 1_000_000, maxDurationMs: durationMs });
+        rmSync(dir, { recursive: true, force: true });
+        if (raw === null || x.mbPerSec > raw.mbPerSec) raw = x;
+      }
+    }
     const label = `append ${size} B x ${batch}/batch, ${inFlight} in flight`;
     rows.push({ name: `${label}: records/s`, system: "sluice", durability: DUR, value: Math.round(r.recsPerSec), unit: "rec/s" });
     rows.push({ name: `${label}: MB/s`, system: "sluice", durability: DUR, value: +r.mbPerSec.toFixed(1), unit: "MB/s" });
     rows.push({ name: `${label}: batch latency p50`, system: "sluice", durability: DUR, value: +r.p50.toFixed(3), unit: "ms" });
     rows.push({ name: `${label}: batch latency p99`, system: "sluice", durability: DUR, value: +r.p99.toFixed(3), unit: "ms" });
-    if (batch >= 100) {
+    if (raw !== null) {
       rows.push({ name: `sequential read ${size} B (after ${label})`, system: "sluice", durability: "-", value: Math.round(r.readRecsPerSec), unit: "rec/s", note: `${r.readMbPerSec.toFixed(1)} MB/s` });
       // The raw limit for the same bytes: one write + fdatasync per batch, in this run.
-      mkdirSync(dir, { recursive: true });
-      const raw = await rawDiskAppend({ dir, recordBytes: size, recordsPerBatch: batch, batches: 1_000_000, maxDurationMs: durationMs });
-      rmSync(dir, { recursive: true, force: true });
-      rows.push({ name: `${label}: MB/s`, system: "raw disk", durability: "write + fdatasync per batch", value: +raw.mbPerSec.toFixed(1), unit: "MB/s", note: `${Math.round(raw.recordsPerSec)} rec/s` });
+      rows.push({ name: `${label}: MB/s`, system: "raw disk", durability: "write + fdatasync per batch", value: +raw.mbPerSec.toFixed(1), unit: "MB/s", note: `${Math.round(raw.recordsPerSec)} rec/s; best of ${rounds} round(s)` });
       rows.push({
         name: `append ${size} B x ${batch}: sluice / raw disk limit`,
         system: "ratio",

@@ -2,10 +2,11 @@
 /**
  * CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), slicing-by-8. This is the checksum
  * Kafka, ext4 and iSCSI use; it is stronger than CRC-32 for the short bursts disks produce.
- * Pure JS so the storage engine needs no native addon.
+ * Pure JS so the storage engine needs no native addon: slicing-by-16 over aligned 32-bit
+ * words for long inputs, slicing-by-8 over bytes otherwise.
  */
 
-const T = new Int32Array(8 * 256);
+const T = new Int32Array(16 * 256);
 (() => {
   for (let n = 0; n < 256; n++) {
     let c = n;
@@ -14,17 +15,52 @@ const T = new Int32Array(8 * 256);
   }
   for (let n = 0; n < 256; n++) {
     let c = T[n];
-    for (let k = 1; k < 8; k++) {
+    for (let k = 1; k < 16; k++) {
       c = T[c & 0xff] ^ (c >>> 8);
       T[k * 256 + n] = c;
     }
   }
 })();
 
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+
 /** Continues `crc` (0 to start) over buf[start, end). Returns an unsigned 32-bit value. */
 export function crc32c(buf: Uint8Array, start = 0, end = buf.length, crc = 0): number {
   let c = ~crc;
   let i = start;
+  if (LITTLE_ENDIAN && end - i >= 64) {
+    // Fast path: read aligned 32-bit words through an Int32Array view (about twice the speed
+    // of assembling words from bytes). Little-endian words equal the byte-wise composition.
+    const base = buf.byteOffset;
+    while (((base + i) & 3) !== 0) c = T[(c ^ buf[i++]) & 0xff] ^ (c >>> 8);
+    // Slicing-by-16: four words (16 bytes) per step.
+    const words = ((end - i) >>> 4) << 2;
+    const w = new Int32Array(buf.buffer, base + i, words);
+    for (let k = 0; k < words; k += 4) {
+      const a = w[k] ^ c;
+      const b = w[k + 1];
+      const d = w[k + 2];
+      const e = w[k + 3];
+      c =
+        T[3840 + (a & 0xff)] ^
+        T[3584 + ((a >>> 8) & 0xff)] ^
+        T[3328 + ((a >>> 16) & 0xff)] ^
+        T[3072 + (a >>> 24)] ^
+        T[2816 + (b & 0xff)] ^
+        T[2560 + ((b >>> 8) & 0xff)] ^
+        T[2304 + ((b >>> 16) & 0xff)] ^
+        T[2048 + (b >>> 24)] ^
+        T[1792 + (d & 0xff)] ^
+        T[1536 + ((d >>> 8) & 0xff)] ^
+        T[1280 + ((d >>> 16) & 0xff)] ^
+        T[1024 + (d >>> 24)] ^
+        T[768 + (e & 0xff)] ^
+        T[512 + ((e >>> 8) & 0xff)] ^
+        T[256 + ((e >>> 16) & 0xff)] ^
+        T[e >>> 24];
+    }
+    i += words * 4;
+  }
   const stop8 = end - ((end - i) & 7);
   while (i < stop8) {
     const a = (buf[i] | (buf[i + 1] << 8) | (buf[i + 2] << 16) | (buf[i + 3] << 24)) ^ c;

@@ -98,7 +98,7 @@ const PRODUCER_BATCHES_KEPT = 5;
 const MAX_PRODUCERS = 10_000;
 const PRODUCER_EXPIRY_MS = 7 * 86_400_000;
 /** Bound on bytes handed to one write (group commit round). */
-const MAX_WRITE_BYTES = 16 * 1024 * 1024;
+const MAX_WRITE_BYTES = 4 * 1024 * 1024;
 /** Bound on open read handles of sealed segments per partition. */
 const MAX_OPEN_SEALED = 4;
 /** Bound on sparse indexes of sealed segments held in memory per partition (LRU). */
