@@ -1340,6 +1340,9 @@ export class QueueCore {
       for (const g of grants) g.worker?.unreserve();
       return;
     }
+    // The lease runs from the hand-off, not from the grant: the worker gets the whole
+    // visibility timeout even when the DELIVER fdatasync was slow (LEASE-1).
+    const handoff = performance.now();
     for (const g of grants) {
       const w = g.worker!;
       const r = recs.get(g.off);
@@ -1347,6 +1350,8 @@ export class QueueCore {
         w.unreserve();
         continue;
       }
+      g.deadlineMono += handoff - g.startedMono;
+      g.startedMono = handoff;
       if (r === undefined || r instanceof Error) {
         // An unreadable job cannot be delivered or copied; park it as dead rather than loop on it.
         this.logger.error({ err: r, queue: this.name, offset: g.off }, "job unreadable; marking it dead");
