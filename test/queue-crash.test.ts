@@ -119,7 +119,8 @@ test("SIGKILL of the queue owner at random moments (25 kills): no acked enqueue 
   await (q as unknown as { whenIdle(): Promise<void> }).whenIdle();
   await (dlq as unknown as { whenIdle(): Promise<void> }).whenIdle();
   const drain = async (queue: typeof q, into: Job<string>[]): Promise<void> => {
-    const w = queue.work({ prefetch: 64 });
+    // A long lease for the check itself: under CPU load a 200 ms lease can expire before the ack.
+    const w = queue.work({ prefetch: 64, visibilityTimeoutMs: 60_000 });
     const it = iter(w);
     while ((await queue.stats()).depth > 0) {
       const j = await nextJob(it, 5000);
