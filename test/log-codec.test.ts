@@ -8,7 +8,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { crc32c } from "../src/log/crc32c.js";
+import { crc32c, crc32cPatch } from "../src/log/crc32c.js";
 import {
   decodeRecords,
   decodeValue,
@@ -18,13 +18,15 @@ import {
   prepareValue,
   readHeader,
   recordSize,
+  restampBatch,
   stampBatch,
+  validateEncodedBatch,
   verifyBatch,
   type PreparedRecord,
   type StoredRecord,
 } from "../src/log/record-batch.js";
 import { murmur2, partitionForKey } from "../src/streams/murmur2.js";
-import { InvalidBatchError } from "../src/errors.js";
+import { InvalidBatchError, RecordTooLargeError } from "../src/errors.js";
 
 const FUZZ = Math.max(1, Number(process.env.SLUICE_FUZZ_ITERATIONS ?? "20000") | 0);
 
@@ -519,4 +521,97 @@ test("fuzz: headers claiming 2^32-1 bytes or records fail fast without allocatin
   assert.ok(process.memoryUsage().arrayBuffers - before < 4 * 1024 * 1024);
   // readHeader itself never reads past HEADER_SIZE.
   assert.equal(readHeader(base, 0).count, 2);
+});
+
+// ─────────────────────── client-encoded batches (PUBLISH_ENCODED) ───────────────────────
+
+test("crc32cPatch equals recomputing the CRC after changing any range", () => {
+  const r = rng(0xc0ffee);
+  for (let n = 0; n < 3000; n++) {
+    const len = 1 + Math.floor(r() * 3000);
+    const b = Buffer.alloc(len);
+    for (let i = 0; i < len; i++) b[i] = Math.floor(r() * 256);
+    const pos = Math.floor(r() * len);
+    const width = Math.min(len - pos, 1 + Math.floor(r() * 12));
+    const before = crc32c(b);
+    const old = Buffer.from(b.subarray(pos, pos + width));
+    for (let i = 0; i < width; i++) b[pos + i] = Math.floor(r() * 256);
+    assert.equal(crc32cPatch(before, old, b.subarray(pos, pos + width), len - pos - width), crc32c(b), `case ${n}`);
+  }
+});
+
+test("restampBatch gives exactly stampBatch's bytes, for any base offset", () => {
+  const r = rng(0xba5e);
+  for (const b of sampleBatches(r)) {
+    for (const base of [0, 1, 255, 2 ** 31 + 7, Math.floor(r() * 2 ** 48), Number.MAX_SAFE_INTEGER - 10]) {
+      const full = Buffer.from(b);
+      stampBatch(full, base);
+      const patched = Buffer.from(b); // valid CRC at its current base offset
+      restampBatch(patched, base);
+      assert.deepEqual(patched, full);
+      assert.equal(verifyBatch(patched, 0, patched.length).baseOffset, base);
+    }
+  }
+});
+
+test("validateEncodedBatch accepts what the client encodes and refuses what a reader could not decode", () => {
+  const recs = [rec({ key: Buffer.from("k"), value: Buffer.alloc(100, 1), timestamp: 1000 }), rec({ value: "v", timestamp: 5000, headers: [["h", Buffer.from("x")]] }), rec({ value: null, timestamp: 3000 })];
+  const b = encodeBatch(recs, { producerId: 3, producerEpoch: 0, baseSequence: 7 });
+  stampBatch(b, 0);
+  const info = validateEncodedBatch(b, 1000);
+  assert.equal(info.header.count, 3);
+  assert.equal(info.header.producerId, 3);
+  assert.equal(info.maxRecordBytes, Math.max(...recs.map(recordSize)));
+  // Each record's size is checked against maxMessageBytes.
+  assert.throws(() => validateEncodedBatch(b, info.maxRecordBytes - 1), RecordTooLargeError);
+  // Base offset must be 0 (the broker assigns offsets).
+  const based = Buffer.from(b);
+  stampBatch(based, 5);
+  assert.throws(() => validateEncodedBatch(based, 1000), /base offset 0/);
+  // Trailing bytes after the batch.
+  const trailing = Buffer.concat([b, Buffer.alloc(3)]);
+  assert.throws(() => validateEncodedBatch(trailing, 1000), InvalidBatchError);
+  // A header maxTimestamp that is not the records' maximum (time index would lie).
+  const ts = Buffer.from(b);
+  ts.writeUInt32BE(4999, 36);
+  stampBatch(ts, 0);
+  assert.throws(() => validateEncodedBatch(ts, 1000), /maxTimestamp/);
+  // Producer fields that are half set.
+  const half = encodeBatch(recs);
+  half.writeInt16BE(2, 48);
+  stampBatch(half, 0);
+  assert.throws(() => validateEncodedBatch(half, 1000), /producer fields/);
+  // A flipped bit anywhere is caught by the CRC.
+  const flipped = Buffer.from(b);
+  flipped[HEADER_SIZE + 10] ^= 4;
+  assert.throws(() => validateEncodedBatch(flipped, 1000), /checksum/);
+});
+
+test("fuzz: validateEncodedBatch only raises InvalidBatchError or RecordTooLargeError, and what it accepts decodes", () => {
+  const r = rng(0xe4c0);
+  const seeds = sampleBatches(r).map((b) => {
+    const z = Buffer.from(b);
+    stampBatch(z, 0);
+    return z;
+  });
+  let accepted = 0;
+  let rejected = 0;
+  for (let n = 0; n < FUZZ; n++) {
+    const m = mutate(seeds[n % seeds.length], r);
+    // Keep base offset 0 and fix the CRC most of the time, so the record walk is what is tested.
+    if (m.length >= HEADER_SIZE && r() < 0.8) m.fill(0, 16, 24);
+    if (r() < 0.8) reCrc(m);
+    try {
+      const { header } = validateEncodedBatch(m, 1000);
+      const out = decodeRecords(m, 0, header);
+      assert.equal(out.length, header.count);
+      accepted++;
+    } catch (e) {
+      if (!(e instanceof InvalidBatchError) && !(e instanceof RecordTooLargeError)) {
+        assert.fail(`case ${n}: threw ${(e as Error)?.constructor?.name}: ${(e as Error)?.message}`);
+      }
+      rejected++;
+    }
+  }
+  assert.ok(rejected > 0 && accepted > 0, `accepted ${accepted}, rejected ${rejected}`);
 });

@@ -26,6 +26,11 @@ import {
 } from "../src/server/protocol.js";
 import { ProtocolError, UnsupportedVersionError, RecordTooLargeError, TopicNotFoundError } from "../src/errors.js";
 import { fakeBroker } from "./fixtures/server-fake-broker.js";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { openBroker } from "../src/index.js";
+import { encodeBatch, stampBatch } from "../src/log/record-batch.js";
 
 // Deterministic PRNG so a failure can be replayed (seed printed on failure).
 function rng(seed: number): () => number {
@@ -421,7 +426,7 @@ test("client: lingerMs gathers concurrent publish() calls into batches; close() 
     let frames = 0;
     const orig = client.transport.request.bind(client.transport);
     client.transport.request = ((op: Op, ...rest: unknown[]) => {
-      if (op === Op.Publish) frames++;
+      if (op === Op.PublishEncoded) frames++;
       return (orig as (...a: unknown[]) => Promise<Frame>)(op, ...rest);
     }) as typeof client.transport.request;
     const receipts = await Promise.all(Array.from({ length: 200 }, (_, i) => client.publish("t", i, { partition: 1 })));
@@ -435,4 +440,49 @@ test("client: lingerMs gathers concurrent publish() calls into batches; close() 
     await client.close();
     assert.equal((await last).partition, 0, "close() sends and awaits accepted publishes");
   });
+});
+
+test("server: PUBLISH_ENCODED stores a client-encoded batch as is and refuses malformed ones without storing anything", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "sluice-encoded-"));
+  const broker = await openBroker({ dataDir: dir });
+  await broker.createTopic("e", { partitions: 2, maxMessageBytes: 500 });
+  const srv = await startServer({ broker, port: 0, httpPort: null });
+  try {
+    const { s, frames } = await handshake(srv.port);
+    const enc = (values: Buffer[], producer?: { producerId: number; producerEpoch: number; baseSequence: number }) => {
+      const b = encodeBatch(values.map((v) => ({ key: null, value: v, valueKind: 0 as const, timestamp: 1000, headers: null })), producer);
+      stampBatch(b, 0);
+      return b;
+    };
+    const good = enc([Buffer.from("a"), Buffer.from("b")]);
+    const badCrc = enc([Buffer.from("c")]);
+    badCrc[badCrc.length - 3] ^= 1;
+    const tooBig = enc([Buffer.alloc(600)]);
+    const truncated = enc([Buffer.from("d")]).subarray(0, 60);
+    let id = 10;
+    const send = (meta: object, body: Buffer) => s.write(encodeFrame(Op.PublishEncoded, 0, ++id, meta, body));
+    send({ topic: "e", partition: 1 }, good);
+    send({ topic: "e", partition: 1 }, badCrc);
+    send({ topic: "e", partition: 1 }, tooBig);
+    send({ topic: "e", partition: 1 }, truncated);
+    send({ topic: "e", partition: 7 }, enc([Buffer.from("x")]));
+    send({ topic: "e", partition: 1 }, enc([Buffer.from("z")]));
+    await waitFor(() => frames.length >= 7, "six replies");
+    const by = (cid: number) => frames.find((f) => f.correlationId === cid)!;
+    assert.deepEqual(by(11).meta, { baseOffset: 0, count: 2, duplicate: false, synced: true });
+    assert.equal(by(12).meta.code, "INVALID_BATCH");
+    assert.equal(by(13).meta.code, "RECORD_TOO_LARGE");
+    assert.equal(by(14).meta.code, "INVALID_BATCH");
+    assert.equal(by(15).meta.code, "VALIDATION");
+    // The connection kept working after the refusals, and nothing refused was stored.
+    assert.deepEqual(by(16).meta, { baseOffset: 2, count: 1, duplicate: false, synced: true });
+    s.destroy();
+    const res = await broker.fetch("e", 1, 0);
+    assert.deepEqual(res.records.map((r) => Buffer.from(r.value as Uint8Array).toString()), ["a", "b", "z"]);
+    assert.deepEqual(res.records.map((r) => r.offset), [0, 1, 2]);
+  } finally {
+    await srv.close({ graceMs: 100 });
+    await broker.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -211,6 +211,21 @@ export class EmbeddedBroker implements Broker {
     return out;
   }
 
+  /**
+   * Appends one batch a client encoded in the storage format (base offset 0, CRC over it) to
+   * one partition: the server's publish path, which stores client bytes without decoding them
+   * into objects. Validated completely by the engine first; producer fields come from the
+   * batch header. Resolves with the batch's base offset once durable (per the topic's
+   * durability).
+   */
+  async publishEncoded(topic: string, partition: number, batch: Buffer, signal?: AbortSignal): Promise<{ baseOffset: number; count: number; duplicate: boolean; synced: boolean }> {
+    this.check();
+    const t = this.engine.getTopic(topic);
+    if (!Number.isInteger(partition) || partition < 0 || partition >= t.config.partitions)
+      throw new ValidationError(`partition ${partition} out of range for ${topic} (0..${t.config.partitions - 1})`);
+    return this.engine.appendEncoded(topic, partition, batch, signal);
+  }
+
   async fetch(topic: string, partition: number, offset: number, opts: FetchOptions = {}): Promise<FetchResult> {
     this.check();
     const maxBytes = opts.maxBytes ?? 1024 * 1024;

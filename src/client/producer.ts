@@ -18,10 +18,10 @@
  * batches that the old epoch could no longer place.
  */
 import { RecordTooLargeError, ValidationError } from "../errors.js";
-import { prepareValue, recordSize } from "../log/record-batch.js";
+import { encodeBatch, prepareValue, recordSize, stampBatch, type PreparedRecord } from "../log/record-batch.js";
 import { partitionForKey } from "../streams/murmur2.js";
 import type { PublishReceipt, PublishRecord } from "../types.js";
-import { Op, Reader, encodePublishRecords } from "../server/protocol.js";
+import { Op } from "../server/protocol.js";
 import type { Transport } from "./transport.js";
 
 export interface ProducerOptions {
@@ -35,7 +35,8 @@ export interface ProducerOptions {
 
 /** The records of one send() call for one partition (one promise for all of them). */
 interface Item {
-  records: PublishRecord[];
+  /** Validated and converted to bytes once, at send() time (the caller may reuse its objects). */
+  records: PreparedRecord[];
   size: number;
   resolve(r: PublishReceipt[]): void;
   reject(e: unknown): void;
@@ -43,7 +44,7 @@ interface Item {
 
 interface Batch {
   topic: string;
-  partition: number | null; // null: non-idempotent, broker picks per record
+  partition: number;
   items: Item[];
   count: number;
   bytes: number;
@@ -56,16 +57,6 @@ interface TopicMeta {
   fetched: number;
 }
 
-function approxSize(r: PublishRecord): number {
-  const v = r.value;
-  let n = 32;
-  if (typeof v === "string") n += v.length * 3;
-  else if (v instanceof Uint8Array) n += v.length;
-  else if (v !== null && typeof v === "object") n += 256; // JSON: estimated; the frame limit is the hard check
-  if (typeof r.key === "string") n += r.key.length * 3;
-  else if (r.key instanceof Uint8Array) n += r.key.length;
-  return n;
-}
 
 export class Producer {
   private readonly open = new Map<string, Batch>();
@@ -146,16 +137,18 @@ export class Producer {
       await new Promise<void>((r) => this.spaceWaiters.push(r));
     }
     this.buffered += records.length;
-    let parts: (number | null)[];
+    let parts: number[];
+    let prepared: PreparedRecord[];
+    let sizes: Int32Array;
     try {
-      parts = this.opts.idempotent ? await this.choosePartitions(topic, records) : records.map(() => null);
+      ({ parts, prepared, sizes } = await this.choosePartitions(topic, records));
     } catch (err) {
       // Nothing was queued: give the room back (close() waits for buffered records).
       this.release(records.length);
       throw err;
     }
     // Group by partition (in record order), one item per group and batch-sized chunk.
-    const groups = new Map<number | null, number[]>();
+    const groups = new Map<number, number[]>();
     for (let i = 0; i < records.length; i++) {
       let g = groups.get(parts[i]);
       if (!g) groups.set(parts[i], (g = []));
@@ -167,9 +160,10 @@ export class Producer {
     for (const [p, idx] of groups) {
       for (let s = 0; s < idx.length; s += max) {
         const chunk = groups.size === 1 && idx.length <= max ? null : idx.slice(s, s + max);
-        const recs = chunk === null ? records : chunk.map((i) => records[i]);
+        const recs = chunk === null ? prepared : chunk.map((i) => prepared[i]);
         let size = 0;
-        for (const r of recs) size += approxSize(r);
+        if (chunk === null) for (let k = 0; k < sizes.length; k++) size += sizes[k];
+        else for (const i of chunk) size += sizes[i];
         promises.push(
           new Promise<PublishReceipt[]>((resolve, reject) => this.add(topic, p, { records: recs, size, resolve, reject })).then(
             (rs) => {
@@ -185,16 +179,25 @@ export class Producer {
     return out;
   }
 
-  /** Validates every record (as the broker would) and picks its partition. Throws, queues nothing. */
-  private async choosePartitions(topic: string, records: PublishRecord[]): Promise<number[]> {
-    await this.ensureIdentity();
+  /**
+   * Validates every record (as the broker would), converts it to bytes and picks its
+   * partition (Kafka's murmur2 for keys, the sticky partition otherwise). Throws, queues nothing.
+   */
+  private async choosePartitions(topic: string, records: PublishRecord[]): Promise<{ parts: number[]; prepared: PreparedRecord[]; sizes: Int32Array }> {
+    if (this.opts.idempotent) await this.ensureIdentity();
     let meta = this.meta.get(topic) ?? (await this.topicMeta(topic));
-    const parts: number[] = [];
+    const parts: number[] = new Array(records.length);
+    const prepared: PreparedRecord[] = new Array(records.length);
+    const sizes = new Int32Array(records.length);
+    const now = Date.now();
     for (let i = 0; i < records.length; i++) {
       const r = records[i];
       // Validate here, exactly as the broker would: this record will share a batch with other
       // callers' records, and one bad record must not fail their publishes.
-      this.validate(r, i, meta);
+      const pr = this.validate(r, i, meta, now);
+      prepared[i] = pr;
+      sizes[i] = recordSize(pr);
+      if (sizes[i] > meta.maxMessageBytes) throw new RecordTooLargeError(sizes[i], meta.maxMessageBytes);
       let p: number;
       if (r.partition !== undefined) {
         if (r.partition >= meta.partitions) {
@@ -204,18 +207,17 @@ export class Producer {
           }
         }
         p = r.partition;
-      } else if (r.key !== undefined && r.key !== null) {
-        const kb = typeof r.key === "string" ? Buffer.from(r.key, "utf8") : r.key;
-        p = partitionForKey(kb, meta.partitions);
+      } else if (pr.key !== null) {
+        p = partitionForKey(pr.key, meta.partitions);
       } else {
         p = meta.sticky;
       }
-      parts.push(p);
+      parts[i] = p;
     }
-    return parts;
+    return { parts, prepared, sizes };
   }
 
-  private validate(r: PublishRecord, i: number, meta: TopicMeta): void {
+  private validate(r: PublishRecord, i: number, meta: TopicMeta, now: number): PreparedRecord {
     if (r === null || typeof r !== "object") throw new ValidationError(`record ${i} must be an object`);
     if (r.partition !== undefined && (!Number.isInteger(r.partition) || r.partition < 0)) {
       throw new ValidationError(`partition ${r.partition} out of range (0..${meta.partitions - 1})`);
@@ -235,12 +237,15 @@ export class Producer {
         else if (v instanceof Uint8Array) headers.push([k, Buffer.from(v.buffer, v.byteOffset, v.byteLength)]);
         else throw new ValidationError(`header ${JSON.stringify(k)} must be a string or Uint8Array`);
       }
+      if (headers.length === 0) headers = null;
     }
-    const timestamp = r.timestamp ?? Date.now();
+    const timestamp = r.timestamp ?? now;
     if (!Number.isSafeInteger(timestamp) || timestamp < 0) throw new ValidationError(`record ${i}: invalid timestamp ${timestamp}`);
-    const { value, valueKind } = prepareValue(r.value);
-    const size = recordSize({ key, value, valueKind, timestamp, headers });
-    if (size > meta.maxMessageBytes) throw new RecordTooLargeError(size, meta.maxMessageBytes);
+    const v = r.value;
+    // Bytes are the common case: no intermediate object per record.
+    if (Buffer.isBuffer(v)) return { key, value: v, valueKind: 0, timestamp, headers };
+    const { value, valueKind } = prepareValue(v);
+    return { key, value, valueKind, timestamp, headers };
   }
 
   private release(n: number): void {
@@ -248,8 +253,8 @@ export class Producer {
     while (this.spaceWaiters.length && this.buffered < this.opts.maxBufferedRecords) this.spaceWaiters.shift()!();
   }
 
-  private add(topic: string, partition: number | null, item: Item): void {
-    const key = `${topic}\u0000${partition ?? -1}`;
+  private add(topic: string, partition: number, item: Item): void {
+    const key = `${topic}\u0000${partition}`;
     let b = this.open.get(key);
     if (b && b.count + item.records.length > this.opts.maxBatchRecords) {
       // Keep batches within maxBatchRecords: send what is gathered, start a new one.
@@ -296,7 +301,7 @@ export class Producer {
   }
 
   private dispatch(b: Batch): void {
-    if (b.partition === null || !this.identity) {
+    if (!this.opts.idempotent || !this.identity) {
       void this.sendBatch(b, null);
       return;
     }
@@ -310,33 +315,34 @@ export class Producer {
     b: Batch,
     idem: { producerId: number; producerEpoch: number; baseSequence: number } | null,
   ): Promise<void> {
-    const records: PublishRecord[] = b.items.length === 1 ? b.items[0].records : b.items.flatMap((it) => it.records);
-    let body: Buffer;
+    const records: PreparedRecord[] = b.items.length === 1 ? b.items[0].records : b.items.flatMap((it) => it.records);
+    let batch: Buffer;
     try {
-      body = encodePublishRecords(records, b.partition ?? undefined, b.bytes);
+      // The batch travels in the storage format with its CRC (base offset 0): the broker
+      // verifies it and stores it as is, so the checksum covers the records from here to disk.
+      batch = encodeBatch(records, idem ?? undefined);
+      stampBatch(batch, 0);
     } catch (err) {
       this.failBatch(b, err, idem);
       return;
     }
     try {
       const f = await this.transport.request(
-        Op.Publish,
-        idem ? { topic: b.topic, ...idem } : { topic: b.topic },
-        body,
+        Op.PublishEncoded,
+        { topic: b.topic, partition: b.partition },
+        batch,
         // Only idempotent batches are safe to re-send after a connection loss.
         { retry: idem !== null },
       );
-      const r = new Reader(f.body);
-      const n = r.u32();
-      if (n !== b.count) throw new Error(`server returned ${n} receipts for ${b.count} records`);
+      const baseOffset = Number(f.meta.baseOffset);
+      const count = Number(f.meta.count);
+      if (count !== b.count || !Number.isSafeInteger(baseOffset)) throw new Error(`server acknowledged ${count} records for ${b.count}`);
+      const duplicate = f.meta.duplicate === true;
+      const synced = f.meta.synced === true;
+      let offset = baseOffset;
       for (const it of b.items) {
         const rs: PublishReceipt[] = new Array(it.records.length);
-        for (let k = 0; k < rs.length; k++) {
-          const partition = r.i32();
-          const offset = r.f64();
-          const flags = r.u8();
-          rs[k] = { topic: b.topic, partition, offset, duplicate: (flags & 1) !== 0, synced: (flags & 2) !== 0 };
-        }
+        for (let k = 0; k < rs.length; k++) rs[k] = { topic: b.topic, partition: b.partition, offset: offset++, duplicate, synced };
         it.resolve(rs);
       }
       this.release(b.count);

@@ -32,6 +32,7 @@ import {
   PROTOCOL_VERSION,
   decodeFrame,
   encodeFrame,
+  encodeFrameParts,
   encodePreamble,
   wireToError,
   type Frame,
@@ -57,7 +58,7 @@ export interface TransportOptions {
 
 interface Pending {
   id: number;
-  frame: Buffer;
+  frame: [Buffer, Buffer | null];
   retry: boolean;
   deadline: number;
   resolve(f: Frame): void;
@@ -179,7 +180,8 @@ export class Transport {
     // Re-send everything still pending, in the original order (Map keeps insertion order).
     for (const p of this.pending.values()) {
       p.sent = true;
-      socket.write(p.frame);
+      socket.write(p.frame[0]);
+      if (p.frame[1] !== null) socket.write(p.frame[1]);
     }
     // Frames already buffered in the handshake reader (server pushes right after HELLO).
     this.drainReader();
@@ -307,10 +309,12 @@ export class Transport {
     }
     const id = this.nextId++;
     if (this.nextId > 0xfffffff0) this.nextId = 1;
-    const frame = encodeFrame(op, 0, id, meta, body);
+    // The body (a record batch) is not copied: it goes out after the head in one writev.
+    const frame = encodeFrameParts(op, 0, id, meta, body);
+    const frameBytes = frame[0].length + (frame[1]?.length ?? 0);
     const maxFrame = Number(this.serverInfo.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES);
-    if (frame.length - 4 > maxFrame) {
-      throw new ValidationError(`request of ${frame.length} bytes exceeds the server's frame limit of ${maxFrame} bytes`);
+    if (frameBytes - 4 > maxFrame) {
+      throw new ValidationError(`request of ${frameBytes} bytes exceeds the server's frame limit of ${maxFrame} bytes`);
     }
     return new Promise<Frame>((resolve, reject) => {
       const p: Pending = {
@@ -342,7 +346,7 @@ export class Transport {
 
   private corkedSocket: Socket | null = null;
   /** Frames written in one tick leave in one syscall (pipelined publishes, settles, credits). */
-  private write(socket: Socket, frame: Buffer): void {
+  private write(socket: Socket, frame: Buffer | [Buffer, Buffer | null]): void {
     if (this.corkedSocket !== socket) {
       this.corkedSocket = socket;
       socket.cork();
@@ -351,7 +355,11 @@ export class Transport {
         socket.uncork();
       });
     }
-    socket.write(frame);
+    if (Buffer.isBuffer(frame)) socket.write(frame);
+    else {
+      socket.write(frame[0]);
+      if (frame[1] !== null) socket.write(frame[1]);
+    }
   }
 
   /** Fire-and-forget frame (credit, heartbeat): dropped while disconnected, by design. */

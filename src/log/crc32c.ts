@@ -78,3 +78,57 @@ export function crc32c(buf: Uint8Array, start = 0, end = buf.length, crc = 0): n
   while (i < end) c = T[(c ^ buf[i++]) & 0xff] ^ (c >>> 8);
   return ~c >>> 0;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Patching a checksum without re-reading the data.
+//
+// CRC without its pre/post inversion ("raw") is linear over GF(2): if a message changes by the
+// bytes D at some position followed by k unchanged bytes, its CRC changes by
+// rawCrc(D) * x^(8k) mod P. The broker uses this to set a batch's base offset (which the CRC
+// covers, invariant LOG-2) on a batch whose checksum it has just verified, instead of a second
+// pass over the records (zlib's crc32_combine uses the same algebra).
+
+const POLY = 0x82f63b78;
+
+/** a * b modulo P in the reflected representation (bit 31 holds x^0). */
+function multModP(a: number, b: number): number {
+  let p = 0;
+  for (let m = 0x80000000; a !== 0 && m !== 0; m >>>= 1) {
+    if (a & m) {
+      p ^= b;
+      a &= ~m;
+    }
+    b = b & 1 ? (b >>> 1) ^ POLY : b >>> 1;
+  }
+  return p >>> 0;
+}
+
+/** X2N[k] = x^(2^k) mod P. */
+const X2N = new Uint32Array(32);
+X2N[0] = 0x40000000; // x^1
+for (let k = 1; k < 32; k++) X2N[k] = multModP(X2N[k - 1], X2N[k - 1]);
+
+/** x^(8n) mod P: the factor that moves a raw CRC past n zero bytes. */
+function xPow8n(n: number): number {
+  let p = 0x80000000; // x^0
+  let k = 3;
+  while (n > 0) {
+    if (n & 1) p = multModP(X2N[k & 31], p);
+    n >>>= 1;
+    k++;
+  }
+  return p;
+}
+
+/**
+ * The CRC of a message after the bytes at [pos, pos + oldBytes.length) change from `oldBytes`
+ * to `newBytes`, given its CRC `crc` before the change and that `after` bytes of the message
+ * follow the changed range. Equivalent to recomputing crc32c over the whole new message.
+ */
+export function crc32cPatch(crc: number, oldBytes: Uint8Array, newBytes: Uint8Array, after: number): number {
+  if (oldBytes.length !== newBytes.length) throw new Error("crc32cPatch: ranges differ in length");
+  if (!Number.isInteger(after) || after < 0 || after > 0xffffffff) throw new Error(`crc32cPatch: bad length ${after}`);
+  let c = 0;
+  for (let i = 0; i < oldBytes.length; i++) c = T[(c ^ oldBytes[i] ^ newBytes[i]) & 0xff] ^ (c >>> 8);
+  return (crc ^ multModP(xPow8n(after), c >>> 0)) >>> 0;
+}

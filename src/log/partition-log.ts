@@ -34,6 +34,8 @@ import {
   readBatchLength,
   recordSize,
   stampBatch,
+  restampBatch,
+  validateEncodedBatch,
   verifyBatch,
   type BatchHeader,
   type PreparedRecord,
@@ -327,44 +329,54 @@ export class PartitionLog {
       if (size > this.config.maxMessageBytes) throw new RecordTooLargeError(size, this.config.maxMessageBytes);
       if (!Number.isSafeInteger(r.timestamp) || r.timestamp < 0) throw new ValidationError(`invalid timestamp ${r.timestamp}`);
     }
+    // Refuse invalid producer fields before encoding them (appendBatch checks sequences again).
+    if (producer) this.checkProducer(producer, records.length);
+    return this.appendBatch(encodeBatch(records, producer), records.length, producer, signal, false);
+  }
+
+  /**
+   * Appends a batch encoded elsewhere (the client encodes in the storage format, so the server
+   * stores it without decoding and re-encoding). The batch is fully validated first
+   * (validateEncodedBatch: CRC, structure, record sizes); its producer fields come from its
+   * header. Offsets are then set by patching the verified CRC (restampBatch), so every record
+   * byte is read once on this path.
+   */
+  async appendEncoded(buf: Buffer, signal?: AbortSignal): Promise<AppendResult> {
+    this.checkWritable();
+    const { header: h } = validateEncodedBatch(buf, this.config.maxMessageBytes);
+    const producer = h.producerId >= 0 ? { producerId: h.producerId, producerEpoch: h.producerEpoch, baseSequence: h.baseSequence } : undefined;
+    return this.appendBatch(buf, h.count, producer, signal, true);
+  }
+
+  /** Common tail of both appends: idempotence check, memory bound, then offsets (enqueueBatch). */
+  private async appendBatch(buf: Buffer, count: number, producer: ProducerInfo | undefined, signal: AbortSignal | undefined, crcValid: boolean): Promise<AppendResult> {
     if (producer) {
-      const dup = this.checkProducer(producer, records.length);
+      const dup = this.checkProducer(producer, count);
       if (dup !== null) {
         await this.waitDurable(dup.baseOffset + dup.count, signal);
         return { baseOffset: dup.baseOffset, duplicate: true, synced: this.config.durability === "always" };
       }
     }
-    const buf = encodeBatch(records, producer);
     while (this.pendingBytes + buf.length > MAX_PENDING_BYTES && this.pendingBytes > 0) {
       await new Promise<void>((r) => this.spaceWaiters.push(r));
       this.checkWritable();
     }
     if (producer) {
       // Re-check after waiting: another append of the same producer may have gone first.
-      const dup = this.checkProducer(producer, records.length);
+      const dup = this.checkProducer(producer, count);
       if (dup !== null) {
         await this.waitDurable(dup.baseOffset + dup.count, signal);
         return { baseOffset: dup.baseOffset, duplicate: true, synced: this.config.durability === "always" };
       }
     }
-    return this.enqueueBatch(buf, records.length, producer);
+    return this.enqueueBatch(buf, count, producer, crcValid);
   }
 
-  /**
-   * Appends an already-encoded batch (used by the server, which receives encoded batches, and
-   * by tests). The batch is re-verified before use.
-   */
-  appendEncoded(buf: Buffer, producer?: ProducerInfo): Promise<AppendResult> {
-    this.checkWritable();
-    const h = verifyBatch(buf, 0, buf.length, MAX_BATCH_BYTES);
-    if (h.length !== buf.length) throw new InvalidBatchError("trailing bytes after batch");
-    return this.enqueueBatch(buf, h.count, producer);
-  }
-
-  private enqueueBatch(buf: Buffer, count: number, producer?: ProducerInfo): Promise<AppendResult> {
+  private enqueueBatch(buf: Buffer, count: number, producer: ProducerInfo | undefined, crcValid: boolean): Promise<AppendResult> {
     const baseOffset = this.nextOffset;
     // Invariant LOG-1: offsets are assigned in append order, here and nowhere else.
-    stampBatch(buf, baseOffset);
+    if (crcValid) restampBatch(buf, baseOffset);
+    else stampBatch(buf, baseOffset);
     this.nextOffset += count;
     const maxTs = buf.readInt32BE(32) * 4294967296 + buf.readUInt32BE(36);
     let undo: (() => void) | null = null;

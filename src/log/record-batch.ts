@@ -8,8 +8,8 @@
  * (invariant LOG-2). The decoder never allocates from a size it read: every length is checked
  * against the bytes actually present before it is used (invariant LOG-5).
  */
-import { InvalidBatchError, ValidationError } from "../errors.js";
-import { crc32c } from "./crc32c.js";
+import { InvalidBatchError, RecordTooLargeError, ValidationError } from "../errors.js";
+import { crc32c, crc32cPatch } from "./crc32c.js";
 
 export const BATCH_MAGIC = 1;
 export const HEADER_SIZE = 56;
@@ -213,6 +213,109 @@ export function encodeBatch(records: readonly PreparedRecord[], producer?: Produ
 export function stampBatch(buf: Buffer, baseOffset: number): void {
   writeI64(buf, O_BASE, baseOffset);
   buf.writeUInt32BE(batchCrc(buf, 0, buf.readUInt32BE(O_LENGTH)), O_CRC);
+}
+
+/**
+ * Sets the base offset of a batch whose stored CRC is valid for its current bytes (it passed
+ * verifyBatch), patching the CRC algebraically instead of re-reading the records: the batch
+ * stays covered end to end by the checksum computed where it was encoded (the client), and
+ * the broker touches each record byte once (to verify it). Result equals stampBatch's.
+ */
+export function restampBatch(buf: Buffer, baseOffset: number): void {
+  const length = buf.readUInt32BE(O_LENGTH);
+  const before = Buffer.from(buf.subarray(O_BASE, O_BASE + 8));
+  writeI64(buf, O_BASE, baseOffset);
+  // The CRC message is [0,4) ++ [8,length): the base offset field ends `length - O_BASE - 8`
+  // bytes before the end of it.
+  const crc = crc32cPatch(buf.readUInt32BE(O_CRC), before, buf.subarray(O_BASE, O_BASE + 8), length - O_BASE - 8);
+  buf.writeUInt32BE(crc, O_CRC);
+}
+
+/** What validateEncodedBatch learned about a batch built elsewhere (by a client). */
+export interface EncodedBatchInfo {
+  header: BatchHeader;
+  /** Size of the largest record as stored (length varint included). */
+  maxRecordBytes: number;
+}
+
+/**
+ * Validates a complete batch built outside the broker (the client encodes batches in the
+ * storage format so the broker stores them without re-encoding). Beyond verifyBatch (magic,
+ * lengths, CRC) it walks every record without allocating: structure, attributes, lengths,
+ * timestamps (each >= 0, the header's maxTimestamp is their maximum), record count, no
+ * trailing bytes, and every record at most `maxRecordBytes`. The base offset must be 0 (the
+ * broker assigns offsets). Anything a reader could later choke on is refused here, so a
+ * stored batch always decodes (invariant LOG-5 holds for client bytes too).
+ */
+export function validateEncodedBatch(buf: Buffer, maxRecordBytes: number): EncodedBatchInfo {
+  const h = verifyBatch(buf, 0, buf.length, MAX_BATCH_BYTES);
+  if (h.length !== buf.length) throw new InvalidBatchError(`${buf.length - h.length} bytes follow the batch`);
+  if (h.baseOffset !== 0) throw new InvalidBatchError(`a batch to append must have base offset 0, not ${h.baseOffset}`);
+  if (h.attributes !== 0 || buf.readUInt16BE(10) !== 0 || buf.readUInt16BE(50) !== 0) throw new InvalidBatchError("reserved header bytes are not zero");
+  if (h.producerId < 0 ? h.producerId !== -1 || h.producerEpoch !== -1 || h.baseSequence !== -1 : h.producerEpoch < 0 || h.baseSequence < 0)
+    throw new InvalidBatchError("inconsistent producer fields");
+  const end = h.length;
+  let p = HEADER_SIZE;
+  let maxTs = -1;
+  let maxRec = 0;
+  for (let i = 0; i < h.count; i++) {
+    const recStart = p;
+    const bodyLen = varintAt(buf, p, end);
+    p = varintEnd;
+    const recEnd = p + bodyLen;
+    if (bodyLen < 3 || recEnd > end) throw new InvalidBatchError(`record ${i} length ${bodyLen} runs past the batch`);
+    if (recEnd - recStart > maxRec) maxRec = recEnd - recStart;
+    const attr = buf[p++];
+    if ((attr & 0x03) === 3 || attr > 0x0f) throw new InvalidBatchError(`record ${i} has unknown attributes ${attr}`);
+    const ts = h.firstTimestamp + unzigzag(varintAt(buf, p, recEnd));
+    p = varintEnd;
+    if (!Number.isSafeInteger(ts) || ts < 0) throw new InvalidBatchError(`record ${i} has an invalid timestamp`);
+    if (ts > maxTs) maxTs = ts;
+    if ((attr & ATTR_KEY_NULL) === 0) {
+      const kl = varintAt(buf, p, recEnd);
+      p = varintEnd + kl;
+      if (p > recEnd) throw new InvalidBatchError(`record ${i} key runs past the record`);
+    }
+    if ((attr & ATTR_VALUE_NULL) === 0) {
+      const vl = varintAt(buf, p, recEnd);
+      p = varintEnd + vl;
+      if (p > recEnd) throw new InvalidBatchError(`record ${i} value runs past the record`);
+    }
+    const hc = varintAt(buf, p, recEnd);
+    p = varintEnd;
+    if (hc > (recEnd - p) / 2) throw new InvalidBatchError(`record ${i} header count ${hc} is implausible`);
+    for (let j = 0; j < hc; j++) {
+      const kl = varintAt(buf, p, recEnd);
+      p = varintEnd + kl;
+      if (p > recEnd) throw new InvalidBatchError(`record ${i} header key runs past the record`);
+      const vl = varintAt(buf, p, recEnd);
+      p = varintEnd + vl;
+      if (p > recEnd) throw new InvalidBatchError(`record ${i} header value runs past the record`);
+    }
+    if (p !== recEnd) throw new InvalidBatchError(`record ${i} has ${recEnd - p} trailing bytes`);
+  }
+  if (p !== end) throw new InvalidBatchError(`batch has ${end - p} bytes after its ${h.count} records`);
+  if (maxTs !== h.maxTimestamp) throw new InvalidBatchError(`header maxTimestamp ${h.maxTimestamp} is not the records' maximum ${maxTs}`);
+  if (maxRec > maxRecordBytes) throw new RecordTooLargeError(maxRec, maxRecordBytes);
+  return { header: h, maxRecordBytes: maxRec };
+}
+
+/** End position of the varint read by the last varintAt call (avoids a tuple per varint). */
+let varintEnd = 0;
+function varintAt(buf: Uint8Array, pos: number, end: number): number {
+  let result = 0;
+  let mul = 1;
+  for (let i = 0; i < 6; i++) {
+    if (pos >= end) throw new InvalidBatchError("varint runs past the record");
+    const byte = buf[pos++];
+    result += (byte & 0x7f) * mul;
+    if ((byte & 0x80) === 0) {
+      varintEnd = pos;
+      return result;
+    }
+    mul *= 128;
+  }
+  throw new InvalidBatchError("varint too long");
 }
 
 function batchCrc(buf: Uint8Array, start: number, length: number): number {

@@ -15,13 +15,15 @@
 import type { Socket } from "node:net";
 import {
   ConnectionClosedError,
+  InvalidBatchError,
   LeaseExpiredError,
   ProtocolError,
   StaleGenerationError,
   UnsupportedVersionError,
   ValidationError,
 } from "../errors.js";
-import type { Broker, Message, PublishBatchOptions, PublishValue, ResetTarget, TopicConfig } from "../types.js";
+import type { Broker, Message, PublishBatchOptions, PublishRecord, PublishValue, ResetTarget, TopicConfig } from "../types.js";
+import { decodeRecords, decodeValue as decodeStoredValue, verifyBatch } from "../log/record-batch.js";
 import {
   FLAG_ERROR,
   FLAG_PUSH,
@@ -104,6 +106,34 @@ function str(meta: Record<string, unknown>, key: string, maxLen = 1000): string 
   if (v.length > maxLen) throw new ValidationError(`field ${key} is longer than ${maxLen} characters`);
   return v;
 }
+interface EncodedPublisher {
+  publishEncoded(topic: string, partition: number, batch: Buffer, signal?: AbortSignal): Promise<{ baseOffset: number; count: number; duplicate: boolean; synced: boolean }>;
+}
+function isEncodedPublisher(b: Broker): b is Broker & EncodedPublisher {
+  return typeof (b as Partial<EncodedPublisher>).publishEncoded === "function";
+}
+
+/**
+ * PublishEncoded against a Broker that only takes record objects (e.g. a test double): decode
+ * the verified batch and publish its records to the named partition. Producer fields travel in
+ * the batch header.
+ */
+async function publishDecoded(b: Broker, topic: string, partition: number, batch: Buffer, signal: AbortSignal) {
+  const h = verifyBatch(batch, 0, batch.length);
+  if (h.length !== batch.length) throw new InvalidBatchError("bytes follow the batch");
+  const records: PublishRecord[] = decodeRecords(batch, 0, h).map((r) => ({
+    key: r.key,
+    value: decodeStoredValue(r.value, r.valueKind) as PublishValue,
+    timestamp: r.timestamp,
+    partition,
+    headers: r.headers ? Object.fromEntries(r.headers) : undefined,
+  }));
+  const opts: PublishBatchOptions = { signal };
+  if (h.producerId >= 0) Object.assign(opts, { producerId: h.producerId, producerEpoch: h.producerEpoch, baseSequence: h.baseSequence });
+  const rs = await b.publishBatch(topic, records, opts);
+  return { baseOffset: rs[0].offset, count: rs.length, duplicate: rs[0].duplicate, synced: rs[0].synced };
+}
+
 function int(meta: Record<string, unknown>, key: string, opt = false): number | undefined {
   const v = meta[key];
   if (v === undefined || v === null) {
@@ -399,6 +429,19 @@ export class Connection {
           w.u8((r.duplicate ? 1 : 0) | (r.synced ? 2 : 0));
         }
         return this.respond(frame, {}, w.finish());
+      }
+      case Op.PublishEncoded: {
+        // The client's batch, in the storage format: stored as is after full validation.
+        const topic = str(m, "topic");
+        const partition = int(m, "partition")!;
+        // The batch is kept until it is durable and counted at its own length (the pending
+        // bound). A frame that arrived inside a larger socket chunk is a view into it: copy
+        // so the kept bytes are what is counted, not the whole chunk.
+        const batch = frame.body.buffer.byteLength <= frame.body.length + 4096 ? frame.body : Buffer.from(frame.body);
+        const r = isEncodedPublisher(b)
+          ? await b.publishEncoded(topic, partition, batch, this.ac.signal)
+          : await publishDecoded(b, topic, partition, batch, this.ac.signal);
+        return this.respond(frame, { baseOffset: r.baseOffset, count: r.count, duplicate: r.duplicate, synced: r.synced });
       }
       case Op.Fetch: {
         const topic = str(m, "topic");

@@ -66,6 +66,7 @@ export const enum Op {
   DescribeTopic = 13,
   Publish = 20,
   InitProducer = 21,
+  PublishEncoded = 22,
   Fetch = 30,
   OffsetForTimestamp = 31,
   Subscribe = 40,
@@ -90,7 +91,7 @@ export const enum Op {
 }
 
 export const KNOWN_OPS: ReadonlySet<number> = new Set([
-  1, 2, 10, 11, 12, 13, 20, 21, 30, 31, 40, 41, 42, 43, 44, 45, 46, 47, 48, 50, 51, 60, 61, 62, 63, 64, 65, 66, 67,
+  1, 2, 10, 11, 12, 13, 20, 21, 22, 30, 31, 40, 41, 42, 43, 44, 45, 46, 47, 48, 50, 51, 60, 61, 62, 63, 64, 65, 66, 67,
 ]);
 
 export const FLAG_RESPONSE = 1;
@@ -120,17 +121,51 @@ export function encodeFrame(
   meta: unknown,
   body: Buffer | null = null,
 ): Buffer {
+  const [head, tail] = encodeFrameParts(op, flags, correlationId, meta, body, 64 * 1024);
+  return tail === null ? head : Buffer.concat([head, tail]);
+}
+
+/**
+ * Encodes one frame as [head, body]: the body is not copied when it is at least
+ * `copyBelow` bytes (large record batches go to the socket as they are, in one writev with
+ * the head); smaller bodies are copied into the head and `null` is returned for the tail.
+ */
+export function encodeFrameParts(
+  op: number,
+  flags: number,
+  correlationId: number,
+  meta: unknown,
+  body: Buffer | null,
+  copyBelow = 16 * 1024,
+): [Buffer, Buffer | null] {
   const metaBuf = meta === undefined || meta === null ? EMPTY : Buffer.from(JSON.stringify(meta), "utf8");
   const bodyLen = body === null ? 0 : body.length;
   const frameLen = FRAME_HEADER_BYTES + metaBuf.length + bodyLen;
-  const out = Buffer.allocUnsafe(FRAME_LENGTH_BYTES + frameLen);
+  const inline = body !== null && bodyLen < copyBelow;
+  const out = Buffer.allocUnsafe(FRAME_LENGTH_BYTES + FRAME_HEADER_BYTES + metaBuf.length + (inline ? bodyLen : 0));
   out.writeUInt32BE(frameLen, 0);
   out.writeUInt8(op, 4);
   out.writeUInt8(flags, 5);
   out.writeUInt32BE(correlationId >>> 0, 6);
   out.writeUInt32BE(metaBuf.length, 10);
   metaBuf.copy(out, 14);
-  if (body !== null) body.copy(out, 14 + metaBuf.length);
+  if (inline) body.copy(out, 14 + metaBuf.length);
+  return [out, inline || body === null || bodyLen === 0 ? null : body];
+}
+
+/**
+ * Encodes the length prefix, header and meta of a frame whose `bodyLength`-byte body the
+ * caller writes next (a push of stored batches is sent without copying them into the frame).
+ */
+export function encodeFrameHead(op: number, flags: number, correlationId: number, meta: unknown, bodyLength: number): Buffer {
+  const metaBuf = meta === undefined || meta === null ? EMPTY : Buffer.from(JSON.stringify(meta), "utf8");
+  const out = Buffer.allocUnsafe(FRAME_LENGTH_BYTES + FRAME_HEADER_BYTES + metaBuf.length);
+  out.writeUInt32BE(FRAME_HEADER_BYTES + metaBuf.length + bodyLength, 0);
+  out.writeUInt8(op, 4);
+  out.writeUInt8(flags, 5);
+  out.writeUInt32BE(correlationId >>> 0, 6);
+  out.writeUInt32BE(metaBuf.length, 10);
+  metaBuf.copy(out, 14);
   return out;
 }
 

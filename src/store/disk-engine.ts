@@ -15,11 +15,11 @@
  */
 import { randomUUID } from "node:crypto";
 import { join, resolve, sep } from "node:path";
-import { PartitionNotFoundError, ProducerFencedError, TopicExistsError, TopicNotFoundError, ValidationError, BrokerClosedError } from "../errors.js";
+import { PartitionNotFoundError, ProducerFencedError, TopicExistsError, TopicNotFoundError, ValidationError, BrokerClosedError, InvalidBatchError } from "../errors.js";
 import { readJsonFile, writeFileAtomic, type FileSystem } from "../log/io.js";
 import { silentLogger, type Logger } from "../log/logger.js";
 import { PartitionLog } from "../log/partition-log.js";
-import type { PreparedRecord, ProducerInfo, StoredRecord } from "../log/record-batch.js";
+import { HEADER_SIZE, readHeader, type PreparedRecord, type ProducerInfo, type StoredRecord } from "../log/record-batch.js";
 import type { TopicConfig, TopicDescription } from "../types.js";
 import type { CommittedOffset, EngineTopic, StorageEngine } from "./engine.js";
 import { validateName } from "./names.js";
@@ -281,6 +281,15 @@ export class DiskEngine implements StorageEngine {
     this.check();
     if (producer) this.checkProducerEpoch(producer);
     return this.log(topic, partition).append(records, producer, signal);
+  }
+
+  async appendEncoded(topic: string, partition: number, batch: Buffer, signal?: AbortSignal) {
+    this.check();
+    if (batch.length < HEADER_SIZE) throw new InvalidBatchError(`batch of ${batch.length} bytes is shorter than a batch header`);
+    const h = readHeader(batch, 0);
+    if (h.producerId >= 0) this.checkProducerEpoch({ producerId: h.producerId, producerEpoch: h.producerEpoch, baseSequence: h.baseSequence });
+    const r = await this.log(topic, partition).appendEncoded(batch, signal);
+    return { ...r, count: h.count };
   }
 
   read(topic: string, partition: number, offset: number, maxBytes: number): Promise<{ records: StoredRecord[]; nextOffset: number }> {

@@ -32,6 +32,12 @@ export interface StorageEngine {
   describeTopic(name: string): TopicDescription;
 
   append(topic: string, partition: number, records: PreparedRecord[], producer?: ProducerInfo, signal?: AbortSignal): Promise<{ baseOffset: number; duplicate: boolean; synced: boolean }>;
+  /**
+   * Appends one batch already encoded in the storage format with base offset 0 (built by a
+   * client). The engine validates it completely (CRC, structure, record sizes) before storing;
+   * producer id/epoch/sequence come from the batch header.
+   */
+  appendEncoded(topic: string, partition: number, batch: Buffer, signal?: AbortSignal): Promise<{ baseOffset: number; duplicate: boolean; synced: boolean; count: number }>;
   read(topic: string, partition: number, offset: number, maxBytes: number): Promise<{ records: StoredRecord[]; nextOffset: number }>;
   waitFor(topic: string, partition: number, offset: number, maxWaitMs: number, signal?: AbortSignal): Promise<boolean>;
   offsets(topic: string, partition: number): { logStartOffset: number; highWatermark: number; logEndOffset: number };
