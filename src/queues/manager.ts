@@ -13,6 +13,7 @@ import { AbortedError, BrokerClosedError, NotFoundError, PermanentError, Validat
 import { readJsonFile, writeFileAtomic, type FileSystem } from "../log/io.js";
 import { silentLogger, type Logger } from "../log/logger.js";
 import type { PublishValue } from "../types.js";
+import type { ValueKind } from "../log/record-batch.js";
 import { QueueCore, resolveQueueConfig, validateQueueName, WorkerImpl, MAX_PREFETCH, type QueueHost } from "./queue.js";
 import type {
   EnqueueItem,
@@ -206,6 +207,21 @@ export class QueueHandle<T> implements Queue<T> {
     if (!Array.isArray(items)) throw new ValidationError("enqueueBatch needs an array");
     const core = await this.core();
     return core.enqueuePrepared(items.map((it) => core.prepare(it)), opts.signal);
+  }
+
+  /**
+   * Enqueues jobs whose values are already bytes of a known kind (the network server: the
+   * client's encoding is stored as is, no decode and re-encode). Same checks as enqueueBatch.
+   */
+  async enqueueRaw(
+    items: { value: Buffer | null; valueKind: ValueKind; opts: Omit<EnqueueItem, "data"> }[],
+    opts: { signal?: AbortSignal } = {},
+  ): Promise<EnqueueResult[]> {
+    const core = await this.core();
+    return core.enqueuePrepared(
+      items.map((it) => core.prepareRaw(it.value, it.valueKind, it.opts, null)),
+      opts.signal,
+    );
   }
 
   work(opts: WorkOptions = {}): Worker<T> {

@@ -208,6 +208,9 @@ function abortLease(l: Lease, reason: unknown): void {
   if (l.abortReason !== undefined) return;
   l.abortReason = reason;
   l.ac?.abort(reason);
+  // Same moment as `job.signal` aborting, without an AbortController per job (the network
+  // server relays lease loss to its client this way).
+  l.worker?.onLeaseLost?.(l.tag, reason);
 }
 
 function errorInfo(e: unknown): { errorClass: string; error: string } {
@@ -263,6 +266,9 @@ interface Lease {
   ac: AbortController | null;
   abortReason: unknown;
   worker: WorkerImpl<unknown> | null;
+  /** Opaque to the queue: a number the worker's consumer attaches (the network server's
+   * delivery tag), handed back by `onLeaseLost`. */
+  tag: number;
 }
 
 /** What DLQ_INTENT stores: everything about the failure not derivable from the record. */
@@ -348,6 +354,7 @@ export class QueueCore {
   private workers = new Set<WorkerImpl<unknown>>();
   private rr = 0;
   private pumpScheduled = false;
+  private pumpImmediate: NodeJS.Immediate | null = null;
   /**
    * Direct-mapped ring (slot = offset mod size): O(1) without hashing, and neighbouring offsets
    * never collide. A slot taken by another live offset simply is not cached (read back later).
@@ -532,6 +539,7 @@ export class QueueCore {
           ac: null,
           abortReason: undefined,
           worker: null,
+          tag: -1,
         };
         this.leases.set(o, lease);
       }
@@ -1254,10 +1262,26 @@ export class QueueCore {
     this.pumpScheduled = true;
     // setImmediate, not a microtask: settlements of one tick are gathered into one round of
     // grants (one DELIVER group, one read-ahead, one hand-out) instead of one round per ack.
-    setImmediate(() => {
+    this.pumpImmediate = setImmediate(() => {
+      this.pumpImmediate = null;
       this.pumpScheduled = false;
       this.doPump();
     });
+  }
+
+  /**
+   * Grants now instead of at the next setImmediate. For a caller that has just applied a whole
+   * batch of settlements (one network frame): the DELIVER events then join the journal batch
+   * that holds those ACKs and share its fdatasync, instead of waiting for it and paying their own.
+   */
+  pumpNow(): void {
+    if (this.closed) return;
+    if (this.pumpImmediate !== null) {
+      clearImmediate(this.pumpImmediate);
+      this.pumpImmediate = null;
+    }
+    this.pumpScheduled = false;
+    this.doPump();
   }
 
   private promoteDue(now: number): void {
@@ -1315,6 +1339,7 @@ export class QueueCore {
           ac: null,
           abortReason: undefined,
           worker: w,
+          tag: -1,
         };
         this.leases.set(off, lease);
         w.reserve();
@@ -1371,19 +1396,11 @@ export class QueueCore {
   private makeJob(g: Lease, r: PreparedRecord): JobImpl<unknown> {
     const rd = getHeader(r.headers, H_REDRIVES);
     const dlq = getHeader(r.headers, H_DLQ);
-    let data: unknown;
-    try {
-      data = decodeValue(r.value, r.valueKind);
-    } catch {
-      data = r.value;
-    }
-    return new JobImpl(this, g, {
+    return new JobImpl(this, g, r, {
       id: String(g.off),
-      data,
       key: r.key === null ? null : r.key.toString("utf8"),
       attempt: g.attempt,
       enqueuedAt: r.timestamp,
-      headers: headerMap(r.headers),
       redriveCount: rd === undefined ? 0 : Number(rd.toString("utf8")) || 0,
       deadLetter: dlq === undefined ? null : (JSON.parse(dlq.toString("utf8")) as DeadLetterInfo),
     });
@@ -1508,15 +1525,39 @@ export class QueueCore {
   }
 
   /** Returns an unsettled job without recording a failure (worker shutdown). */
-  release(g: Lease): void {
+  release(g: Lease, unstarted = false): void {
     if (this.closed || this.broken || this.leases.get(g.off) !== g) return;
     this.leases.delete(g.off);
     abortLease(g, new AbortedError("worker closed"));
     g.worker?.settled(g);
+    if (unstarted) {
+      // Never handed to any consumer: this delivery does not count as an attempt. (Replay may
+      // still see its DELIVER and count it; attempts can skip after a restart, never go back.)
+      const i = this.table.idx(g.off);
+      if (this.table.attempts[i] === g.attempt && g.attempt > 0) {
+        this.table.attempts[i] = g.attempt - 1;
+        if (g.attempt > 1) this.redeliveries--;
+      }
+    }
     const now = Date.now();
     this.makeVisible(g.off, now);
     void this.journalEvent(encodeEvent(Ev.NACK, g.off, g.attempt, now)).catch(() => {});
     this.pump();
+  }
+
+  /** Whether `g` is still the current lease of its job. */
+  holds(g: Lease): boolean {
+    return this.leases.get(g.off) === g;
+  }
+
+  /** Restarts the lease clock (same length) at the actual hand-off to a consumer. */
+  restartLease(g: Lease): void {
+    if (this.leases.get(g.off) !== g) return;
+    const ttl = g.deadlineMono - g.startedMono;
+    const mono = performance.now();
+    g.startedMono = mono;
+    g.deadlineMono = mono + ttl;
+    g.deadlineWall = Date.now() + ttl;
   }
 
   extend(g: Lease, ms: number): Promise<void> {
@@ -1836,35 +1877,55 @@ export class QueueCore {
 
 // ─────────────────────────────────── jobs ───────────────────────────────────
 
-interface JobFields<T> {
+interface JobFields {
   id: string;
-  data: T;
   key: string | null;
   attempt: number;
   enqueuedAt: number;
-  headers: Record<string, Uint8Array>;
   redriveCount: number;
   deadLetter: DeadLetterInfo | null;
 }
 
+const UNDECODED: unique symbol = Symbol("undecoded");
+
 export class JobImpl<T> implements Job<T> {
   readonly id: string;
-  readonly data: T;
   readonly key: string | null;
   readonly attempt: number;
   readonly enqueuedAt: number;
-  readonly headers: Record<string, Uint8Array>;
   readonly redriveCount: number;
   readonly deadLetter: DeadLetterInfo | null;
-  constructor(private readonly core: QueueCore, private readonly lease: Lease, f: JobFields<T>) {
+  /** `data` and `headers` are decoded on first access: the network server never needs them
+   * (it forwards the stored bytes, `record`), and a JSON parse per job is not free. */
+  private decoded: T | typeof UNDECODED = UNDECODED;
+  private headerObj: Record<string, Uint8Array> | null = null;
+  constructor(
+    private readonly core: QueueCore,
+    private readonly lease: Lease,
+    /** @internal The stored record (value bytes and kind, headers including `sluice-*`). */
+    readonly record: PreparedRecord,
+    f: JobFields,
+  ) {
     this.id = f.id;
-    this.data = f.data;
     this.key = f.key;
     this.attempt = f.attempt;
     this.enqueuedAt = f.enqueuedAt;
-    this.headers = f.headers;
     this.redriveCount = f.redriveCount;
     this.deadLetter = f.deadLetter;
+  }
+  get data(): T {
+    if (this.decoded === UNDECODED) {
+      const r = this.record;
+      try {
+        this.decoded = decodeValue(r.value, r.valueKind) as T;
+      } catch {
+        this.decoded = r.value as T;
+      }
+    }
+    return this.decoded;
+  }
+  get headers(): Record<string, Uint8Array> {
+    return (this.headerObj ??= headerMap(this.record.headers));
   }
   get receipt(): string {
     return this.lease.receipt;
@@ -1901,6 +1962,25 @@ export class JobImpl<T> implements Job<T> {
   release(): void {
     this.core.release(this.lease);
   }
+  /** @internal Gives back a job that never reached a consumer (its delivery is not an attempt). */
+  unstart(): void {
+    this.core.release(this.lease, true);
+  }
+  /** @internal Whether this job's lease is still current (not settled, expired or released). */
+  get leaseHeld(): boolean {
+    return this.core.holds(this.lease);
+  }
+  /** @internal A number the consumer attaches to this delivery (see `WorkerImpl.onLeaseLost`). */
+  get tag(): number {
+    return this.lease.tag;
+  }
+  set tag(t: number) {
+    this.lease.tag = t;
+  }
+  /** @internal The lease clock restarts now: the consumer gets the full visibility timeout. */
+  restartLease(): void {
+    this.core.restartLease(this.lease);
+  }
 }
 
 // ─────────────────────────────────── workers ───────────────────────────────────
@@ -1911,7 +1991,7 @@ export class JobImpl<T> implements Job<T> {
  */
 export class WorkerImpl<T> implements Worker<T> {
   readonly visibilityTimeoutMs: number;
-  readonly prefetch: number;
+  prefetch: number;
   readonly consumerId: string;
   readonly codeVersion: string | undefined;
   private readonly onUnsettled: "nack" | "error";
@@ -1926,6 +2006,16 @@ export class WorkerImpl<T> implements Worker<T> {
   private readonly signal: AbortSignal | undefined;
   /** Push mode (used by `process()`): jobs go straight to this callback instead of the iterator buffer. */
   onJob: ((job: JobImpl<T>) => void) | null = null;
+  /**
+   * Batch push mode (used by the network server): the jobs of one hand-out round arrive in one
+   * call (on a microtask after the round), so they can travel in one frame. Like `onJob`, the
+   * jobs count against `prefetch` until settled or their lease is lost.
+   */
+  onJobs: ((jobs: JobImpl<T>[]) => void) | null = null;
+  private outBatch: JobImpl<T>[] = [];
+  /** Called when a lease this worker was granted is lost (expired, purged, released, queue
+   * failure or shutdown): the moment `job.signal` aborts, without needing the signal. */
+  onLeaseLost: ((tag: number, reason: unknown) => void) | null = null;
   private closedWaiters: (() => void)[] = [];
 
   constructor(corePromise: Promise<QueueCore>, opts: WorkOptions = {}) {
@@ -1982,8 +2072,42 @@ export class WorkerImpl<T> implements Worker<T> {
       this.onJob(job);
       return;
     }
+    if (this.onJobs !== null) {
+      this.held.add(g);
+      this.outBatch.push(job);
+      if (this.outBatch.length === 1) queueMicrotask(() => this.flushOut());
+      return;
+    }
     this.buffer.push(job);
     this.wake();
+  }
+
+  private flushOut(): void {
+    const jobs = this.outBatch;
+    this.outBatch = [];
+    if (jobs.length === 0) return;
+    if (this.onJobs !== null && !this.closed) {
+      this.onJobs(jobs);
+      return;
+    }
+    // Closed between the hand-out and this microtask: give the jobs back.
+    for (const j of jobs) j.release();
+  }
+
+  /** Changes how many unsettled jobs this worker may hold (more: granted on the next pump;
+   * 0: no more grants, the jobs it holds stay leased). */
+  setPrefetch(n: number): void {
+    this.prefetch = Math.max(0, Math.min(MAX_PREFETCH, Math.floor(n)));
+  }
+
+  /** Grants jobs now (see QueueCore.pumpNow): call after settling a batch. */
+  pumpNow(): void {
+    this.core?.pumpNow();
+  }
+
+  /** Set when the queue could not be opened (the iterator would throw it). */
+  get openError(): Error | null {
+    return this.core === null ? this.failure : null;
   }
 
   /** Resolves once the worker stopped receiving (close, stopReceiving, abort, queue shutdown). */
