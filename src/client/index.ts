@@ -100,7 +100,7 @@ class RemoteBroker implements Broker {
       (topic) => this.describeTopic(topic),
     );
     transport.onPush = (f) => {
-      if (f.op === Op.PushJobs || f.op === Op.PushLeaseLost || f.op === Op.PushWorkerEnded) {
+      if (f.op === Op.PushJobs || f.op === Op.PushJobBatch || f.op === Op.PushLeaseLost || f.op === Op.PushWorkerEnded) {
         this.workers.get(Number(f.meta.worker))?.onPush(f);
         return;
       }

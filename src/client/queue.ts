@@ -7,7 +7,7 @@
  * jobs for redelivery at once; their `signal` aborts here and settling them fails with
  * `LeaseExpiredError`. The worker then re-registers on the new connection and keeps going.
  */
-import { AbortedError, LeaseExpiredError, PermanentError, ValidationError } from "../errors.js";
+import { AbortedError, LeaseExpiredError, PermanentError, ProtocolError, ValidationError } from "../errors.js";
 import type {
   DeadLetterInfo,
   EnqueueItem,
@@ -26,9 +26,14 @@ import type {
 } from "../queues/types.js";
 import type { PublishValue } from "../types.js";
 import { Op, decodePublishRecords, encodePublishRecords, wireToError, type Frame, type WireError } from "../server/protocol.js";
+import { decodeJobBatch, encodeSettleItems } from "../server/queue-wire.js";
 import type { Transport } from "./transport.js";
 
 let nextWorkerId = 1;
+
+/** Settle items per QUEUE_SETTLE(_BATCH) frame (prefetch is at most 10 000; extends may repeat). */
+const MAX_SETTLES_PER_FRAME = 10_000;
+const NO_ARG: Record<string, unknown> = Object.freeze({}) as Record<string, unknown>;
 
 interface JobMeta {
   id: string;
@@ -38,7 +43,16 @@ interface JobMeta {
   receipt: string;
   leaseExpiresAt: number;
   redriveCount: number;
-  deadLetter: DeadLetterInfo | null;
+}
+
+type SettleAction = "ack" | "nack" | "extend" | "release";
+
+interface PendingSettle {
+  job: RemoteJob<unknown>;
+  action: SettleAction;
+  arg: Record<string, unknown>;
+  resolve(): void;
+  reject(e: unknown): void;
 }
 
 class RemoteJob<T> implements Job<T> {
@@ -50,16 +64,24 @@ class RemoteJob<T> implements Job<T> {
   leaseExpiresAt: number;
   readonly redriveCount: number;
   readonly deadLetter: DeadLetterInfo | null;
-  readonly signal: AbortSignal;
-  readonly #ac: AbortController;
-  readonly #settle: (job: RemoteJob<T>, action: string, arg: Record<string, unknown>) => Promise<void>;
+  /** Created on first `signal` access: an AbortController per job is costly, most are never read. */
+  #ac: AbortController | null = null;
+  #abortReason: unknown = undefined;
+  /** True once the lease is lost (connection dropped, expired, worker closed). */
+  aborted = false;
   settled = false;
 
   constructor(
     meta: JobMeta,
+    deadLetter: DeadLetterInfo | null,
     readonly data: T,
     readonly headers: Record<string, Uint8Array>,
-    settle: (job: RemoteJob<T>, action: string, arg: Record<string, unknown>) => Promise<void>,
+    private readonly worker: RemoteWorker<T>,
+    /** The worker registration (server-side worker id) that received this job. */
+    readonly workerId: number,
+    /** The delivery tag settlements name (QUEUE_SETTLE_BATCH); negative for a job of an older
+     * server (PUSH_JOBS), which is settled by receipt. */
+    readonly tag: number,
   ) {
     this.id = meta.id;
     this.key = meta.key;
@@ -68,19 +90,25 @@ class RemoteJob<T> implements Job<T> {
     this.receipt = meta.receipt;
     this.leaseExpiresAt = meta.leaseExpiresAt;
     this.redriveCount = meta.redriveCount;
-    this.deadLetter = meta.deadLetter;
-    this.#ac = new AbortController();
-    this.signal = this.#ac.signal;
-    this.#settle = settle;
+    this.deadLetter = deadLetter;
+  }
+  get signal(): AbortSignal {
+    if (this.#ac === null) {
+      this.#ac = new AbortController();
+      if (this.aborted) this.#ac.abort(this.#abortReason);
+    }
+    return this.#ac.signal;
   }
   abort(reason: unknown): void {
-    this.#ac.abort(reason);
+    if (this.aborted) return;
+    this.aborted = true;
+    this.#abortReason = reason;
+    this.#ac?.abort(reason);
   }
-  async ack(): Promise<void> {
-    await this.#settle(this, "ack", {});
-    this.settled = true;
+  ack(): Promise<void> {
+    return this.worker.settle(this, "ack", NO_ARG);
   }
-  async nack(opts: NackOptions = {}): Promise<void> {
+  nack(opts: NackOptions = {}): Promise<void> {
     const arg: Record<string, unknown> = {};
     if (opts.delayMs !== undefined) arg.delayMs = opts.delayMs;
     if (opts.requeue === false) arg.requeue = false;
@@ -90,13 +118,11 @@ class RemoteJob<T> implements Job<T> {
       arg.errorClass = e instanceof Error ? e.constructor?.name ?? e.name : typeof opts.error;
       arg.errorMessage = e instanceof Error ? String(e.message) : String(opts.error);
     }
-    await this.#settle(this, "nack", arg);
-    this.settled = true;
+    return this.worker.settle(this, "nack", arg);
   }
-  async extend(ms: number): Promise<void> {
-    if (!Number.isFinite(ms) || ms <= 0) throw new ValidationError("extend(ms) needs a positive number of milliseconds");
-    await this.#settle(this, "extend", { ms });
-    this.leaseExpiresAt = Date.now() + ms;
+  extend(ms: number): Promise<void> {
+    if (!Number.isFinite(ms) || ms <= 0) return Promise.reject(new ValidationError("extend(ms) needs a positive number of milliseconds"));
+    return this.worker.settle(this, "extend", { ms });
   }
 }
 
@@ -104,10 +130,21 @@ export class RemoteWorker<T> implements Worker<T> {
   private id = 0;
   private buffer: RemoteJob<T>[] = [];
   private waiter: (() => void) | null = null;
+  private stopWaiters: (() => void)[] = [];
   private closed = false;
   private receiving = true;
   private error: unknown = null;
-  private readonly live = new Map<string, RemoteJob<T>>();
+  /** The server speaks the batch frames (and QUEUE_STOP drain, settle "release"). */
+  private batchServer = false;
+  /** Delivered, unsettled jobs by delivery tag. */
+  private readonly live = new Map<number, RemoteJob<T>>();
+  /** Tags for jobs of an older server (PUSH_JOBS carries none): negative, never a server tag. */
+  private localTag = 0;
+  /**
+   * Push mode (used by `process()`): delivered jobs go straight to this callback instead of the
+   * iterator buffer; no promise per job. `prefetch` still bounds how many are unsettled.
+   */
+  onJob: ((job: RemoteJob<T>) => void) | null = null;
 
   constructor(
     private readonly transport: Transport,
@@ -131,9 +168,10 @@ export class RemoteWorker<T> implements Worker<T> {
     if (this.id) this.registry.delete(this.id);
     const id = nextWorkerId++;
     this.id = id;
+    this.receivingServer = true;
     this.registry.set(id, this as RemoteWorker<unknown>);
     try {
-      await this.transport.request(
+      const f = await this.transport.request(
         Op.QueueWork,
         {
           ...this.queueMeta,
@@ -145,10 +183,13 @@ export class RemoteWorker<T> implements Worker<T> {
           // Also decides what a dropped connection does to this worker's leases: "nack"
           // releases them at once, "error" leaves them until lease expiry.
           onUnsettled: this.opts.onUnsettled ?? "nack",
+          // Jobs as PUSH_JOB_BATCH, settlements as QUEUE_SETTLE_BATCH (binary, no JSON per job).
+          batch: true,
         },
         null,
         { retry: false },
       );
+      if (f.meta.batch === true) this.batchServer = true;
     } catch (err) {
       const code = (err as { code?: string }).code;
       if (code === "CONNECTION_CLOSED" || code === "TIMEOUT") return; // re-registered on reconnect
@@ -171,26 +212,45 @@ export class RemoteWorker<T> implements Worker<T> {
   onPush(f: Frame): void {
     if (f.meta.worker !== this.id) return;
     switch (f.op) {
+      case Op.PushJobBatch: {
+        this.batchServer = true;
+        const id = this.id;
+        const decoded = decodeJobBatch(f.body, 100_000);
+        const jobs: RemoteJob<T>[] = new Array(decoded.length);
+        for (let i = 0; i < decoded.length; i++) {
+          const d = decoded[i];
+          const dl = d.deadLetterJson === null ? null : (JSON.parse(d.deadLetterJson) as DeadLetterInfo);
+          const job = new RemoteJob<T>(d, dl, d.data as T, d.headers, this, id, d.tag);
+          this.live.set(d.tag, job);
+          jobs[i] = job;
+        }
+        this.accept(jobs);
+        break;
+      }
       case Op.PushJobs: {
-        const metas = f.meta.jobs as JobMeta[];
+        const metas = f.meta.jobs as (JobMeta & { deadLetter: DeadLetterInfo | null })[];
         const recs = decodePublishRecords(f.body, 100_000, true);
         const id = this.id;
-        recs.forEach((r, i) => {
+        const jobs = recs.map((r, i) => {
           const headers: Record<string, Uint8Array> = {};
           for (const [k, v] of Object.entries(r.headers ?? {})) headers[k] = typeof v === "string" ? Buffer.from(v) : v;
-          const job = new RemoteJob<T>(metas[i], r.value as T, headers, (j, action, arg) => this.settle(id, j, action, arg));
-          this.live.set(job.receipt, job);
-          this.buffer.push(job);
+          const tag = --this.localTag;
+          const job = new RemoteJob<T>(metas[i], metas[i].deadLetter ?? null, r.value as T, headers, this, id, tag);
+          this.live.set(tag, job);
+          return job;
         });
-        this.wake();
+        this.accept(jobs);
         break;
       }
       case Op.PushLeaseLost: {
-        const j = this.live.get(String(f.meta.receipt));
+        let j: RemoteJob<T> | undefined;
+        if (typeof f.meta.tag === "number") j = this.live.get(f.meta.tag);
+        else for (const x of this.live.values()) if (x.receipt === f.meta.receipt) j = x;
         if (j) {
-          this.live.delete(j.receipt);
+          this.live.delete(j.tag);
           j.abort(new LeaseExpiredError());
-          this.buffer = this.buffer.filter((b) => b !== j);
+          const i = this.buffer.indexOf(j);
+          if (i >= 0) this.buffer.splice(i, 1);
         }
         break;
       }
@@ -203,45 +263,130 @@ export class RemoteWorker<T> implements Worker<T> {
     }
   }
 
-  /** Settles issued in the same event-loop turn travel in one QUEUE_SETTLE frame. */
-  private pendingSettles: { item: { receipt: string; action: string; arg: Record<string, unknown> }; resolve(): void; reject(e: unknown): void }[] = [];
-  private settleScheduled = false;
-
-  private async settle(workerId: number, job: RemoteJob<T>, action: string, arg: Record<string, unknown>): Promise<void> {
-    if (job.settled) throw new ValidationError(`job ${job.id} is already settled`);
-    if (workerId !== this.id || !this.live.has(job.receipt)) throw new LeaseExpiredError();
-    await new Promise<void>((resolve, reject) => {
-      this.pendingSettles.push({ item: { receipt: job.receipt, action, arg }, resolve, reject });
-      if (!this.settleScheduled) {
-        this.settleScheduled = true;
-        setImmediate(() => this.flushSettles(workerId));
-      }
-    });
-    if (action !== "extend") this.live.delete(job.receipt);
+  /** Hands delivered jobs to process() (push mode) or to the iterator buffer. */
+  private accept(jobs: RemoteJob<T>[]): void {
+    if (!this.receiving) {
+      // Stopping (process() aborted): give them back at once.
+      for (const j of jobs) this.giveBack(j);
+      return;
+    }
+    const onJob = this.onJob;
+    if (onJob !== null) {
+      for (const j of jobs) onJob(j);
+      return;
+    }
+    for (const j of jobs) this.buffer.push(j);
+    this.wake();
   }
 
-  private flushSettles(workerId: number): void {
+  /**
+   * Settlements issued in the same event-loop turn travel in one frame (QUEUE_SETTLE_BATCH, or
+   * QUEUE_SETTLE for an older server); each gets its own result. The promise resolves once the
+   * server has made the settlement durable.
+   */
+  private pendingSettles: PendingSettle[] = [];
+  private settleScheduled = false;
+
+  settle(job: RemoteJob<T>, action: SettleAction, arg: Record<string, unknown>): Promise<void> {
+    if (job.settled) return Promise.reject(new ValidationError(`job ${job.id} is already settled`));
+    if (job.workerId !== this.id || this.live.get(job.tag) !== job) return Promise.reject(new LeaseExpiredError());
+    return new Promise<void>((resolve, reject) => {
+      this.pendingSettles.push({ job: job as RemoteJob<unknown>, action, arg, resolve, reject });
+      if (!this.settleScheduled) {
+        this.settleScheduled = true;
+        setImmediate(() => this.flushSettles());
+      }
+    });
+  }
+
+  private flushSettles(): void {
     this.settleScheduled = false;
-    const batch = this.pendingSettles;
+    const all = this.pendingSettles;
     this.pendingSettles = [];
-    if (batch.length === 0) return;
-    this.transport
-      .request(Op.QueueSettle, { worker: workerId, items: batch.map((b) => b.item) }, null, { retry: false })
-      .then(
+    const workerId = this.id;
+    let batch: PendingSettle[] = [];
+    for (const p of all) {
+      // Re-registered since (connection lost): that lease was released server-side.
+      if (p.job.workerId !== workerId || this.live.get(p.job.tag) !== p.job) p.reject(new LeaseExpiredError());
+      else batch.push(p);
+      if (batch.length === MAX_SETTLES_PER_FRAME) {
+        this.sendSettles(workerId, batch);
+        batch = [];
+      }
+    }
+    if (batch.length > 0) this.sendSettles(workerId, batch);
+  }
+
+  private sendSettles(workerId: number, batch: PendingSettle[]): void {
+    // Jobs that came with a delivery tag (PUSH_JOB_BATCH) are settled by tag, in binary.
+    if (batch[0].job.tag >= 0) {
+      const items = batch.map((b) => ({ tag: b.job.tag, action: b.action, arg: b.arg }));
+      this.transport.request(Op.QueueSettleBatch, { worker: workerId }, encodeSettleItems(items), { retry: false }).then(
         (f) => {
-          const results = (f.meta.results ?? []) as (WireError | null)[];
-          batch.forEach((b, i) => (results[i] ? b.reject(wireToError(results[i]!)) : b.resolve()));
+          // Only failures are listed, as [index, error].
+          const errors = Array.isArray(f.meta.errors) ? new Map(f.meta.errors as [number, WireError][]) : null;
+          for (let i = 0; i < batch.length; i++) this.settled(batch[i], errors?.get(i) ?? null);
         },
         (err) => {
           for (const b of batch) b.reject(err);
         },
       );
+      return;
+    }
+    const items = batch.map((b) => ({ receipt: b.job.receipt, action: b.action, arg: b.arg }));
+    this.transport.request(Op.QueueSettle, { worker: workerId, items }, null, { retry: false }).then(
+      (f) => {
+        const results = (f.meta.results ?? []) as (WireError | null)[];
+        batch.forEach((b, i) => this.settled(b, results[i] ?? null));
+      },
+      (err) => {
+        for (const b of batch) b.reject(err);
+      },
+    );
+  }
+
+  private settled(p: PendingSettle, wire: WireError | null): void {
+    const job = p.job;
+    if (wire !== null) {
+      const err = wireToError(wire);
+      if (err instanceof LeaseExpiredError && this.live.get(job.tag) === job) {
+        // The lease is gone server-side: stop whoever still works on the job.
+        this.live.delete(job.tag);
+        job.abort(err);
+      }
+      p.reject(err);
+      return;
+    }
+    if (p.action === "extend") job.leaseExpiresAt = Date.now() + (p.arg.ms as number);
+    else {
+      job.settled = true;
+      if (this.live.get(job.tag) === job) this.live.delete(job.tag);
+    }
+    p.resolve();
   }
 
   private wake(): void {
     const w = this.waiter;
     this.waiter = null;
     w?.();
+    if (this.stopWaiters.length > 0 && this.stopped()) for (const r of this.stopWaiters.splice(0)) r();
+  }
+
+  private stopped(): boolean {
+    return this.closed || !this.receiving || this.error !== null;
+  }
+
+  /** Resolves once the worker stops taking jobs (closed, stopReceiving, server ended it, or failed). */
+  whenStopped(): Promise<void> {
+    if (this.stopped()) return Promise.resolve();
+    return new Promise((r) => this.stopWaiters.push(r));
+  }
+
+  /** The error that ended the worker, if any (taken: reported once). */
+  takeError(): unknown {
+    const e = this.error;
+    this.error = null;
+    return e;
   }
 
   async next(): Promise<IteratorResult<Job<T>>> {
@@ -269,12 +414,35 @@ export class RemoteWorker<T> implements Worker<T> {
   }
 
   /** Stop taking new jobs; jobs received but not handed out are released. Settles keep working. */
+  /**
+   * Gives back a job application code never saw: released without counting an attempt when
+   * it came with a delivery tag (QUEUE_SETTLE_BATCH "release"), else nacked.
+   */
+  private giveBack(j: RemoteJob<T>): Promise<void> {
+    const p = j.tag >= 0 ? this.settle(j, "release", NO_ARG) : j.nack({ reason: "worker stopping" });
+    return p.catch(() => {});
+  }
+
   async stopReceiving(): Promise<void> {
+    if (!this.receiving) return;
     this.receiving = false;
     this.wake();
     const unhanded = this.buffer;
     this.buffer = [];
-    await Promise.all(unhanded.map((j) => j.nack({ reason: "worker stopping" }).catch(() => {})));
+    // Ask the server for no more jobs (it keeps our leases: running handlers still settle).
+    const drain = this.batchServer && this.id !== 0 ? this.requestDrain() : Promise.resolve();
+    await Promise.all([drain, ...unhanded.map((j) => this.giveBack(j))]);
+  }
+
+  /** Whether the server still sends us jobs (no QUEUE_STOP drain sent for this registration). */
+  private receivingServer = true;
+
+  private requestDrain(): Promise<void> {
+    this.receivingServer = false;
+    return this.transport.request(Op.QueueStop, { worker: this.id, drain: true }, null, { retry: false }).then(
+      () => {},
+      () => {},
+    );
   }
 
   async close(): Promise<void> {
@@ -282,6 +450,15 @@ export class RemoteWorker<T> implements Worker<T> {
     this.closed = true;
     this.receiving = false;
     this.wake();
+    // Frames go out in this order and the server handles them in order: no more deliveries
+    // (else a released job could be granted to us again), jobs received but never handed out
+    // back without counting an attempt, settlements still pending, then QUEUE_STOP, which
+    // releases whatever is left as a failed attempt.
+    if (this.batchServer && this.receivingServer && this.id !== 0) this.requestDrain();
+    const unhanded = this.buffer;
+    this.buffer = [];
+    for (const j of unhanded) if (j.tag >= 0) this.settle(j, "release", NO_ARG).catch(() => {});
+    if (this.pendingSettles.length > 0) this.flushSettles();
     const id = this.id;
     this.id = 0;
     this.registry.delete(id);
@@ -316,16 +493,28 @@ export class RemoteQueue<T> implements Queue<T> {
   async enqueueBatch(items: EnqueueItem[], opts: { signal?: AbortSignal } = {}): Promise<EnqueueResult[]> {
     if (!Array.isArray(items)) throw new ValidationError("enqueueBatch needs an array");
     const body = encodePublishRecords(items.map((it) => ({ value: it.data, headers: it.headers })));
-    const itemOpts = items.map((it) => ({
-      key: it.key,
-      delayMs: it.delayMs,
-      deliverAt: it.deliverAt instanceof Date ? it.deliverAt.getTime() : it.deliverAt,
-      dedupeId: it.dedupeId,
-    }));
+    // Per-job options travel as JSON, and only when some job has any.
+    let itemOpts: Record<string, unknown>[] | undefined;
+    if (items.some((it) => it.key !== undefined || it.delayMs !== undefined || it.deliverAt !== undefined || it.dedupeId !== undefined)) {
+      itemOpts = items.map((it) => ({
+        key: it.key,
+        delayMs: it.delayMs,
+        deliverAt: it.deliverAt instanceof Date ? it.deliverAt.getTime() : it.deliverAt,
+        dedupeId: it.dedupeId,
+      }));
+    }
     // Only an enqueue where every job carries a dedupeId is safe to re-send after a reconnect.
     const retry = items.length > 0 && items.every((it) => typeof it.dedupeId === "string");
-    const f = await this.transport.request(Op.QueueEnqueue, { ...this.meta(), opts: itemOpts }, body, { retry, signal: opts.signal });
-    return f.meta.results as EnqueueResult[];
+    const meta = { ...this.meta(), opts: itemOpts, compact: true };
+    const f = await this.transport.request(Op.QueueEnqueue, meta, body, { retry, signal: opts.signal });
+    if (Array.isArray(f.meta.results)) return f.meta.results as EnqueueResult[];
+    // Compact answer: n new jobs with consecutive ids from `first` (docs/protocol.md §7).
+    const first = Number(f.meta.first);
+    const n = Number(f.meta.n);
+    if (!Number.isSafeInteger(first) || !Number.isSafeInteger(n) || n !== items.length) throw new ProtocolError("malformed enqueue response");
+    const out = new Array<EnqueueResult>(n);
+    for (let k = 0; k < n; k++) out[k] = { id: String(first + k), duplicate: false };
+    return out;
   }
 
   work(opts: WorkOptions = {}): Worker<T> {
@@ -339,37 +528,53 @@ export class RemoteQueue<T> implements Queue<T> {
     }
     const { signal, ...rest } = opts;
     const worker = new RemoteWorker<T>(this.transport, this.workers, this.meta(), { ...rest, prefetch: concurrency });
-    const running = new Set<Promise<void>>();
+    // Push mode: jobs run as they arrive, no iterator promise per job. `prefetch = concurrency`
+    // bounds running handlers: the server sends a job only in place of a settled one.
+    let running = 0;
+    let drained: (() => void) | null = null;
+    const finish = (): void => {
+      if (--running === 0 && drained !== null) drained();
+    };
+    const fail = (job: RemoteJob<T>, err: unknown): void => {
+      if (job.aborted) return finish(); // lease lost: someone else may have it now
+      const p =
+        err instanceof PermanentError
+          ? job.nack({ requeue: false, reason: err.message, error: err })
+          : job.nack({ error: err, reason: err instanceof Error ? err.message : String(err) });
+      p.then(finish, finish); // a failed nack: the lease was lost meanwhile
+    };
+    const ok = (job: RemoteJob<T>): void => {
+      // A failed ack means the lease was lost: the job is redelivered (at-least-once).
+      job.ack().then(finish, finish);
+    };
+    worker.onJob = (job) => {
+      running++;
+      let r: unknown;
+      try {
+        r = fn(job);
+      } catch (err) {
+        fail(job, err);
+        return;
+      }
+      if (r !== null && typeof r === "object" && typeof (r as PromiseLike<unknown>).then === "function") {
+        (r as PromiseLike<unknown>).then(
+          () => ok(job),
+          (err) => fail(job, err),
+        );
+      } else ok(job);
+    };
     const onAbort = (): void => void worker.stopReceiving();
     signal?.addEventListener("abort", onAbort, { once: true });
     if (signal?.aborted) onAbort();
     try {
-      for (;;) {
-        const r = await worker.next();
-        if (r.done) break;
-        const job = r.value;
-        const p = (async () => {
-          try {
-            await fn(job);
-            await job.ack();
-          } catch (err) {
-            if (job.signal.aborted) return; // lease lost: someone else may have it now
-            try {
-              if (err instanceof PermanentError) await job.nack({ requeue: false, reason: err.message, error: err });
-              else await job.nack({ error: err, reason: err instanceof Error ? err.message : String(err) });
-            } catch {
-              // lease lost meanwhile
-            }
-          }
-        })().finally(() => running.delete(p));
-        running.add(p);
-        while (running.size >= concurrency) await Promise.race(running);
-      }
-      await Promise.all(running);
+      await worker.whenStopped();
     } finally {
       signal?.removeEventListener("abort", onAbort);
+      if (running > 0) await new Promise<void>((r) => (drained = r));
       await worker.close();
     }
+    const err = worker.takeError();
+    if (err) throw err;
   }
 
   private async admin<R>(action: string, key: string, opts?: unknown): Promise<R> {

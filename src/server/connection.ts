@@ -44,9 +44,11 @@ import {
   errorToWire,
   writeConsumedRecord,
   type Frame,
+  type WireError,
 } from "./protocol.js";
 import { RemoteMember } from "./remote-member.js";
-import { RemoteWorker, enqueueItems, queueHost } from "./remote-queue.js";
+import { RemoteWorker, compactEnqueueResults, enqueueFromWire, queueHost, toWireJob } from "./remote-queue.js";
+import { decodeSettleItems, encodeJobBatchFrame } from "./queue-wire.js";
 import type { Queue, QueueConfig, RedriveOptions } from "../queues/types.js";
 
 export interface Logger {
@@ -474,12 +476,9 @@ export class Connection {
         return this.handleSubscribe(frame);
       case Op.QueueEnqueue: {
         const q = this.queueFor(m);
-        const values = decodePublishRecords(frame.body, this.limits.maxRecordsPerBatch, true);
-        const results = await q.enqueueBatch(
-          enqueueItems(values as { value: unknown; headers?: Record<string, string | Uint8Array> }[], m.opts),
-          { signal: this.ac.signal },
-        );
-        return this.respond(frame, { results });
+        const results = await enqueueFromWire(q, frame.body, m.opts, this.limits.maxRecordsPerBatch, this.ac.signal);
+        // A client that asks for it gets {first, n} instead of one {id, duplicate} per job.
+        return this.respond(frame, m.compact === true ? compactEnqueueResults(results) : { results });
       }
       case Op.QueueWork:
         return this.handleWork(frame);
@@ -488,23 +487,46 @@ export class Connection {
         const w = this.workers.get(int(m, "worker")!);
         const items = m.items;
         if (!Array.isArray(items) || items.length > 100_000) throw new ValidationError("items must be an array");
-        const results = await Promise.all(
-          items.map(async (it: unknown) => {
-            try {
-              if (!w) throw new LeaseExpiredErrorForWorker();
-              const o = (it ?? {}) as Record<string, unknown>;
-              await w.settle(str(o, "receipt"), str(o, "action"), (o.arg ?? {}) as Record<string, unknown>);
-              return null;
-            } catch (err) {
-              return errorToWire(err);
-            }
-          }),
-        );
+        const results: (WireError | null)[] = new Array(items.length).fill(null);
+        const valid: { i: number; receipt: string; action: string; arg: Record<string, unknown> }[] = [];
+        items.forEach((it: unknown, i: number) => {
+          try {
+            if (!w) throw new LeaseExpiredErrorForWorker();
+            const o = (it ?? {}) as Record<string, unknown>;
+            const arg = (o.arg ?? {}) as Record<string, unknown>;
+            if (arg === null || typeof arg !== "object") throw new ValidationError("arg must be an object");
+            valid.push({ i, receipt: str(o, "receipt"), action: str(o, "action"), arg });
+          } catch (err) {
+            results[i] = errorToWire(err);
+          }
+        });
+        if (w && valid.length > 0) {
+          const { errors } = await w.settleMany(valid);
+          for (const [k, e] of errors) results[valid[k].i] = errorToWire(e);
+        }
         return this.respond(frame, { results });
+      }
+      case Op.QueueSettleBatch: {
+        // The binary form of QUEUE_SETTLE (docs/protocol.md §7): every settlement of the frame
+        // is applied before the journal batch is written (one fdatasync for all of them and for
+        // the jobs granted in their place); only failures are listed in the response.
+        const w = this.workers.get(int(m, "worker")!);
+        const items = decodeSettleItems(frame.body, this.limits.maxRecordsPerBatch);
+        if (!w) {
+          const wire = errorToWire(new LeaseExpiredErrorForWorker());
+          return this.respond(frame, { errors: items.map((_, i) => [i, wire]) });
+        }
+        const { errors } = await w.settleMany(items);
+        return this.respond(frame, errors.length === 0 ? null : { errors: errors.map(([i, e]) => [i, errorToWire(e)]) });
       }
       case Op.QueueStop: {
         const id = int(m, "worker")!;
         const w = this.workers.get(id);
+        if (w && m.drain === true) {
+          // Stop sending jobs; the worker stays, so the client can still settle what it holds.
+          w.stopDeliveries();
+          return this.respond(frame, {});
+        }
         if (w) {
           this.workers.delete(id);
           await w.close();
@@ -597,6 +619,9 @@ export class Connection {
     }
     const q = this.queueFor(m);
     const prefetch = Math.max(1, Math.min(int(m, "prefetch", true) ?? 16, 10_000));
+    // A client that asks for it gets jobs as PUSH_JOB_BATCH (binary, no per-job JSON) and may
+    // settle with QUEUE_SETTLE_BATCH; older clients keep PUSH_JOBS.
+    const batch = m.batch === true;
     const worker: RemoteWorker = new RemoteWorker({
       id,
       queue: q,
@@ -605,7 +630,9 @@ export class Connection {
       consumerId: typeof m.consumerId === "string" ? m.consumerId.slice(0, 200) : `conn-${this.id}-worker-${id}`,
       codeVersion: typeof m.codeVersion === "string" ? m.codeVersion.slice(0, 200) : undefined,
       onUnsettled: m.onUnsettled === "error" ? "error" : "nack",
-      push: (jobs) => {
+      byReceipt: !batch,
+      push: (jobs, firstTag) => {
+        if (batch) return this.send(encodeJobBatchFrame(Op.PushJobBatch, FLAG_PUSH, { worker: id }, firstTag, jobs.map(toWireJob)));
         const metaJobs = jobs.map((j) => ({
           id: j.id,
           key: j.key,
@@ -619,7 +646,7 @@ export class Connection {
         const body = encodePublishRecords(jobs.map((j) => ({ value: j.data as PublishValue, headers: j.headers })));
         return this.send(encodeFrame(Op.PushJobs, FLAG_PUSH, 0, { worker: id, jobs: metaJobs }, body));
       },
-      pushLeaseLost: (receipt) => this.send(encodeFrame(Op.PushLeaseLost, FLAG_PUSH, 0, { worker: id, receipt })),
+      pushLeaseLost: (receipt, tag) => this.send(encodeFrame(Op.PushLeaseLost, FLAG_PUSH, 0, batch ? { worker: id, receipt, tag } : { worker: id, receipt })),
       pushEnded: (reason, error) => {
         if (this.workers.get(id) === worker) this.workers.delete(id);
         this.send(
@@ -629,7 +656,7 @@ export class Connection {
       waitWritable: () => this.waitWritable(),
     });
     this.workers.set(id, worker);
-    this.respond(frame, { worker: id });
+    this.respond(frame, batch ? { worker: id, batch: true } : { worker: id });
   }
 
   private rememberEnded(id: number, reason: string): void {

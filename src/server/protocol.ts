@@ -88,10 +88,12 @@ export const enum Op {
   PushJobs = 65,
   PushLeaseLost = 66,
   PushWorkerEnded = 67,
+  QueueSettleBatch = 68,
+  PushJobBatch = 69,
 }
 
 export const KNOWN_OPS: ReadonlySet<number> = new Set([
-  1, 2, 10, 11, 12, 13, 20, 21, 22, 30, 31, 40, 41, 42, 43, 44, 45, 46, 47, 48, 50, 51, 60, 61, 62, 63, 64, 65, 66, 67,
+  1, 2, 10, 11, 12, 13, 20, 21, 22, 30, 31, 40, 41, 42, 43, 44, 45, 46, 47, 48, 50, 51, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69,
 ]);
 
 export const FLAG_RESPONSE = 1;
