@@ -87,12 +87,39 @@ export interface ScanCallbacks {
   onCorrupt(pos: number, expectedOffset: number, detail: string, next: { pos: number; offset: number } | null): "skip" | "stop";
 }
 
+/**
+ * A background zero fill of the active segment (preallocation, LOG-8): zeros are written at
+ * [start, end) and then fdatasync'ed, so later appends overwrite allocated, already-sized blocks
+ * and their fdatasync has no inode size change to journal.
+ */
+export interface ZeroFill {
+  start: number;
+  end: number;
+  /** Settles when the zero write returned (ok or not): appends into [start, end) wait for it. */
+  written: Promise<void>;
+  /** Settles when the whole fill (write and fdatasync) is over; never rejects. */
+  done: Promise<void>;
+}
+
 export class Segment {
   readonly logPath: string;
   readonly indexPath: string;
   readonly timeIndexPath: string;
-  /** Bytes in the log file that belong to the segment. */
+  /**
+   * Bytes that belong to the segment: the end of its last batch (the *logical* size). For the
+   * active segment this can be less than the file size (see `fileEnd`); a sealed segment's file
+   * is exactly this long (LOG-4).
+   */
   size = 0;
+  /**
+   * Upper bound of the log file's length (active segment). Bytes in [size, fileEnd) are zeros
+   * written by preallocation, or unacknowledged bytes of a failed write (LOG-8).
+   */
+  fileEnd = 0;
+  /** The zero fill running on this segment, if any. */
+  fill: ZeroFill | null = null;
+  /** Set when the segment is being sealed or closed: no new zero fill may start. */
+  noFill = false;
   /** Next offset after the last record in this segment. */
   endOffset: number;
   maxTimestamp = -1;
@@ -282,6 +309,13 @@ export class Segment {
       const n = await readFully(fh, window, Math.min(window.length, limit - start), start);
       const scanEnd = Math.min(n - HEADER_SIZE + 1, SCAN_CHUNK);
       for (let i = 0; i < scanEnd; i++) {
+        // A batch starts with a length >= HEADER_SIZE, so no batch starts at i when the 4 bytes
+        // there are zero. Skip whole zero blocks natively: a preallocated tail (LOG-8) is MiBs
+        // of zeros, which a byte-by-byte search would crawl through on every recovery.
+        if (window[i] === 0 && (i & (ZERO_BLOCK - 1)) === 0 && i + ZERO_BLOCK <= n && isZero(window, i, i + ZERO_BLOCK)) {
+          i += ZERO_BLOCK - 4; // the last 3 bytes of the block may begin a length field
+          continue;
+        }
         // plausibleHeader bounds the length by the bytes left in the segment, not the window.
         if (!plausibleHeader(window, i, limit - start, expectedOffset)) continue;
         const len = readBatchLength(window, i);
@@ -301,6 +335,42 @@ export class Segment {
     }
     return null;
   }
+}
+
+const ZERO_BLOCK = 4096;
+const ZEROS = Buffer.alloc(ZERO_BLOCK);
+
+function isZero(buf: Buffer, from: number, to: number): boolean {
+  for (let at = from; at < to; at += ZERO_BLOCK) {
+    const end = Math.min(to, at + ZERO_BLOCK);
+    if (buf.compare(ZEROS, 0, end - at, at, end) !== 0) return false;
+  }
+  return true;
+}
+
+/**
+ * The position just past the last non-zero byte in [from, to) of the file, or `from` if the
+ * range is all zeros. Reads backwards in bounded chunks (memory O(SCAN_CHUNK)).
+ */
+export async function endOfNonZero(fh: FileHandle, from: number, to: number): Promise<number> {
+  const buf = Buffer.allocUnsafe(Math.min(SCAN_CHUNK, Math.max(0, to - from)));
+  let end = to;
+  while (end > from) {
+    const start = Math.max(from, end - buf.length);
+    const n = await readFully(fh, buf, end - start, start);
+    if (n < end - start) {
+      // The file is shorter than assumed: only what exists can be non-zero.
+      end = start + n;
+      if (n === 0) continue;
+    }
+    if (!isZero(buf, 0, end - start)) {
+      let i = end - start - 1;
+      while (buf[i] === 0) i--;
+      return start + i + 1;
+    }
+    end = start;
+  }
+  return from;
 }
 
 export async function readFully(fh: FileHandle, buf: Buffer, length: number, position: number): Promise<number> {
