@@ -2,7 +2,9 @@
 /**
  * A FileSystem for tests that injects the failures real disks produce: ENOSPC and EIO on
  * write or fsync, torn writes (only a prefix reaches the file), and power loss (every byte not
- * covered by an fdatasync is lost, optionally leaving a torn prefix of it).
+ * covered by an fdatasync is lost, optionally leaving a torn prefix of it). Lost bytes include
+ * overwrites inside the synced length (e.g. appends into a preallocated, zero-filled region):
+ * power loss puts back what was there at the last fdatasync.
  */
 import { NodeFileSystem, type FileHandle, type FileSystem, type OpenMode } from "../log/io.js";
 
@@ -26,6 +28,8 @@ export class FaultyFileSystem implements FileSystem {
   private rules: Rule[] = [];
   /** Bytes known durable per path (size at the last datasync). */
   readonly synced = new Map<string, number>();
+  /** Per path: content overwritten below the synced size since the last datasync, oldest first. */
+  readonly undo = new Map<string, { pos: number; old: Buffer }[]>();
   /** Fail the next `times` operations `op` (optionally on paths containing `pathIncludes`). */
   failNext(op: FaultOp, code: string, opts: { pathIncludes?: string; times?: number; tornBytes?: number } = {}): void {
     this.rules.push({ op, code, pathIncludes: opts.pathIncludes, tornBytes: opts.tornBytes, remaining: opts.times ?? 1 });
@@ -70,9 +74,14 @@ export class FaultyFileSystem implements FileSystem {
       this.synced.set(to, this.synced.get(from)!);
       this.synced.delete(from);
     }
+    if (this.undo.has(from)) {
+      this.undo.set(to, this.undo.get(from)!);
+      this.undo.delete(from);
+    }
   }
   unlink(path: string): Promise<void> {
     this.synced.delete(path);
+    this.undo.delete(path);
     return this.inner.unlink(path);
   }
   rm(path: string): Promise<void> {
@@ -96,11 +105,21 @@ export class FaultyFileSystem implements FileSystem {
     for (const [path, size] of this.synced) {
       const st = await this.inner.stat(path);
       if (!st || st.isDirectory) continue;
-      if (st.size > size) {
-        const h = await this.inner.open(path, "rw");
-        await h.truncate(Math.min(st.size, size + keepTornBytes));
-        await h.close();
+      const undo = this.undo.get(path) ?? [];
+      this.undo.delete(path);
+      if (st.size <= size && undo.length === 0) continue;
+      // The torn prefix is kept from the lowest lost byte, whether overwritten or appended.
+      let lost = st.size > size ? size : Infinity;
+      for (const u of undo) lost = Math.min(lost, u.pos);
+      const keepEnd = lost + keepTornBytes;
+      const h = await this.inner.open(path, "rw");
+      for (let i = undo.length - 1; i >= 0; i--) {
+        const { pos, old } = undo[i];
+        const from = Math.max(pos, Math.min(keepEnd, pos + old.length));
+        if (from < pos + old.length) await h.write([old.subarray(from - pos)], from);
       }
+      if (st.size > size) await h.truncate(Math.min(st.size, Math.max(size, keepEnd)));
+      await h.close();
     }
   }
 }
@@ -111,6 +130,23 @@ class FaultyHandle implements FileHandle {
     return this.h.path;
   }
   async write(buffers: readonly Uint8Array[], position: number): Promise<void> {
+    // Remember what this write overwrites below the synced size, for powerLoss().
+    const synced = this.fs.synced.get(this.path) ?? 0;
+    let len = 0;
+    for (const b of buffers) len += b.length;
+    const overEnd = Math.min(position + len, synced);
+    if (overEnd > position) {
+      const old = Buffer.alloc(overEnd - position);
+      let got = 0;
+      while (got < old.length) {
+        const n = await this.h.read(old, got, old.length - got, position + got);
+        if (n === 0) break;
+        got += n;
+      }
+      const list = this.fs.undo.get(this.path) ?? [];
+      list.push({ pos: position, old: old.subarray(0, got) });
+      this.fs.undo.set(this.path, list);
+    }
     const r = this.fs.take("write", this.path);
     if (r) {
       if (r.tornBytes) {
@@ -127,8 +163,13 @@ class FaultyHandle implements FileHandle {
   async datasync(): Promise<void> {
     const r = this.fs.take("datasync", this.path);
     if (r) throw errno(r.code, "fdatasync", this.path);
+    // Overwrites made before this call are durable now (writes racing with it stay undoable:
+    // they are pushed after the snapshot taken here).
+    const undo = this.fs.undo.get(this.path);
+    const n = undo?.length ?? 0;
     await this.h.datasync();
     this.fs.synced.set(this.path, await this.h.size());
+    if (undo && n > 0) undo.splice(0, n);
   }
   async truncate(length: number): Promise<void> {
     const r = this.fs.take("truncate", this.path);
@@ -136,6 +177,9 @@ class FaultyHandle implements FileHandle {
     await this.h.truncate(length);
     const s = this.fs.synced.get(this.path);
     if (s !== undefined && s > length) this.fs.synced.set(this.path, length);
+    // Bytes past the new end are gone: nothing to put back there.
+    const undo = this.fs.undo.get(this.path);
+    if (undo) for (const u of undo) if (u.pos + u.old.length > length) u.old = u.old.subarray(0, Math.max(0, length - u.pos));
   }
   size(): Promise<number> {
     return this.h.size();
