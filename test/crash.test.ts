@@ -8,7 +8,10 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
+import { statSync } from "node:fs";
 import { openBroker } from "../src/index.js";
+import { NodeFileSystem } from "../src/log/io.js";
+import { PartitionLog } from "../src/log/partition-log.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";
 import { valueFor } from "./fixtures/crash-common.js";
 
@@ -91,4 +94,77 @@ test(`SIGKILL during durable appends x${KILLS}: no acknowledged record lost, non
     }
   }
   assert.ok(totalAcked > 0, "some records were acknowledged");
+});
+
+const preallocFixture = fileURLToPath(new URL("./fixtures/prealloc-appender.js", import.meta.url));
+const PREALLOC_KILLS = Math.max(8, Math.floor(KILLS / 2));
+
+test(`SIGKILL during preallocation x${PREALLOC_KILLS}: zero fills, rolls and truncations lose and tear nothing acknowledged`, { timeout: 240_000 }, async () => {
+  using tmp = tempDir();
+  const acked = new Map<number, number>(); // offset -> seq
+  let nextSeq = 0;
+  let fillsSeen = 0;
+  for (let round = 0; round < PREALLOC_KILLS; round++) {
+    const child = spawn(process.execPath, [preallocFixture, tmp.dir, String(nextSeq)], { stdio: ["ignore", "pipe", "inherit"] });
+    let buf = "";
+    let ready = false;
+    let fills = 0;
+    // Kill right as the k-th zero fill of this run starts: during its write, its fdatasync, or
+    // the appends and roll right after it.
+    const killAtFill = 1 + Math.floor(Math.random() * 6);
+    child.stdout.on("data", (d: Buffer) => {
+      buf += d.toString();
+      let i: number;
+      while ((i = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        if (line === "READY") ready = true;
+        else if (line === "FILL") {
+          if (++fills === killAtFill) child.kill("SIGKILL");
+        } else if (line.startsWith("ACK ")) {
+          const [, o, s] = line.split(" ");
+          acked.set(Number(o), Number(s));
+        }
+      }
+    });
+    const exited = new Promise<void>((r) => child.on("exit", () => r()));
+    await waitUntil(() => ready || child.exitCode !== null, "child ready", 20_000);
+    assert.equal(child.exitCode, null, "child died before READY");
+    await waitUntil(() => fills >= killAtFill || child.exitCode !== null, "zero fills", 30_000);
+    child.kill("SIGKILL");
+    await exited;
+    fillsSeen += fills;
+    nextSeq += 1_000_000;
+
+    // Recover without preallocation so the files show exactly what recovery left.
+    const log = await PartitionLog.open({
+      fs: new NodeFileSystem(),
+      dir: tmp.dir,
+      topic: "crash",
+      partition: 0,
+      config: { segmentBytes: 256 * 1024, segmentMs: 7 * 86_400_000, maxMessageBytes: 64 * 1024, durability: "always", flushIntervalMs: 1000, retentionMs: -1, retentionBytes: -1 },
+      preallocate: "off",
+    });
+    try {
+      const seen = new Map<number, number>();
+      let off = 0;
+      while (off < log.highWatermark) {
+        const r = await log.read(off, 1 << 20);
+        for (const rec of r.records) {
+          assert.equal(rec.offset, off, "offsets contiguous");
+          const seq = rec.value!.readUInt32BE(0);
+          assert.ok(rec.value!.equals(valueFor(seq)), `record at ${rec.offset} is byte-identical`);
+          seen.set(rec.offset, seq);
+          off++;
+        }
+        assert.equal(r.nextOffset, off);
+      }
+      for (const [o, s] of acked) assert.equal(seen.get(o), s, `acknowledged seq ${s} at offset ${o} after kill ${round + 1}`);
+      for (const s of log.describeSegments()) assert.equal(statSync(s.file).size, s.size, `${s.file}: no zeros or torn bytes past the log`);
+    } finally {
+      await log.close();
+    }
+  }
+  assert.ok(fillsSeen >= PREALLOC_KILLS, "kills landed around zero fills");
+  assert.ok(acked.size > 0, "some appends were acknowledged");
 });

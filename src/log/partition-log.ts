@@ -8,8 +8,11 @@
  *  LOG-3 with durability "always", an append resolves only after an fdatasync covering it,
  *        and readers never see past the durable end (highWatermark), so a record a consumer
  *        saw can never vanish in a crash and its offset is never reused.
- *  LOG-4 a sealed segment was fdatasync'ed before its successor was created.
+ *  LOG-4 a sealed segment was truncated to its last batch and fdatasync'ed before its
+ *        successor was created.
  *  LOG-6 logStartOffset is written durably before any segment below it is deleted.
+ *  LOG-8 past the last batch, the active segment's file holds only zeros written by
+ *        preallocation or unacknowledged bytes; recovery cuts both.
  */
 import { join } from "node:path";
 import {
@@ -42,7 +45,7 @@ import {
   type ProducerInfo,
   type StoredRecord,
 } from "./record-batch.js";
-import { readFully, Segment, segmentFileName, SparseIndex } from "./segment.js";
+import { endOfNonZero, readFully, Segment, segmentFileName, SparseIndex, type ZeroFill } from "./segment.js";
 
 export type Durability = "always" | "interval" | "never";
 
@@ -56,6 +59,14 @@ export interface LogConfig {
   retentionBytes: number;
 }
 
+/**
+ * Preallocation of the active segment (LOG-8): "auto" zero-fills ahead of the write position
+ * while the partition appends at a steady, moderate rate with durability "always" (every ack
+ * waits for an fdatasync, which is cheaper when it has no file size change to journal); "off"
+ * never; "always" whenever there is room, whatever the rate (tests).
+ */
+export type PreallocateMode = "auto" | "always" | "off";
+
 export interface PartitionLogOptions {
   fs: FileSystem;
   dir: string;
@@ -63,6 +74,8 @@ export interface PartitionLogOptions {
   partition: number;
   config: LogConfig;
   logger?: Logger;
+  /** Default "auto". */
+  preallocate?: PreallocateMode;
 }
 
 export interface AppendResult {
@@ -109,6 +122,25 @@ const MAX_LOADED_INDEXES = 16;
 const MAX_CORRUPT_RANGES = 1000;
 /** Bound on bytes waiting to be written; appends beyond it wait (back-pressure). */
 const MAX_PENDING_BYTES = 256 * 1024 * 1024;
+/**
+ * Preallocation ("auto"): keep about PREALLOC_HORIZON_MS of appends zero-filled ahead, between
+ * PREALLOC_MIN_AHEAD and PREALLOC_MAX_AHEAD, refilled when half is used. Below
+ * PREALLOC_MIN_RATE a partition is not worth the disk space (10,000 idle partitions must not
+ * hold MiBs of zeros each); above PREALLOC_MAX_RATE rounds are large, the saved journal commit
+ * is small next to the data, and writing every byte twice (zeros, then data) would cost
+ * throughput. The rate is measured over windows of at least RATE_WINDOW_MS.
+ */
+const PREALLOC_HORIZON_MS = 2000;
+const PREALLOC_MIN_AHEAD = 64 * 1024;
+const PREALLOC_MAX_AHEAD = 4 * 1024 * 1024;
+const PREALLOC_MIN_RATE = 32 * 1024;
+const PREALLOC_MAX_RATE = 64 * 1024 * 1024;
+const RATE_WINDOW_MS = 500;
+/** A new fill starting at the write position leaves this much room (at most) for appends. */
+const PREALLOC_GAP = 64 * 1024;
+/** After a failed zero write, appends extend the file for this long before the next try. */
+const PREALLOC_RETRY_MS = 30_000;
+const ZERO_CHUNK = Buffer.alloc(1024 * 1024);
 
 interface PartitionMeta {
   logStartOffset: number;
@@ -150,6 +182,12 @@ export class PartitionLog {
   private loadedIndexes = new Set<Segment>();
   private dirty = false;
   private metaLock: Promise<void> = Promise.resolve();
+  private readonly preallocate: PreallocateMode;
+  /** Append rate (bytes/s) of the last complete window, and the window being counted. */
+  private appendRate = 0;
+  private rateBytes = 0;
+  private rateSince = Date.now();
+  private preallocRetryAt = 0;
 
   private constructor(opts: PartitionLogOptions) {
     this.fs = opts.fs;
@@ -158,6 +196,7 @@ export class PartitionLog {
     this.partition = opts.partition;
     this.config = opts.config;
     this.logger = opts.logger ?? silentLogger;
+    this.preallocate = opts.preallocate ?? "auto";
   }
 
   get logStartOffset(): number {
@@ -229,8 +268,10 @@ export class PartitionLog {
     const active = this.active;
     active.handle = await fs.open(active.logPath, "create");
     active.size = await active.handle.size();
+    // A clean close truncated the file to its last batch, so its size is the logical size.
     const trusted = clean && (await active.loadIndexes(active.size, null));
     if (!trusted) await this.recoverActive(active);
+    active.fileEnd = active.size;
     // The age of a recovered segment counts from its first record (as Kafka's segment.ms),
     // not from this open, so restarts cannot keep a segment (and its data) alive forever.
     active.createdAtMs = active.size > 0 ? await this.firstTimestamp(active) : null;
@@ -279,8 +320,16 @@ export class PartitionLog {
       },
     });
     if (tornAt !== null) {
+      // Past the last intact batch: zeros of preallocation (LOG-8), possibly after the torn
+      // remains of a write the crash interrupted. Neither was acknowledged; both are cut.
+      const nonZeroEnd = await endOfNonZero(seg.handle!, tornAt, fileSize);
       const dropped = fileSize - tornAt;
-      this.logger.warn({ file: seg.logPath, position: tornAt, bytesDropped: dropped, detail: tornDetail }, "truncating torn tail of active segment");
+      if (nonZeroEnd > tornAt)
+        this.logger.warn(
+          { file: seg.logPath, position: tornAt, bytesDropped: dropped, tornBytes: nonZeroEnd - tornAt, detail: tornDetail },
+          "truncating torn tail of active segment",
+        );
+      else this.logger.info({ file: seg.logPath, position: tornAt, bytesDropped: dropped }, "dropping preallocated zero tail of active segment");
       await seg.handle!.truncate(tornAt);
       await seg.handle!.datasync();
       seg.size = tornAt;
@@ -533,6 +582,7 @@ export class PartitionLog {
       if (this.inflight !== null && !(await this.completeSync(items))) return;
       const endPos = seg.size;
       this.inflight = { items, endPos, promise: seg.handle!.datasync().then(() => null, (e: unknown) => e ?? new Error("fdatasync failed")) };
+      this.maybePreallocate();
     } else {
       this.dirty = true;
       this.publish(items, false, seg.size);
@@ -549,11 +599,99 @@ export class PartitionLog {
 
   private async writeChunk(seg: Segment, items: PendingAppend[], bufs: Buffer[]): Promise<void> {
     let pos = seg.size;
+    let bytes = 0;
+    for (const b of bufs) bytes += b.length;
+    const fill = seg.fill;
+    // A zero fill must never land on appended bytes: wait until its write is over. This only
+    // happens when appends outrun preallocation (a fill starts past the write position).
+    if (fill !== null && pos < fill.end && pos + bytes > fill.start) await fill.written;
+    // Reserve before writing: a fill that starts meanwhile begins past this write (LOG-8).
+    if (pos + bytes > seg.fileEnd) seg.fileEnd = pos + bytes;
+    this.rateBytes += bytes;
     await seg.handle!.write(bufs, pos);
     for (const it of items) {
       seg.noteBatch(it.baseOffset, it.count, pos, it.buf.length, it.maxTs);
       pos += it.buf.length;
     }
+  }
+
+  /**
+   * Starts a zero fill of the active segment if it is worth it (see PREALLOC_*): zeros are
+   * written past everything written or being written, then fdatasync'ed, in the background.
+   * Appends never wait for it unless they reach the region being written (writeChunk).
+   */
+  private maybePreallocate(): void {
+    const seg = this.active;
+    if (this.preallocate === "off" || this.config.durability !== "always" || this.closed || this.faulted) return;
+    if (seg.sealed || seg.noFill || seg.fill !== null) return;
+    const now = Date.now();
+    if (now - this.rateSince >= RATE_WINDOW_MS) {
+      this.appendRate = (this.rateBytes * 1000) / (now - this.rateSince);
+      this.rateBytes = 0;
+      this.rateSince = now;
+    }
+    if (now < this.preallocRetryAt) return;
+    let ahead = PREALLOC_MAX_AHEAD;
+    if (this.preallocate === "auto") {
+      if (this.appendRate < PREALLOC_MIN_RATE || this.appendRate > PREALLOC_MAX_RATE) return;
+      ahead = Math.min(PREALLOC_MAX_AHEAD, Math.max(PREALLOC_MIN_AHEAD, (this.appendRate * PREALLOC_HORIZON_MS) / 1000));
+    }
+    // Appends stay within segmentBytes (a roll comes first), so zeros past it would only be cut;
+    // small segments get proportionally small fills.
+    const cap = this.config.segmentBytes;
+    ahead = Math.min(ahead, Math.max(4096, Math.floor(cap / 4)));
+    if (seg.fileEnd - seg.size >= ahead / 2) return;
+    const gap = Math.min(PREALLOC_GAP, Math.floor(ahead / 8));
+    const start = Math.max(seg.fileEnd, seg.size + gap);
+    const end = Math.min(cap, Math.ceil((start + ahead) / 4096) * 4096);
+    if (end - start < 4096) return;
+    let markWritten!: () => void;
+    const fill: ZeroFill = { start, end, written: new Promise<void>((r) => (markWritten = r)), done: Promise.resolve() };
+    seg.fill = fill;
+    this.logger.debug({ file: seg.logPath, start, end, logicalSize: seg.size }, "preallocating segment space");
+    fill.done = this.runFill(seg, fill, markWritten);
+  }
+
+  private async runFill(seg: Segment, fill: ZeroFill, markWritten: () => void): Promise<void> {
+    let fh: FileHandle | null = null;
+    let written = false;
+    try {
+      // A handle of its own: on Linux an fsync error is reported once per open file, so a sync
+      // here sharing the writer's handle could take an error that belongs to an append's
+      // fdatasync, which would then succeed for data that never reached the disk (fsyncgate).
+      fh = await this.fs.open(seg.logPath, "rw");
+      const bufs: Buffer[] = [];
+      for (let at = fill.start; at < fill.end; at += ZERO_CHUNK.length) bufs.push(ZERO_CHUNK.subarray(0, Math.min(ZERO_CHUNK.length, fill.end - at)));
+      try {
+        await fh.write(bufs, fill.start);
+        written = true;
+      } finally {
+        // Even a failed write may have extended the file: fileEnd stays an upper bound.
+        if (fill.end > seg.fileEnd) seg.fileEnd = fill.end;
+        markWritten();
+      }
+      await fh.datasync();
+    } catch (e) {
+      markWritten();
+      if (written) {
+        // The zeros' fdatasync failed: what is on disk is unknown. Same rule as for appends.
+        this.faulted ??= new StorageError(`fdatasync of preallocated space failed for ${this.topic}/${this.partition}; reopen the broker to recover`, e);
+        this.logger.error({ err: e, file: seg.logPath }, "fdatasync of preallocated space failed; partition is now read-only");
+      } else {
+        this.preallocRetryAt = Date.now() + PREALLOC_RETRY_MS;
+        this.logger.warn({ err: e, file: seg.logPath }, "could not preallocate segment space; appends extend the file");
+      }
+    } finally {
+      await fh?.close().catch(() => {});
+      seg.fill = null;
+    }
+    if (written) this.maybePreallocate();
+  }
+
+  /** Stops preallocation on `seg` and waits for a running fill (before truncating or sealing). */
+  private async stopFill(seg: Segment): Promise<void> {
+    seg.noFill = true;
+    while (seg.fill !== null) await seg.fill.done;
   }
 
   private async syncActive(): Promise<void> {
@@ -599,7 +737,10 @@ export class PartitionLog {
     const seg = this.active;
     const keepSize = this.readableSize;
     try {
+      await this.stopFill(seg);
+      seg.noFill = false;
       await seg.handle!.truncate(keepSize);
+      seg.fileEnd = keepSize;
       await seg.handle!.datasync();
       seg.size = keepSize;
       seg.endOffset = this.hwm;
@@ -620,6 +761,13 @@ export class PartitionLog {
 
   private async roll(): Promise<void> {
     const old = this.active;
+    await this.stopFill(old);
+    // Invariant LOG-4: a sealed segment ends with its last batch (no preallocated zeros; its
+    // file size is its size on the next open) and is durable before its successor exists.
+    if (old.fileEnd > old.size) {
+      await old.handle!.truncate(old.size);
+      old.fileEnd = old.size;
+    }
     await old.handle!.datasync();
     const seg = new Segment(this.fs, this.dir, old.endOffset);
     try {
@@ -631,7 +779,7 @@ export class PartitionLog {
       await this.fs.unlink(seg.logPath).catch(() => {});
       throw e;
     }
-    // Invariant LOG-4: `old` was fdatasync'ed above, before its successor exists.
+    // Invariant LOG-4: `old` was truncated and fdatasync'ed above, before its successor exists.
     old.sealed = true;
     old.lastUsed = Date.now();
     this.touchIndex(old);
@@ -1021,8 +1169,14 @@ export class PartitionLog {
     for (const w of [...this.waiters]) w.wake();
     await this.metaLock;
     const active = this.active;
+    await this.stopFill(active);
     if (!this.faulted) {
       try {
+        // Cut preallocated zeros so that the file size is the logical size on the next open.
+        if (active.fileEnd > active.size) {
+          await active.handle!.truncate(active.size);
+          active.fileEnd = active.size;
+        }
         await active.handle!.datasync();
         await active.writeIndexes();
         await this.writeProducerSnapshot(this.nextOffset);
