@@ -218,8 +218,9 @@ export class QueueHandle<T> implements Queue<T> {
     opts: { signal?: AbortSignal } = {},
   ): Promise<EnqueueResult[]> {
     const core = await this.core();
+    const now = Date.now();
     return core.enqueuePrepared(
-      items.map((it) => core.prepareRaw(it.value, it.valueKind, it.opts, null)),
+      items.map((it) => core.prepareRaw(it.value, it.valueKind, it.opts, null, now)),
       opts.signal,
     );
   }

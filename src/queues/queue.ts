@@ -802,8 +802,8 @@ export class QueueCore {
     return this.prepareRaw(value, valueKind, item, null);
   }
 
-  prepareRaw(value: Buffer | null, valueKind: ValueKind, item: Omit<EnqueueItem, "data">, extra: [string, Buffer][] | null): PreparedJob {
-    const now = Date.now();
+  /** `now`: the enqueue time (one clock read for a whole batch). */
+  prepareRaw(value: Buffer | null, valueKind: ValueKind, item: Omit<EnqueueItem, "data">, extra: [string, Buffer][] | null, now = Date.now()): PreparedJob {
     let key: string | null = null;
     if (item.key !== undefined && item.key !== null) {
       if (typeof item.key !== "string") throw new ValidationError("key must be a string");
@@ -828,8 +828,10 @@ export class QueueCore {
       if (extra === null && item.dedupeId.startsWith("sys:")) throw new ValidationError(`dedupeId prefix "sys:" is reserved`);
       dedupeId = item.dedupeId;
     }
-    const headers: [string, Buffer][] = [];
+    // Most jobs have no headers at all: no array for them.
+    let headers: [string, Buffer][] | null = null;
     if (item.headers !== undefined) {
+      headers = [];
       if (item.headers === null || typeof item.headers !== "object") throw new ValidationError("headers must be an object");
       const names = Object.keys(item.headers);
       if (names.length > MAX_HEADERS) throw new ValidationError(`at most ${MAX_HEADERS} headers`);
@@ -841,19 +843,19 @@ export class QueueCore {
         else throw new ValidationError(`header ${JSON.stringify(k)} must be a string or Uint8Array`);
       }
     }
-    if (extra !== null) headers.push(...extra);
+    if (extra !== null) (headers ??= []).push(...extra);
     if (deliverAt > now) {
       const b = Buffer.allocUnsafe(8);
       b.writeDoubleLE(deliverAt, 0);
-      headers.push([H_DELIVER_AT, b]);
+      (headers ??= []).push([H_DELIVER_AT, b]);
     }
-    if (dedupeId !== null) headers.push([H_DEDUPE, Buffer.from(dedupeId, "utf8")]);
+    if (dedupeId !== null) (headers ??= []).push([H_DEDUPE, Buffer.from(dedupeId, "utf8")]);
     const rec: PreparedRecord = {
       key: key === null ? null : Buffer.from(key, "utf8"),
       value,
       valueKind,
       timestamp: now,
-      headers: headers.length > 0 ? headers : null,
+      headers: headers !== null && headers.length > 0 ? headers : null,
     };
     const size = recordSize(rec);
     if (size > this.config.maxMessageBytes) throw new RecordTooLargeError(size, this.config.maxMessageBytes);
@@ -876,6 +878,10 @@ export class QueueCore {
   async enqueuePrepared(jobs: PreparedJob[], signal?: AbortSignal): Promise<EnqueueResult[]> {
     this.checkOpen();
     if (jobs.length > MAX_BATCH_ITEMS) throw new ValidationError(`at most ${MAX_BATCH_ITEMS} jobs per batch`);
+    if (jobs.length > 0 && jobs.every((j) => j.dedupeId === null)) {
+      if (this.dedupe.size + this.sysDedupe.size > 0) this.sweepDedupe(Date.now());
+      return this.enqueueFresh(jobs, signal);
+    }
     const results: (EnqueueResult | Promise<EnqueueResult>)[] = new Array(jobs.length);
     const fresh: { i: number; job: PreparedJob }[] = [];
     const now = Date.now();
@@ -929,6 +935,25 @@ export class QueueCore {
     }
     const out = await Promise.all(results);
     for (const [i, first] of dupOf) out[i] = { id: out[first].id, duplicate: true };
+    return out;
+  }
+
+  /** enqueuePrepared without dedupe ids (the common case): every job is new, one group. */
+  private async enqueueFresh(jobs: PreparedJob[], signal?: AbortSignal): Promise<EnqueueResult[]> {
+    let bytes = 0;
+    for (const j of jobs) bytes += j.size;
+    await this.admit(jobs.length, bytes, signal);
+    this.reservedDepth += jobs.length;
+    this.reservedBytes += bytes;
+    const d = deferred<number>();
+    this.ePending.push({ jobs, bytes, d });
+    if (!this.eRunning) {
+      this.eRunning = true;
+      queueMicrotask(() => void this.enqueueLoop());
+    }
+    const base = await d.promise;
+    const out = new Array<EnqueueResult>(jobs.length);
+    for (let k = 0; k < jobs.length; k++) out[k] = { id: String(base + k), duplicate: false };
     return out;
   }
 
@@ -1020,11 +1045,12 @@ export class QueueCore {
           void this.journalEvent(null).catch(() => {});
         }
         let off = base;
+        const now = Date.now();
         for (const g of groups) {
           const gBase = off;
           if (!this.closed) {
             for (const job of g.jobs) {
-              this.addRow(off, job);
+              this.addRow(off, job, now);
               if (job.dedupeId !== null) {
                 const e = this.dd(job.dedupeId).get(job.dedupeId);
                 if (e !== undefined && e.wait === g.d) {
@@ -1057,12 +1083,12 @@ export class QueueCore {
     await this.eIdle.promise;
   }
 
-  private addRow(off: number, job: PreparedJob): void {
+  private addRow(off: number, job: PreparedJob, now: number): void {
     const t = this.table;
     let chain = -1;
     let isHead = true;
     if (job.key !== null) [chain, isHead] = this.chains.push(job.key, off);
-    const visible = job.deliverAt <= Date.now();
+    const visible = job.deliverAt <= now;
     const s = !isHead ? St.BLOCKED : visible ? St.READY : St.DELAYED;
     t.add(off, s, job.deliverAt, job.rec.timestamp, chain, job.size);
     this.counts[s]++;
@@ -1230,9 +1256,9 @@ export class QueueCore {
     if (h.length > MAX_HISTORY) h.splice(0, h.length - MAX_HISTORY);
   }
 
-  private countAck(): void {
+  private countAck(mono: number): void {
     this.completed++;
-    const sec = Math.floor(performance.now() / 1000);
+    const sec = Math.floor(mono / 1000);
     if (sec !== this.ackBucketSec) {
       for (let s = this.ackBucketSec + 1; s <= sec && s <= this.ackBucketSec + 10; s++) this.ackBuckets[s % 10] = 0;
       this.ackBucketSec = sec;
@@ -1472,23 +1498,26 @@ export class QueueCore {
   // ─────────────────────────────── settlement ───────────────────────────────
 
   /** Q-3: the receipt must be the current lease's, and its monotonic deadline not passed. */
-  private checkLease(g: Lease): void {
+  /** Returns the monotonic time it checked against. */
+  private checkLease(g: Lease): number {
     this.checkOpen();
     const cur = this.leases.get(g.off);
     if (cur !== g) throw new LeaseExpiredError();
-    if (performance.now() >= g.deadlineMono) {
+    const mono = performance.now();
+    if (mono >= g.deadlineMono) {
       this.expire(g);
       this.pump();
       throw new LeaseExpiredError();
     }
+    return mono;
   }
 
   ack(g: Lease): Promise<void> {
-    this.checkLease(g);
+    const mono = this.checkLease(g);
     this.leases.delete(g.off);
     g.worker?.settled(g);
     this.finish(g.off, St.DONE);
-    this.countAck();
+    this.countAck(mono);
     const p = this.jev(Ev.ACK, g.off, g.attempt, Date.now());
     this.pump();
     return p;
@@ -1551,13 +1580,12 @@ export class QueueCore {
   }
 
   /** Restarts the lease clock (same length) at the actual hand-off to a consumer. */
-  restartLease(g: Lease): void {
+  restartLease(g: Lease, mono = performance.now(), wall = Date.now()): void {
     if (this.leases.get(g.off) !== g) return;
     const ttl = g.deadlineMono - g.startedMono;
-    const mono = performance.now();
     g.startedMono = mono;
     g.deadlineMono = mono + ttl;
-    g.deadlineWall = Date.now() + ttl;
+    g.deadlineWall = wall + ttl;
   }
 
   extend(g: Lease, ms: number): Promise<void> {
@@ -1977,9 +2005,10 @@ export class JobImpl<T> implements Job<T> {
   set tag(t: number) {
     this.lease.tag = t;
   }
-  /** @internal The lease clock restarts now: the consumer gets the full visibility timeout. */
-  restartLease(): void {
-    this.core.restartLease(this.lease);
+  /** @internal The lease clock restarts now (`mono`/`wall`: the caller's clock reads for a
+   * batch): the consumer gets the full visibility timeout. */
+  restartLease(mono?: number, wall?: number): void {
+    this.core.restartLease(this.lease, mono, wall);
   }
 }
 

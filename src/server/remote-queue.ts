@@ -227,10 +227,12 @@ export class RemoteWorker {
     const out: JobImpl<unknown>[] = [];
     let k = 0;
     let room = this.opts.prefetch - this.jobs.size;
+    const mono = performance.now();
+    const wall = Date.now();
     while (k < this.parked.length && room > 0) {
       const j = this.parked[k++];
       if (!j.leaseHeld) continue;
-      j.restartLease();
+      j.restartLease(mono, wall);
       out.push(j);
       room--;
     }
