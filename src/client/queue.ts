@@ -190,6 +190,8 @@ export class RemoteWorker<T> implements Worker<T> {
         { retry: false },
       );
       if (f.meta.batch === true) this.batchServer = true;
+      // Re-registered (after a reconnect) while stopping: still no new jobs, please.
+      if (!this.receiving && this.batchServer && this.id === id) void this.requestDrain();
     } catch (err) {
       const code = (err as { code?: string }).code;
       if (code === "CONNECTION_CLOSED" || code === "TIMEOUT") return; // re-registered on reconnect
