@@ -215,14 +215,13 @@ export class QueueHandle<T> implements Queue<T> {
    */
   async enqueueRaw(
     items: { value: Buffer | null; valueKind: ValueKind; opts: Omit<EnqueueItem, "data"> }[],
-    opts: { signal?: AbortSignal } = {},
-  ): Promise<EnqueueResult[]> {
+    opts: { signal?: AbortSignal; compact?: boolean } = {},
+  ): Promise<EnqueueResult[] | { first: number; n: number }> {
     const core = await this.core();
     const now = Date.now();
-    return core.enqueuePrepared(
-      items.map((it) => core.prepareRaw(it.value, it.valueKind, it.opts, null, now)),
-      opts.signal,
-    );
+    const jobs = items.map((it) => core.prepareRaw(it.value, it.valueKind, it.opts, null, now));
+    // compact: {first, n} when every job is new (no per-job result objects).
+    return opts.compact === true ? core.enqueuePreparedCompact(jobs, opts.signal) : core.enqueuePrepared(jobs, opts.signal);
   }
 
   work(opts: WorkOptions = {}): Worker<T> {

@@ -940,6 +940,26 @@ export class QueueCore {
 
   /** enqueuePrepared without dedupe ids (the common case): every job is new, one group. */
   private async enqueueFresh(jobs: PreparedJob[], signal?: AbortSignal): Promise<EnqueueResult[]> {
+    const base = await this.enqueueFreshBase(jobs, signal);
+    const out = new Array<EnqueueResult>(jobs.length);
+    for (let k = 0; k < jobs.length; k++) out[k] = { id: String(base + k), duplicate: false };
+    return out;
+  }
+
+  /**
+   * Like enqueuePrepared, but answers `{first, n}` (ids first, first+1, ...) when no job has a
+   * dedupe id, instead of one result object per job (the network server's compact answer).
+   */
+  async enqueuePreparedCompact(jobs: PreparedJob[], signal?: AbortSignal): Promise<{ first: number; n: number } | EnqueueResult[]> {
+    this.checkOpen();
+    if (jobs.length > MAX_BATCH_ITEMS) throw new ValidationError(`at most ${MAX_BATCH_ITEMS} jobs per batch`);
+    if (jobs.length === 0 || !jobs.every((j) => j.dedupeId === null)) return this.enqueuePrepared(jobs, signal);
+    if (this.dedupe.size + this.sysDedupe.size > 0) this.sweepDedupe(Date.now());
+    return { first: await this.enqueueFreshBase(jobs, signal), n: jobs.length };
+  }
+
+  /** Appends new jobs as one group; resolves with the first job's offset once durable. */
+  private async enqueueFreshBase(jobs: PreparedJob[], signal?: AbortSignal): Promise<number> {
     let bytes = 0;
     for (const j of jobs) bytes += j.size;
     await this.admit(jobs.length, bytes, signal);
@@ -951,10 +971,7 @@ export class QueueCore {
       this.eRunning = true;
       queueMicrotask(() => void this.enqueueLoop());
     }
-    const base = await d.promise;
-    const out = new Array<EnqueueResult>(jobs.length);
-    for (let k = 0; k < jobs.length; k++) out[k] = { id: String(base + k), duplicate: false };
-    return out;
+    return d.promise;
   }
 
   /** Overflow policy (maxDepth / maxBytes): reject with QueueFullError or block up to blockTimeoutMs. */

@@ -47,7 +47,7 @@ import {
   type WireError,
 } from "./protocol.js";
 import { RemoteMember } from "./remote-member.js";
-import { RemoteWorker, compactEnqueueResults, enqueueFromWire, queueHost, toWireJob } from "./remote-queue.js";
+import { RemoteWorker, enqueueFromWire, queueHost, toWireJob } from "./remote-queue.js";
 import { decodeSettleItems, encodeJobBatchFrame } from "./queue-wire.js";
 import type { Queue, QueueConfig, RedriveOptions } from "../queues/types.js";
 
@@ -476,9 +476,8 @@ export class Connection {
         return this.handleSubscribe(frame);
       case Op.QueueEnqueue: {
         const q = this.queueFor(m);
-        const results = await enqueueFromWire(q, frame.body, m.opts, this.limits.maxRecordsPerBatch, this.ac.signal);
         // A client that asks for it gets {first, n} instead of one {id, duplicate} per job.
-        return this.respond(frame, m.compact === true ? compactEnqueueResults(results) : { results });
+        return this.respond(frame, await enqueueFromWire(q, frame.body, m.opts, this.limits.maxRecordsPerBatch, this.ac.signal, m.compact === true));
       }
       case Op.QueueWork:
         return this.handleWork(frame);

@@ -504,10 +504,12 @@ export async function enqueueFromWire(
   opts: unknown,
   maxRecords: number,
   signal: AbortSignal,
-): Promise<EnqueueResult[]> {
+  compact: boolean,
+): Promise<{ results: EnqueueResult[] } | { first: string; n: number }> {
   if (!(q instanceof QueueHandle)) {
     const values = decodePublishRecords(body, maxRecords, true);
-    return q.enqueueBatch(enqueueItems(values as { value: unknown; headers?: Record<string, string | Uint8Array> }[], opts), { signal });
+    const results = await q.enqueueBatch(enqueueItems(values as { value: unknown; headers?: Record<string, string | Uint8Array> }[], opts), { signal });
+    return compact ? compactEnqueueResults(results) : { results };
   }
   const recs = decodeEnqueueRecords(body, maxRecords);
   if (opts !== undefined && (!Array.isArray(opts) || opts.length !== recs.length)) {
@@ -519,7 +521,9 @@ export async function enqueueFromWire(
     const o = opts === undefined ? undefined : (opts as unknown[])[i];
     items[i] = { value: r.value, valueKind: r.valueKind, opts: itemOptions(o, i, r.headers) };
   }
-  return (q as QueueHandle<unknown>).enqueueRaw(items, { signal });
+  const r = await (q as QueueHandle<unknown>).enqueueRaw(items, { signal, compact });
+  if (Array.isArray(r)) return compact ? compactEnqueueResults(r) : { results: r };
+  return { first: String(r.first), n: r.n };
 }
 
 function itemOptions(o: unknown, i: number, headers: Record<string, Uint8Array> | undefined): Omit<EnqueueItem, "data"> {
