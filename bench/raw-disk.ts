@@ -106,3 +106,57 @@ export async function rawDiskRows(options: RawDiskOptions): Promise<BenchRow[]> 
     return [{ name: label, system: "raw disk", durability, value: Number.NaN, unit: "rec/s", note: `unavailable: ${(err as Error).message}` }];
   }
 }
+
+/**
+ * The disk's own latency floor for the end-to-end figure: records arrive at a fixed rate
+ * (open loop, arrival i at start + i/rate, so a slow fdatasync delays every record that
+ * arrives during it, as it does for a broker) and are made durable by group commit: each step
+ * writes every record that has arrived and fdatasyncs once. Latency = durable time - arrival
+ * time. No broker can acknowledge (or show a consumer) a record after fsync sooner than this on
+ * the same disk; sluice's p99 is reported beside it. Busy-waits, synchronous calls only.
+ *
+ * `preallocate` first writes and syncs zeros over the region, so the appends' fdatasync has no
+ * file-size change to journal (what a preallocating log does).
+ */
+export function rawDiskPacedLatency(opts: { dir: string; recordBytes: number; ratePerSec: number; durationMs: number; preallocate?: boolean }): { p50Ms: number; p99Ms: number; count: number } {
+  const { dir, recordBytes, ratePerSec, durationMs } = opts;
+  const total = Math.floor((ratePerSec * durationMs) / 1000);
+  if (!(total > 0) || recordBytes <= 0 || recordBytes * total > MAX_BATCH_BYTES) throw new RangeError("rawDiskPacedLatency: bad arguments");
+  mkdirSync(dir, { recursive: true });
+  const path = join(dir, `raw-paced-${process.pid}-${Date.now()}.bin`);
+  const fd = openSync(path, "w");
+  const lat = new Float64Array(total);
+  try {
+    if (opts.preallocate) {
+      const zeros = Buffer.alloc(1024 * 1024);
+      for (let pos = 0; pos < recordBytes * total; pos += zeros.length) writeSync(fd, zeros, 0, zeros.length, pos);
+      fdatasyncSync(fd);
+    }
+    const buf = randomBytes(recordBytes * 64);
+    const start = performance.now();
+    const gap = 1000 / ratePerSec;
+    let next = 0; // first record not yet durable
+    let position = 0;
+    while (next < total) {
+      const now = performance.now();
+      const arrived = Math.min(total, Math.floor((now - start) / gap) + 1);
+      if (arrived <= next) continue; // nothing new yet: spin (the floor must not pay for timers)
+      let n = arrived - next;
+      while (n > 0) {
+        const k = Math.min(n, 64);
+        writeSync(fd, buf, 0, k * recordBytes, position);
+        position += k * recordBytes;
+        n -= k;
+      }
+      fdatasyncSync(fd);
+      const done = performance.now();
+      for (let i = next; i < arrived; i++) lat[i] = done - (start + i * gap);
+      next = arrived;
+    }
+  } finally {
+    closeSync(fd);
+    rmSync(path, { force: true });
+  }
+  const sorted = lat.sort();
+  return { p50Ms: percentile(sorted, 50), p99Ms: percentile(sorted, 99), count: total };
+}

@@ -18,6 +18,7 @@ import { connect } from "../src/client/index.js";
 import type { Broker } from "../src/types.js";
 import { METRIC, printRatios, printTable, summarizeLatencies, unavailableRow, type BenchRow, type RatioPair } from "./report.js";
 import { runAtFixedRate, sentAtOf, stampedPayload, withTimeout } from "./peers/common.js";
+import { rawDiskPacedLatency } from "./raw-disk.js";
 
 const SYSTEM = "sluice-server";
 const DURABILITY = "durability always: fsync before ack (group commit)";
@@ -275,6 +276,22 @@ export async function runServerBench(opts: { tmpDir: string; quick?: boolean }):
         rows.push(unavailableRow(what, SYSTEM, DURABILITY, unit, err));
       }
     }
+    // The disk's own floor for a durable stream at this rate, measured right before sluice's
+    // figure on the same filesystem (the disk's fsync tail moves by 2x within minutes here).
+    for (const preallocate of [false, true]) {
+      try {
+        const f = rawDiskPacedLatency({ dir: dataDir, recordBytes: RECORD_BYTES + 16, ratePerSec: 2000, durationMs, preallocate });
+        const system = preallocate ? "raw disk, preallocated" : "raw disk";
+        const dur = `write + fdatasync, group commit${preallocate ? ", in place over synced zeros" : ", appending"} (floor for any fsync-before-visible broker)`;
+        const note = `open loop 2000/s, n=${f.count}`;
+        rows.push(
+          { name: METRIC.latencyP50, system, durability: dur, value: f.p50Ms, unit: "ms", note },
+          { name: METRIC.latencyP99, system, durability: dur, value: f.p99Ms, unit: "ms", note },
+        );
+      } catch (err) {
+        rows.push(unavailableRow(METRIC.latencyP99, "raw disk", "", "ms", err));
+      }
+    }
     try {
       rows.push(...(await latency(client, durationMs)));
     } catch (err) {
@@ -313,6 +330,8 @@ export async function runServerBench(opts: { tmpDir: string; quick?: boolean }):
     { metric: METRIC.latencyP99, sluiceSystem: SYSTEM, peerSystem: "redis-streams-fsync", goal: { atMost: 1 } },
     { metric: METRIC.latencyP99, sluiceSystem: SYSTEM, peerSystem: "nats-jetstream", goal: { atMost: 1 } },
     { metric: METRIC.latencyP99, sluiceSystem: SYSTEM, peerSystem: "rabbitmq", goal: { atMost: 1 } },
+    { metric: METRIC.latencyP99, sluiceSystem: SYSTEM, peerSystem: "raw disk" },
+    { metric: METRIC.latencyP99, sluiceSystem: SYSTEM, peerSystem: "raw disk, preallocated" },
     { metric: METRIC.jobs, sluiceSystem: SYSTEM, peerSystem: "bullmq", goal: { atLeast: 7 } },
     { metric: METRIC.jobs, sluiceSystem: SYSTEM, peerSystem: "bullmq-redis-fsync" },
   ];
