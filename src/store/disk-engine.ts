@@ -23,6 +23,8 @@ import { HEADER_SIZE, readHeader, type PreparedRecord, type ProducerInfo, type S
 import type { TopicConfig, TopicDescription } from "../types.js";
 import type { CommittedOffset, EngineTopic, StorageEngine } from "./engine.js";
 import { validateName } from "./names.js";
+import { crc32c } from "../log/crc32c.js";
+import type { FileHandle } from "../log/io.js";
 
 export const TOPIC_DEFAULTS: Required<TopicConfig> = {
   partitions: 1,
@@ -61,22 +63,121 @@ export function resolveTopicConfig(config: TopicConfig = {}): Required<TopicConf
 interface GroupFile {
   group: string;
   topics: Record<string, { topicId: string; offsets: Record<string, CommittedOffset> }>;
+  /** Generation of the offsets log that continues this snapshot (absent: 0). */
+  logEpoch?: number;
+}
+
+/** A commit as logged: log epoch, topic, topicId, committedAt, [partition, next offset] pairs. */
+interface CommitRecord {
+  e: number;
+  t: string;
+  i: string;
+  c: number;
+  o: [number, number][];
+}
+
+/** The offsets log is folded into the snapshot once it is this long (bounds replay on open). */
+const OFFSETS_LOG_COMPACT_BYTES = 1024 * 1024;
+/** Sanity bound on one logged commit (a commit names at most every partition of a topic). */
+const MAX_COMMIT_RECORD_BYTES = 16 * 1024 * 1024;
+const COMMIT_RECORD_HEAD = 8; // u32 payload length, u32 CRC-32C of the payload
+
+function applyCommit(data: GroupFile, r: CommitRecord): void {
+  let t = data.topics[r.t];
+  if (!t || t.topicId !== r.i) t = data.topics[r.t] = { topicId: r.i, offsets: {} };
+  for (const [p, o] of r.o) t.offsets[String(p)] = { offset: o, committedAt: r.c };
 }
 
 /**
- * Durable offsets of one group, written atomically; concurrent commits share one write.
+ * Durable offsets of one group: a snapshot (`<group>.json`, replaced atomically) plus an
+ * append-only log of the commits since (`<group>.log`, as Kafka's __consumer_offsets). A
+ * commit appends one record and fdatasyncs -- two file operations instead of the snapshot's
+ * write, sync, rename and directory sync -- and concurrent commits share one append. Once the
+ * log passes OFFSETS_LOG_COMPACT_BYTES, the next write is a new snapshot of everything
+ * followed by emptying the log.
+ *
  * Readers see only what has been written (`durable`); commits go to `staged` first, so a
  * failed write never makes an unsaved offset visible.
+ *
+ * Crash safety (META-2): a commit resolves only after the record holding it was fdatasync'ed
+ * (and, when the write created the log, after the directory was synced). On open the
+ * snapshot is read and the log replayed in order up to its first incomplete, damaged or
+ * stale record (a torn append that was never acknowledged), which is cut off. Every snapshot
+ * starts a new log epoch, stored in it and in each record logged after it: records of an
+ * older epoch (a crash, or a failed write, between writing a snapshot and emptying the log)
+ * are never replayed over the newer snapshot, which already holds their effect and more.
+ * After any failed write the next write is a snapshot (from `staged`, as before: an
+ * ambiguous commit may still be saved), which also discards what the failed append left.
  */
 class GroupOffsets {
   private durable: GroupFile;
   private staged: GroupFile;
+  /** Commits applied to `staged` but not yet handed to a write. */
+  private unlogged: CommitRecord[] = [];
+  private log: FileHandle | null = null;
+  private logSize: number;
+  private snapshotNext = false;
+  /** Epoch of the snapshot on disk; appended records carry it. */
+  private epoch: number;
   private writing: Promise<void> | null = null;
   private queued: Promise<void> | null = null;
-  constructor(private fs: FileSystem, private path: string, data: GroupFile) {
+
+  private constructor(
+    private fs: FileSystem,
+    private dir: string,
+    private snapshotPath: string,
+    private logPath: string,
+    data: GroupFile,
+    logSize: number,
+    private compactBytes: number,
+  ) {
     this.durable = data;
     this.staged = structuredClone(data);
+    this.logSize = logSize;
+    this.epoch = data.logEpoch ?? 0;
   }
+
+  static create(fs: FileSystem, dir: string, group: string, compactBytes: number): GroupOffsets {
+    return new GroupOffsets(fs, dir, join(dir, `${group}.json`), join(dir, `${group}.log`), { group, topics: {} }, 0, compactBytes);
+  }
+
+  /** Snapshot plus replayed log; a torn or damaged log tail is cut off (durably). */
+  static async open(fs: FileSystem, dir: string, group: string, logger: Logger, compactBytes: number): Promise<GroupOffsets> {
+    const snapshotPath = join(dir, `${group}.json`);
+    const logPath = join(dir, `${group}.log`);
+    const data = (await readJsonFile<GroupFile>(fs, snapshotPath)) ?? { group, topics: {} };
+    let size = 0;
+    if ((await fs.stat(logPath)) !== null) {
+      const buf = await fs.readFile(logPath);
+      while (buf.length - size >= COMMIT_RECORD_HEAD) {
+        const len = buf.readUInt32BE(size);
+        if (len > MAX_COMMIT_RECORD_BYTES || len > buf.length - size - COMMIT_RECORD_HEAD) break;
+        const start = size + COMMIT_RECORD_HEAD;
+        if (crc32c(buf, start, start + len) !== buf.readUInt32BE(size + 4)) break;
+        let r: CommitRecord;
+        try {
+          r = JSON.parse(buf.toString("utf8", start, start + len)) as CommitRecord;
+        } catch {
+          break;
+        }
+        if (r.e !== (data.logEpoch ?? 0)) break; // older than the snapshot: already in it
+        applyCommit(data, r);
+        size = start + len;
+      }
+      if (size < buf.length) {
+        logger.warn({ file: logPath, position: size, bytesDropped: buf.length - size }, "cutting off an incomplete, damaged or stale tail of a group offsets log");
+        const fh = await fs.open(logPath, "rw");
+        try {
+          await fh.truncate(size);
+          await fh.datasync();
+        } finally {
+          await fh.close();
+        }
+      }
+    }
+    return new GroupOffsets(fs, dir, snapshotPath, logPath, data, size, compactBytes);
+  }
+
   get(topic: string, topicId: string): Map<number, CommittedOffset> {
     const t = this.durable.topics[topic];
     const m = new Map<number, CommittedOffset>();
@@ -84,22 +185,68 @@ class GroupOffsets {
     for (const [p, o] of Object.entries(t.offsets)) m.set(Number(p), o);
     return m;
   }
+
   /** Resolves once a write that includes these offsets is durable. */
   commit(topic: string, topicId: string, offsets: Map<number, number>): Promise<void> {
-    let t = this.staged.topics[topic];
-    if (!t || t.topicId !== topicId) t = this.staged.topics[topic] = { topicId, offsets: {} };
-    const now = Date.now();
-    for (const [p, o] of offsets) t.offsets[String(p)] = { offset: o, committedAt: now };
+    const r: CommitRecord = { e: 0, t: topic, i: topicId, c: Date.now(), o: [...offsets] };
+    applyCommit(this.staged, r);
+    this.unlogged.push(r);
     return this.flush();
   }
-  private run(): Promise<void> {
-    const text = JSON.stringify(this.staged);
-    // On failure `staged` keeps the value: the caller got an error (an ambiguous commit, as
-    // in Kafka) and a later successful write may still save it; readers never see it early.
-    return writeFileAtomic(this.fs, this.path, text).then(() => {
-      this.durable = JSON.parse(text) as GroupFile;
-    });
+
+  private async run(): Promise<void> {
+    const records = this.unlogged;
+    this.unlogged = [];
+    try {
+      if (this.snapshotNext || this.logSize >= this.compactBytes) {
+        // On failure `staged` keeps the values: the caller got an error (an ambiguous commit,
+        // as in Kafka) and a later successful write may still save them.
+        this.staged.logEpoch = this.epoch + 1;
+        const text = JSON.stringify(this.staged);
+        await writeFileAtomic(this.fs, this.snapshotPath, text);
+        this.durable = JSON.parse(text) as GroupFile;
+        this.epoch = this.durable.logEpoch!;
+        if (this.logSize > 0 || this.snapshotNext) {
+          const fh = await this.openLog();
+          await fh.truncate(0);
+          await fh.datasync();
+        }
+        this.logSize = 0;
+        this.snapshotNext = false;
+        return;
+      }
+      const parts: Buffer[] = [];
+      let bytes = 0;
+      for (const r of records) {
+        r.e = this.epoch;
+        const payload = Buffer.from(JSON.stringify(r), "utf8");
+        const head = Buffer.allocUnsafe(COMMIT_RECORD_HEAD);
+        head.writeUInt32BE(payload.length, 0);
+        head.writeUInt32BE(crc32c(payload), 4);
+        parts.push(head, payload);
+        bytes += COMMIT_RECORD_HEAD + payload.length;
+      }
+      const fh = await this.openLog();
+      await fh.write(parts, this.logSize);
+      await fh.datasync();
+      this.logSize += bytes;
+      for (const r of records) applyCommit(this.durable, r);
+    } catch (e) {
+      this.snapshotNext = true;
+      throw e;
+    }
   }
+
+  private async openLog(): Promise<FileHandle> {
+    if (this.log) return this.log;
+    const existed = (await this.fs.stat(this.logPath)) !== null;
+    const fh = await this.fs.open(this.logPath, "create");
+    // A new file's directory entry must be durable before a record in it is acknowledged.
+    if (!existed) await this.fs.fsyncDir(this.dir);
+    this.log = fh;
+    return fh;
+  }
+
   private flush(): Promise<void> {
     if (this.queued) return this.queued;
     if (!this.writing) {
@@ -122,8 +269,16 @@ class GroupOffsets {
     this.queued = q;
     return q;
   }
+
   async drain(): Promise<void> {
     while (this.writing || this.queued) await (this.queued ?? this.writing)!.catch(() => {});
+  }
+
+  async close(): Promise<void> {
+    await this.drain();
+    const fh = this.log;
+    this.log = null;
+    await fh?.close();
   }
 }
 
@@ -136,12 +291,15 @@ export interface DiskEngineOptions {
   dataDir: string;
   fs: FileSystem;
   logger?: Logger;
+  /** Length at which a group's offsets log is folded into its snapshot (tests lower it). */
+  offsetsLogCompactBytes?: number;
 }
 
 export class DiskEngine implements StorageEngine {
   private readonly dataDir: string;
   private readonly fs: FileSystem;
   private readonly logger: Logger;
+  private readonly offsetsLogCompactBytes: number;
   private topics = new Map<string, Topic>();
   private groups = new Map<string, GroupOffsets>();
   private producerFile: { nextId: number; epochs: Record<string, number> } = { nextId: 0, epochs: {} };
@@ -152,6 +310,7 @@ export class DiskEngine implements StorageEngine {
     this.dataDir = resolve(opts.dataDir);
     this.fs = opts.fs;
     this.logger = opts.logger ?? silentLogger;
+    this.offsetsLogCompactBytes = opts.offsetsLogCompactBytes ?? OFFSETS_LOG_COMPACT_BYTES;
   }
 
   /** FS-1: every path the engine touches stays inside the data dir. */
@@ -178,12 +337,14 @@ export class DiskEngine implements StorageEngine {
       for (let p = 0; p < config.partitions; p++) t.logs.push(await this.openLog(t, p));
       this.topics.set(name, t);
     }
+    // A group has a snapshot (<group>.json), a log of later commits (<group>.log), or both.
+    const groupNames = new Set<string>();
     for (const n of await fs.readdir(this.inside("groups"))) {
       if (n.endsWith(".tmp")) await fs.unlink(this.inside("groups", n));
-      if (!n.endsWith(".json")) continue;
-      const data = await readJsonFile<GroupFile>(fs, this.inside("groups", n));
-      if (data) this.groups.set(data.group, new GroupOffsets(fs, this.inside("groups", n), data));
+      else if (n.endsWith(".json")) groupNames.add(n.slice(0, -5));
+      else if (n.endsWith(".log")) groupNames.add(n.slice(0, -4));
     }
+    for (const name of groupNames) this.groups.set(name, await GroupOffsets.open(fs, this.inside("groups"), name, this.logger, this.offsetsLogCompactBytes));
   }
 
   private openLog(t: Topic, p: number): Promise<PartitionLog> {
@@ -296,6 +457,10 @@ export class DiskEngine implements StorageEngine {
     return this.log(topic, partition).read(offset, maxBytes);
   }
 
+  readRaw(topic: string, partition: number, offset: number, maxBytes: number, maxRecords?: number): Promise<{ data: Buffer; nextOffset: number; records: number }> {
+    return this.log(topic, partition).readRaw(offset, maxBytes, maxRecords);
+  }
+
   waitFor(topic: string, partition: number, offset: number, maxWaitMs: number, signal?: AbortSignal): Promise<boolean> {
     return this.log(topic, partition).waitFor(offset, maxWaitMs, signal);
   }
@@ -352,7 +517,7 @@ export class DiskEngine implements StorageEngine {
     validateName("group", group);
     let g = this.groups.get(group);
     if (!g) {
-      g = new GroupOffsets(this.fs, this.inside("groups", `${group}.json`), { group, topics: {} });
+      g = GroupOffsets.create(this.fs, this.inside("groups"), group, this.offsetsLogCompactBytes);
       this.groups.set(group, g);
     }
     return g;
@@ -378,7 +543,7 @@ export class DiskEngine implements StorageEngine {
     if (this.closed) return;
     await this.adminLock;
     this.closed = true;
-    for (const g of this.groups.values()) await g.drain();
+    for (const g of this.groups.values()) await g.close();
     for (const t of this.topics.values()) await Promise.all(t.logs.map((l) => l.close()));
   }
 }

@@ -39,6 +39,14 @@ export interface StorageEngine {
    */
   appendEncoded(topic: string, partition: number, batch: Buffer, signal?: AbortSignal): Promise<{ baseOffset: number; duplicate: boolean; synced: boolean; count: number }>;
   read(topic: string, partition: number, offset: number, maxBytes: number): Promise<{ records: StoredRecord[]; nextOffset: number }>;
+  /**
+   * Stored batches from `offset` as bytes, without decoding records (the server forwards them
+   * to remote consumers): whole batches, each verified like `read` verifies it, at most
+   * `maxBytes` and none past the batch that reaches `maxRecords`, but at least one batch. The
+   * first batch may start below `offset`; `records` counts those at or after it. Damage at
+   * `offset` raises CorruptRecordError (as `read`).
+   */
+  readRaw(topic: string, partition: number, offset: number, maxBytes: number, maxRecords?: number): Promise<{ data: Buffer; nextOffset: number; records: number }>;
   waitFor(topic: string, partition: number, offset: number, maxWaitMs: number, signal?: AbortSignal): Promise<boolean>;
   offsets(topic: string, partition: number): { logStartOffset: number; highWatermark: number; logEndOffset: number };
   offsetForTimestamp(topic: string, partition: number, ts: number): Promise<number>;
