@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
  * A group member over the network. The server pushes messages while we hold credit; we grant
- * more credit as the application consumes, so at most `windowMessages` messages are buffered
- * here (and none pile up in the server). Commits name (partition, offset); the server commits
- * the matching message for the group.
+ * more credit as the application consumes, so at most `windowMessages` messages (plus one
+ * push) are buffered here and none pile up in the server. Commits name (partition, offset,
+ * generation); the server commits "processed through" for the group.
+ *
+ * Pushes normally carry stored record batches as the server read them (PUSH_RECORD_BATCHES):
+ * they are checked and indexed on arrival (src/client/record-batches.ts) and each record
+ * becomes a `Message` only when the application takes it, so buffered records cost no
+ * objects. PUSH_MESSAGES (records one by one) comes from servers whose broker cannot read raw.
  *
  * Revocation: the server pushes every assignment change; messages of a revoked partition have
  * their `signal` aborted and are dropped from the local buffer. If the member's session ends
@@ -11,9 +16,10 @@
  * again as a new member; commits of messages from the old member fail with
  * `StaleGenerationError`/`NotAssignedError` because their partitions may have moved.
  */
-import { AbortedError, NotAssignedError, StaleGenerationError } from "../errors.js";
+import { AbortedError, NotAssignedError, ProtocolError, StaleGenerationError } from "../errors.js";
 import type { Message, MessageBatch, SubscribeOptions, Subscription } from "../types.js";
 import { Op, decodeConsumedRecords, wireToError, type Frame, type WireError } from "../server/protocol.js";
+import { readRecordInto, scanPushedBatches, type RecordTable } from "./record-batches.js";
 import type { Transport } from "./transport.js";
 
 export interface RemoteSubscriptionOptions {
@@ -22,6 +28,10 @@ export interface RemoteSubscriptionOptions {
 }
 
 let nextSubId = 1;
+/** Upper bound on a window raised by batches() (the server accepts up to 100 000 at once). */
+const MAX_WINDOW = 100_000;
+/** Placeholder until a message's headers are set (never handed out). */
+const NO_HEADERS: Record<string, Uint8Array> = Object.freeze({}) as Record<string, Uint8Array>;
 
 interface MemberState {
   id: number;
@@ -29,42 +39,78 @@ interface MemberState {
   /** Per partition: aborts when the partition is revoked from this member (or the
    * subscription closes). One combined signal per partition, shared by its messages. */
   partitionSignals: Map<number, { ac: AbortController; signal: AbortSignal }>;
+  /** Per partition: the generation in which it was last revoked from this member. Pushes of
+   * that generation or older are dropped (their records go to the next owner). */
+  revokedIn: Map<number, number>;
+  /** `msg.commit()` of this member's messages (one closure per member). */
+  commit: (m: RemoteMessage<unknown>) => Promise<void>;
 }
 
-/** A message delivered to a remote member. Private fields keep it a plain-looking record. */
+/**
+ * A message delivered to a remote member. Private fields keep it a plain-looking record.
+ * key/value/headers are set right after construction (by `readRecordInto` for stored batches).
+ */
 class RemoteMessage<T> implements Message<T> {
   readonly #member: MemberState;
-  readonly #commit: (m: RemoteMessage<T>) => Promise<void>;
+  /** Generation of the push (PUSH_RECORD_BATCHES), sent with commits for fencing; -1: none. */
+  readonly #generation: number;
+  key: Uint8Array | null = null;
+  value: T = null as T;
+  headers: Record<string, Uint8Array> = NO_HEADERS;
   constructor(
     readonly topic: string,
     readonly partition: number,
     readonly offset: number,
     readonly timestamp: number,
-    readonly key: Uint8Array | null,
-    readonly value: T,
-    readonly headers: Record<string, Uint8Array>,
     readonly signal: AbortSignal,
     member: MemberState,
-    commit: (m: RemoteMessage<T>) => Promise<void>,
+    generation: number,
   ) {
     this.#member = member;
-    this.#commit = commit;
+    this.#generation = generation;
   }
   commit(): Promise<void> {
-    return this.#commit(this);
+    return this.#member.commit(this as RemoteMessage<unknown>);
   }
   static memberOf(m: Message<unknown>): MemberState {
     return (m as RemoteMessage<unknown>).#member;
   }
+  static generationOf(m: Message<unknown>): number {
+    return (m as RemoteMessage<unknown>).#generation;
+  }
+}
+
+/** The not yet taken records of one PUSH_RECORD_BATCHES frame. */
+class RawSegment {
+  next = 0;
+  constructor(
+    readonly table: RecordTable,
+    readonly partition: number,
+    readonly generation: number,
+    readonly member: MemberState,
+    readonly signal: AbortSignal,
+  ) {}
+  get left(): number {
+    return this.table.count - this.next;
+  }
+}
+
+type Buffered<T> = RemoteMessage<T> | RawSegment;
+
+function memberOfEntry(e: Buffered<unknown>): MemberState {
+  return e instanceof RawSegment ? e.member : RemoteMessage.memberOf(e);
 }
 
 export class RemoteSubscription<T> implements Subscription<T> {
   readonly group: string;
   readonly topic: string;
   private member: MemberState | null = null;
-  private buffer: Message<T>[] = [];
+  /** Taken from `head` on; RawSegments yield their records one by one. */
+  private buffer: Buffered<T>[] = [];
   private waiter: (() => void) | null = null;
   private consumedSinceCredit = 0;
+  /** The credit window: `windowMessages`, raised by batches() to hold two batches. */
+  private window: number;
   private closed = false;
   private joinError: unknown = null;
   private currentAssignment: number[] = [];
@@ -81,6 +127,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
   ) {
     this.group = opts.group;
     this.topic = topic;
+    this.window = ropts.windowMessages;
     if (opts.signal) {
       if (opts.signal.aborted) this.closed = true;
       else opts.signal.addEventListener("abort", () => void this.close(), { once: true });
@@ -96,7 +143,10 @@ export class RemoteSubscription<T> implements Subscription<T> {
       if (old) this.endMember(old);
       if (this.closed) return;
       const id = nextSubId++;
-      const member: MemberState = { id, ended: false, partitionSignals: new Map() };
+      const member: MemberState = { id, ended: false, partitionSignals: new Map(), revokedIn: new Map(), commit: null! };
+      // The new member starts with a full window of credit; nothing of the old one is buffered.
+      this.consumedSinceCredit = 0;
+      member.commit = this.messageCommit(member);
       this.member = member;
       this.registry.set(id, this as RemoteSubscription<unknown>);
       try {
@@ -110,7 +160,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
             offsetReset: this.opts.offsetReset,
             assignment: this.opts.assignment,
             maxBytes: this.opts.maxBytes,
-            credit: this.ropts.windowMessages,
+            credit: this.window,
             sessionTimeoutMs: this.ropts.sessionTimeoutMs,
           },
           null,
@@ -134,7 +184,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
     for (const { ac } of m.partitionSignals.values()) ac.abort(new StaleGenerationError("group member ended"));
     // Buffered messages of that member can no longer be committed: drop them (they are
     // redelivered to whoever owns the partition next).
-    this.buffer = this.buffer.slice(this.head).filter((msg) => RemoteMessage.memberOf(msg) !== m);
+    this.buffer = this.buffer.slice(this.head).filter((e) => memberOfEntry(e) !== m);
     this.head = 0;
     this.currentAssignment = [];
   }
@@ -149,30 +199,37 @@ export class RemoteSubscription<T> implements Subscription<T> {
     const m = this.member;
     if (!m || m.ended || f.meta.sub !== m.id) return;
     switch (f.op) {
+      case Op.PushRecordBatches: {
+        // Stored batches as the server read them; records below `from` are skipped.
+        const partition = f.meta.partition;
+        const generation = f.meta.generation;
+        const from = f.meta.from;
+        if (!Number.isSafeInteger(partition) || !Number.isSafeInteger(generation) || !Number.isSafeInteger(from)) {
+          throw new ProtocolError("PUSH_RECORD_BATCHES needs integer partition, generation and from");
+        }
+        const p = partition as number;
+        const gen = generation as number;
+        const table = scanPushedBatches(f.body, from as number);
+        const revokedIn = m.revokedIn.get(p);
+        if (revokedIn !== undefined && gen <= revokedIn) {
+          // Pushed before a revocation we already applied: the next owner gets these records.
+          // Their credit comes back, or the window would shrink for good.
+          this.consumedSinceCredit += table.count;
+          this.maybeGrantCredit();
+          break;
+        }
+        if (table.count > 0) this.buffer.push(new RawSegment(table, p, gen, m, this.partitionSignal(m, p)));
+        this.wake();
+        break;
+      }
       case Op.PushMessages: {
         const recs = decodeConsumedRecords(this.topic, f.body);
-        const commit = (msg: RemoteMessage<T>): Promise<void> => {
-          // A message of a revoked ownership period must not be committed, even if the
-          // partition has since come back to this member (that could move the offset back).
-          if (msg.signal.aborted && !m.ended) {
-            return Promise.reject(
-              new NotAssignedError(
-                `partition ${msg.partition} of ${JSON.stringify(this.topic)} was revoked from this member (or the subscription closed) after this message was delivered`,
-              ),
-            );
-          }
-          return this.commitOffsets(m, [[msg.partition, msg.offset]]);
-        };
         for (const r of recs) {
-          let ps = m.partitionSignals.get(r.partition);
-          if (!ps) {
-            const ac = new AbortController();
-            ps = { ac, signal: AbortSignal.any([ac.signal, this.closeAc.signal]) };
-            m.partitionSignals.set(r.partition, ps);
-          }
-          this.buffer.push(
-            new RemoteMessage<T>(r.topic, r.partition, r.offset, r.timestamp, r.key, r.value as T, r.headers, ps.signal, m, commit),
-          );
+          const msg = new RemoteMessage<T>(r.topic, r.partition, r.offset, r.timestamp, this.partitionSignal(m, r.partition), m, -1);
+          msg.key = r.key;
+          msg.value = r.value as T;
+          msg.headers = r.headers;
+          this.buffer.push(msg);
         }
         this.wake();
         break;
@@ -185,12 +242,16 @@ export class RemoteSubscription<T> implements Subscription<T> {
         for (const p of revoked) {
           m.partitionSignals.get(p)?.ac.abort(new StaleGenerationError(`partition ${p} was revoked`));
           m.partitionSignals.delete(p);
+          m.revokedIn.set(p, this.currentGeneration);
         }
         if (revoked.length) {
           const live = this.buffer.slice(this.head);
-          this.buffer = live.filter((msg) => !revoked.includes(msg.partition));
+          this.buffer = [];
           this.head = 0;
-          this.consumedSinceCredit += live.length - this.buffer.length;
+          for (const e of live) {
+            if (!revoked.includes(e.partition)) this.buffer.push(e);
+            else this.consumedSinceCredit += e instanceof RawSegment ? e.left : 1;
+          }
           this.maybeGrantCredit();
         }
         // Revocation handshake: signals are aborted and buffered messages dropped; the
@@ -216,7 +277,83 @@ export class RemoteSubscription<T> implements Subscription<T> {
     }
   }
 
-  private async commitOffsets(m: MemberState, offsets: [number, number][]): Promise<void> {
+  /** One signal per (member, partition), shared by its messages; aborts on revocation. */
+  private partitionSignal(m: MemberState, partition: number): AbortSignal {
+    let ps = m.partitionSignals.get(partition);
+    if (!ps) {
+      const ac = new AbortController();
+      ps = { ac, signal: AbortSignal.any([ac.signal, this.closeAc.signal]) };
+      m.partitionSignals.set(partition, ps);
+    }
+    return ps.signal;
+  }
+
+  /** `msg.commit()` for messages of member `m`. */
+  private messageCommit(m: MemberState): (msg: RemoteMessage<unknown>) => Promise<void> {
+    return (msg) => {
+      // A message of a revoked ownership period must not be committed, even if the
+      // partition has since come back to this member (that could move the offset back).
+      if (msg.signal.aborted && !m.ended) {
+        return Promise.reject(
+          new NotAssignedError(
+            `partition ${msg.partition} of ${JSON.stringify(this.topic)} was revoked from this member (or the subscription closed) after this message was delivered`,
+          ),
+        );
+      }
+      const g = RemoteMessage.generationOf(msg);
+      return this.commitOffsets(m, [g >= 0 ? [msg.partition, msg.offset, g] : [msg.partition, msg.offset]]);
+    };
+  }
+
+  /**
+   * `batch.commit()`: the highest offset per partition, grouped per member (a batch may
+   * straddle a rejoin), with the generation it was pushed in. Computed synchronously, so the
+   * commit in flight does not keep the batch's messages (and the frames they view) alive.
+   */
+  private commitBatch(messages: readonly Message<T>[]): Promise<void> {
+    const byMember = new Map<MemberState, Map<number, { offset: number; generation: number }>>();
+    let lastSignal: AbortSignal | null = null;
+    let lastMember: MemberState | null = null;
+    let mp: Map<number, { offset: number; generation: number }> | undefined;
+    for (const m of messages) {
+      // Messages of one partition share one signal: check each signal once.
+      if (m.signal !== lastSignal) {
+        lastSignal = m.signal;
+        if (m.signal.aborted && !RemoteMessage.memberOf(m).ended) {
+          return Promise.reject(
+            new NotAssignedError(
+              `partition ${m.partition} of ${JSON.stringify(this.topic)} was revoked from this member (or the subscription closed) after this batch was delivered`,
+            ),
+          );
+        }
+      }
+      const ms = RemoteMessage.memberOf(m);
+      if (ms !== lastMember) {
+        lastMember = ms;
+        mp = byMember.get(ms);
+        if (!mp) byMember.set(ms, (mp = new Map()));
+      }
+      const cur = mp!.get(m.partition);
+      if (cur === undefined) mp!.set(m.partition, { offset: m.offset, generation: RemoteMessage.generationOf(m) });
+      else if (m.offset > cur.offset) {
+        cur.offset = m.offset;
+        cur.generation = RemoteMessage.generationOf(m);
+      }
+    }
+    const commits: [MemberState, ([number, number] | [number, number, number])[]][] = [];
+    for (const [ms, parts] of byMember) {
+      const offsets: ([number, number] | [number, number, number])[] = [];
+      for (const [p, { offset, generation }] of parts) offsets.push(generation >= 0 ? [p, offset, generation] : [p, offset]);
+      commits.push([ms, offsets]);
+    }
+    return this.sendCommits(commits);
+  }
+
+  private async sendCommits(commits: [MemberState, ([number, number] | [number, number, number])[]][]): Promise<void> {
+    for (const [ms, offsets] of commits) await this.commitOffsets(ms, offsets);
+  }
+
+  private async commitOffsets(m: MemberState, offsets: ([number, number] | [number, number, number])[]): Promise<void> {
     if (m.ended) {
       throw new StaleGenerationError(
         `cannot commit: this message was delivered to a group member that has since ended (session expired or reconnected); ` +
@@ -229,10 +366,30 @@ export class RemoteSubscription<T> implements Subscription<T> {
   private maybeGrantCredit(): void {
     const m = this.member;
     if (!m || m.ended) return;
-    if (this.consumedSinceCredit >= Math.max(1, Math.floor(this.ropts.windowMessages / 2))) {
+    if (this.consumedSinceCredit >= Math.max(1, Math.floor(this.window / 2))) {
       this.transport.sendOneWay(Op.Credit, { sub: m.id, credit: this.consumedSinceCredit });
       this.consumedSinceCredit = 0;
     }
+  }
+
+  /**
+   * Batches of N need a window of at least 2N: with less, the next batch cannot arrive while
+   * the application works on (and commits) the current one, and every batch waits for a
+   * round trip. Raises the window (bounded by MAX_WINDOW) and grants the difference at once.
+   */
+  private raiseWindow(n: number): void {
+    const target = Math.min(n, MAX_WINDOW);
+    if (target <= this.window) return;
+    const extra = target - this.window;
+    this.window = target;
+    const m = this.member;
+    if (!m || m.ended) return; // the next SUBSCRIBE grants the whole window
+    const grant = (): void => {
+      if (this.member === m && !m.ended) this.transport.sendOneWay(Op.Credit, { sub: m.id, credit: extra });
+    };
+    // A SUBSCRIBE in flight carried the old window: top it up once the member exists.
+    if (this.joining) void this.joining.then(grant);
+    else grant();
   }
 
   private wake(): void {
@@ -242,7 +399,8 @@ export class RemoteSubscription<T> implements Subscription<T> {
   }
 
   private head = 0;
-  /** O(1) dequeue: advance a head index, compact occasionally. */
+  /** O(1) dequeue: advance a head index, compact occasionally. A record of a RawSegment
+   * becomes its Message here, when the application takes it. */
   private shift(): Message<T> | undefined {
     if (this.head >= this.buffer.length) {
       if (this.head > 0) {
@@ -251,7 +409,18 @@ export class RemoteSubscription<T> implements Subscription<T> {
       }
       return undefined;
     }
-    const m = this.buffer[this.head++];
+    const e = this.buffer[this.head];
+    let m: RemoteMessage<T>;
+    if (e instanceof RawSegment) {
+      const t = e.table;
+      const i = e.next++;
+      if (e.next >= t.count) this.head++;
+      m = new RemoteMessage<T>(this.topic, e.partition, t.offset[i], t.timestamp[i], e.signal, e.member, e.generation);
+      readRecordInto(m, t.buf, t.pos[i]);
+    } else {
+      this.head++;
+      m = e;
+    }
     if (this.head > 1024 && this.head * 2 > this.buffer.length) {
       this.buffer = this.buffer.slice(this.head);
       this.head = 0;
@@ -307,6 +476,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
   batches(opts: { maxMessages?: number; maxWaitMs?: number } = {}): AsyncIterable<MessageBatch<T>> {
     const maxMessages = Math.max(1, opts.maxMessages ?? 500);
     const maxWaitMs = Math.max(0, opts.maxWaitMs ?? 50);
+    this.raiseWindow(2 * maxMessages);
     const self = this;
     return {
       [Symbol.asyncIterator](): AsyncIterator<MessageBatch<T>> {
@@ -334,22 +504,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
             }
             const batch: MessageBatch<T> = {
               messages,
-              commit: async () => {
-                // Highest offset per partition, grouped per member (a batch may straddle a rejoin).
-                const byMember = new Map<MemberState, Map<number, number>>();
-                for (const m of messages) {
-                  if (m.signal.aborted && !RemoteMessage.memberOf(m).ended) {
-                    throw new NotAssignedError(
-                      `partition ${m.partition} of ${JSON.stringify(self.topic)} was revoked from this member (or the subscription closed) after this batch was delivered`,
-                    );
-                  }
-                  const ms = RemoteMessage.memberOf(m);
-                  let mp = byMember.get(ms);
-                  if (!mp) byMember.set(ms, (mp = new Map()));
-                  mp.set(m.partition, Math.max(mp.get(m.partition) ?? -1, m.offset));
-                }
-                for (const [ms, mp] of byMember) await self.commitOffsets(ms, [...mp.entries()]);
-              },
+              commit: () => self.commitBatch(messages),
             };
             return { value: batch, done: false };
           },

@@ -41,6 +41,8 @@ import {
   encodePublishRecords,
   encodeConsumedRecords,
   encodeFrame,
+  encodeFrameHead,
+  DEFAULT_MAX_FRAME_BYTES,
   errorToWire,
   writeConsumedRecord,
   type Frame,
@@ -294,6 +296,20 @@ export class Connection {
       });
     }
     this.socket.write(buf);
+    const ok = this.socket.writableLength < this.limits.maxOutputBytes;
+    if (!ok && !this.paused) {
+      this.paused = true;
+      this.socket.pause();
+    }
+    return ok;
+  }
+
+  /** Sends a frame in parts (head, then a body that is not copied); same result as `send`. */
+  private sendParts(head: Buffer, body: Buffer): boolean {
+    if (this.state === "closed" || this.socket.destroyed) return false;
+    this.send(head);
+    // Written in the same corked tick as the head: one writev, and never a partial frame.
+    this.socket.write(body);
     const ok = this.socket.writableLength < this.limits.maxOutputBytes;
     if (!ok && !this.paused) {
       this.paused = true;
@@ -561,12 +577,14 @@ export class Connection {
         const subId = int(m, "sub")!;
         const offsets = m.offsets;
         if (!Array.isArray(offsets) || offsets.length > 100_000) throw new ValidationError("offsets must be an array");
-        const pairs: [number, number][] = [];
+        const pairs: ([number, number] | [number, number, number])[] = [];
         for (const o of offsets) {
-          if (!Array.isArray(o) || o.length !== 2 || !Number.isSafeInteger(o[0]) || !Number.isSafeInteger(o[1])) {
-            throw new ValidationError("each offset must be [partition, offset]");
+          if (!Array.isArray(o) || (o.length !== 2 && o.length !== 3) || !o.every((v) => Number.isSafeInteger(v))) {
+            throw new ValidationError("each offset must be [partition, offset] or [partition, offset, generation]");
           }
-          pairs.push([o[0], o[1]]);
+          // Optional third element: the generation the records were pushed with (raw pushes).
+          if (o.length === 3) pairs.push([o[0], o[1], o[2]]);
+          else pairs.push([o[0], o[1]]);
         }
         const member = this.members.get(subId);
         if (!member) {
@@ -698,8 +716,16 @@ export class Connection {
       credit,
       maxUncommitted: this.limits.maxUncommittedPerSubscription,
       maxBatchMessages: 1000,
+      // The client's frame reader takes DEFAULT_MAX_FRAME_BYTES; keep room for the head.
+      maxPushBytes: Math.min(this.limits.maxFrameBytes, DEFAULT_MAX_FRAME_BYTES) - 64 * 1024,
       revokeTimeoutMs: Math.min(sessionTimeoutMs, 10_000),
-      push: (msgs: Message[]) => {
+      pushRaw: (c) =>
+        // Stored batches go out as they are: the head is encoded, the bytes are not copied.
+        this.sendParts(
+          encodeFrameHead(Op.PushRecordBatches, FLAG_PUSH, 0, { sub: subId, partition: c.partition, generation: c.generation, from: c.from, records: c.records }, c.data.length),
+          c.data,
+        ),
+      push: (msgs) => {
         const w = new Writer(256 + msgs.length * 64);
         w.u32(msgs.length);
         for (const msg of msgs) writeConsumedRecord(w, msg);

@@ -78,6 +78,7 @@ export const enum Op {
   PushAssignment = 46,
   PushSubscriptionEnded = 47,
   RevokeAck = 48,
+  PushRecordBatches = 49,
   ResetGroup = 50,
   GroupLag = 51,
   QueueEnqueue = 60,
@@ -93,7 +94,7 @@ export const enum Op {
 }
 
 export const KNOWN_OPS: ReadonlySet<number> = new Set([
-  1, 2, 10, 11, 12, 13, 20, 21, 22, 30, 31, 40, 41, 42, 43, 44, 45, 46, 47, 48, 50, 51, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69,
+  1, 2, 10, 11, 12, 13, 20, 21, 22, 30, 31, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69,
 ]);
 
 export const FLAG_RESPONSE = 1;

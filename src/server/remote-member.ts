@@ -6,7 +6,12 @@
  * rebalancing/generations/fencing are the coordinator's. This module adds what only the
  * network needs:
  *
- * - credit-based flow control: a message is pulled from the embedded subscription only while
+ * - forwarding stored batches: when the embedded subscription can read raw (`nextRaw`, the
+ *   broker's own GroupSubscription), the server reads whole stored record batches (verified,
+ *   never decoded) and pushes them as they are (PUSH_RECORD_BATCHES); the client decodes.
+ *   Otherwise (test doubles, other engines) messages are pulled and re-encoded
+ *   (PUSH_MESSAGES);
+ * - credit-based flow control: data is pulled from the embedded subscription only while
  *   the client has granted credit and the socket is not backpressured, so a slow consumer
  *   never makes the server buffer without bound;
  * - session liveness: a member whose connection sends nothing (no heartbeat) for
@@ -23,7 +28,10 @@
  *   the partition moves.
  */
 import { NotAssignedError, StaleGenerationError, ValidationError } from "../errors.js";
-import type { Broker, Message, Subscription } from "../types.js";
+import { decodeRecords, readHeader, type StoredRecord } from "../log/record-batch.js";
+import type { RawChunk } from "../streams/subscription.js";
+import { toConsumed } from "../streams/records.js";
+import type { Broker, ConsumedRecord, Message, Subscription } from "../types.js";
 
 export interface RemoteMemberOptions {
   id: number;
@@ -38,12 +46,17 @@ export interface RemoteMemberOptions {
   credit: number;
   /** Upper bound on delivered-but-uncommitted messages kept for commits; delivery pauses at it. */
   maxUncommitted: number;
-  /** Max messages per push frame. */
+  /** Max messages per push frame (PUSH_MESSAGES). */
   maxBatchMessages: number;
+  /** Max body bytes of one push frame (what the client's frame reader accepts, with room). */
+  maxPushBytes: number;
   /** Longest wait for the client to acknowledge a revocation before the partitions move anyway. */
   revokeTimeoutMs: number;
   /** Called with a batch of messages to push; returns false when the socket is backpressured. */
-  push(messages: Message[]): boolean;
+  push(messages: ConsumedRecord[]): boolean;
+  /** Pushes stored batches as they are (PUSH_RECORD_BATCHES); same return value as `push`.
+   * Without it every member uses `push`. */
+  pushRaw?(chunk: RawChunk): boolean;
   pushAssignment(generation: number, assigned: number[], revoked: number[], ack?: number): void;
   pushEnded(reason: string, error?: unknown): void;
   /** Resolves when the socket can take more output. */
@@ -63,6 +76,8 @@ export class RemoteMember {
   private uncommittedCount = 0;
   /** Hook mode: highest delivered offset per partition. */
   private readonly delivered = new Map<number, number>();
+  /** Raw mode: generation of the ownership period in which `delivered` was pushed. */
+  private readonly deliveredGen = new Map<number, number>();
   private readonly commitHook: ((next: Map<number, number>) => Promise<void>) | null;
   private readonly hookedSignals = new WeakSet<AbortSignal>();
   private lastAssignment: number[] = [];
@@ -195,6 +210,7 @@ export class RemoteMember {
 
   private dropPartition(p: number): void {
     this.delivered.delete(p);
+    this.deliveredGen.delete(p);
     const list = this.uncommitted.get(p);
     if (list) {
       this.uncommittedCount -= list.length;
@@ -227,6 +243,10 @@ export class RemoteMember {
   }
 
   private async pump(): Promise<void> {
+    const nextRaw = (this.sub as unknown as { nextRaw?: unknown }).nextRaw;
+    if (typeof nextRaw === "function" && this.opts.pushRaw && this.commitHook) {
+      return this.pumpRaw(nextRaw.bind(this.sub) as (maxBytes: number, maxRecords: number) => Promise<RawChunk | null>);
+    }
     try {
       // The embedded subscription's batch iterator hands over whatever is buffered (up to
       // maxBatchMessages) per step: far fewer promise hops than per-message iteration. A batch
@@ -249,6 +269,80 @@ export class RemoteMember {
     }
   }
 
+  /**
+   * Raw mode: one read of stored batches per step, pushed without decoding. A step starts only
+   * with positive credit and reads no batch past the one that reaches the credit (but at least
+   * one batch, at most the subscription's maxBytes), so a client holds at most its window plus
+   * the records of one stored batch.
+   */
+  private async pumpRaw(nextRaw: (maxBytes: number, maxRecords: number) => Promise<RawChunk | null>): Promise<void> {
+    const maxRead = Math.max(4096, Math.min(this.opts.maxBytes ?? 1024 * 1024, this.opts.maxPushBytes));
+    try {
+      while (this.endedReason === null) {
+        while (this.endedReason === null && this.credit <= 0) {
+          await new Promise<void>((resolve) => (this.creditWaiter = resolve));
+        }
+        if (this.endedReason !== null) break;
+        const chunk = await nextRaw(maxRead, this.credit);
+        if (chunk === null) break;
+        this.deliverRaw(chunk);
+      }
+      this.finish(this.endedReason ?? "closed");
+    } catch (err) {
+      this.finish("error", err);
+    }
+  }
+
+  private deliverRaw(chunk: RawChunk): void {
+    // Revoked after the read: the partition's next owner delivers these records.
+    if (this.endedReason !== null || chunk.signal.aborted) return;
+    const p = chunk.partition;
+    this.delivered.set(p, chunk.nextOffset - 1);
+    this.deliveredGen.set(p, chunk.generation);
+    this.credit -= chunk.records;
+    if (!this.lastAssignment.length) this.checkAssignment();
+    const writable = chunk.data.length <= this.opts.maxPushBytes ? this.opts.pushRaw!(chunk) : this.pushDecoded(chunk);
+    if (!writable) this.pauseUntilWritable();
+  }
+
+  /**
+   * A single stored batch larger than a push frame (possible for batches appended in-process,
+   * up to 64 MiB): decode it and push its records as PUSH_MESSAGES frames of bounded size.
+   */
+  private pushDecoded(chunk: RawChunk): boolean {
+    const recs: StoredRecord[] = [];
+    for (let pos = 0; pos < chunk.data.length; ) {
+      const h = readHeader(chunk.data, pos);
+      decodeRecords(chunk.data, pos, h, chunk.from, recs);
+      pos += h.length;
+    }
+    let writable = true;
+    let slice: ConsumedRecord[] = [];
+    let bytes = 0;
+    for (const r of recs) {
+      const size = 64 + (r.key?.length ?? 0) + (r.value?.length ?? 0);
+      if (slice.length > 0 && (bytes + size > this.opts.maxPushBytes / 2 || slice.length >= this.opts.maxBatchMessages)) {
+        writable = this.opts.push(slice) && writable;
+        slice = [];
+        bytes = 0;
+      }
+      slice.push(toConsumed(this.opts.topic, chunk.partition, r));
+      bytes += size;
+    }
+    if (slice.length > 0) writable = this.opts.push(slice) && writable;
+    return writable;
+  }
+
+  /** Socket backpressure: pretend we have no credit until it drains. */
+  private pauseUntilWritable(): void {
+    const saved = this.credit;
+    this.credit = 0;
+    void this.opts.waitWritable().then(() => {
+      this.credit += saved;
+      this.wake();
+    });
+  }
+
   private deliver(batch: Message[]): void {
     if (batch.length === 0 || this.endedReason !== null) return;
     for (const m of batch) {
@@ -268,21 +362,16 @@ export class RemoteMember {
     this.credit -= batch.length;
     if (!this.lastAssignment.length) this.checkAssignment();
     const writable = this.opts.push(batch);
-    if (!writable) {
-      // Socket backpressure: pretend we have no credit until it drains.
-      const saved = this.credit;
-      this.credit = 0;
-      void this.opts.waitWritable().then(() => {
-        this.credit += saved;
-        this.wake();
-      });
-    }
+    if (!writable) this.pauseUntilWritable();
   }
 
   /** Commits "processed through offset" for each (partition, offset) pair, in one durable
    * write when the embedded subscription offers `commitOffsets` (one fsync for all partitions,
-   * exactly what its own batch commit does), else via the delivered messages' commit(). */
-  async commit(offsets: [number, number][]): Promise<void> {
+   * exactly what its own batch commit does), else via the delivered messages' commit().
+   * A pair may carry a third element, the generation the records were pushed with
+   * (PUSH_RECORD_BATCHES): a commit from an earlier ownership period of the partition is
+   * refused with StaleGenerationError even if the partition came back to this member. */
+  async commit(offsets: ([number, number] | [number, number, number])[]): Promise<void> {
     if (this.endedReason !== null) {
       throw new StaleGenerationError(
         `member ${this.id} of group ${JSON.stringify(this.opts.group)} is no longer active (${this.endedReason}); ` +
@@ -291,8 +380,19 @@ export class RemoteMember {
     }
     if (this.commitHook) {
       const next = new Map<number, number>();
-      for (const [partition, offset] of offsets) {
+      for (const [partition, offset, generation] of offsets) {
         const hi = this.delivered.get(partition);
+        if (generation !== undefined && (hi === undefined || this.deliveredGen.get(partition) !== generation)) {
+          if (hi === undefined && !this.lastAssignment.includes(partition)) {
+            throw new NotAssignedError(
+              `partition ${partition} of ${JSON.stringify(this.opts.topic)} is not assigned to member ${this.id} of group ${JSON.stringify(this.opts.group)}`,
+            );
+          }
+          throw new StaleGenerationError(
+            `partition ${partition} of ${JSON.stringify(this.opts.topic)} was revoked from member ${this.id} after generation ${generation} and assigned again; ` +
+              "records of the earlier ownership period can no longer be committed",
+          );
+        }
         if (hi === undefined) {
           if (!this.lastAssignment.includes(partition)) {
             throw new NotAssignedError(
@@ -359,6 +459,7 @@ export class RemoteMember {
     this.uncommitted.clear();
     this.uncommittedCount = 0;
     this.delivered.clear();
+    this.deliveredGen.clear();
     this.wake();
     if (first) this.opts.pushEnded(reason, error);
   }

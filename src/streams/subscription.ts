@@ -15,6 +15,28 @@ import { validateName } from "../store/names.js";
 interface Assigned {
   position: number | null;
   ac: AbortController;
+  /** Group generation in which this member got the partition (its ownership period). */
+  generation: number;
+}
+
+/**
+ * Stored batches of one partition for a consumer in another process (`nextRaw`): the server
+ * forwards `data` as is and the client decodes it, so no record is decoded here.
+ */
+export interface RawChunk {
+  partition: number;
+  /** Generation in which this member got the partition; fences commits of older periods. */
+  generation: number;
+  /** First offset wanted: `data` may start with records below it (whole batches), to skip. */
+  from: number;
+  /** Whole verified batches, contiguous (a view of one read buffer). */
+  data: Buffer;
+  /** Offset after the last batch in `data`. */
+  nextOffset: number;
+  /** Records in `data` at or after `from`. */
+  records: number;
+  /** Aborts when the partition is revoked from this member or the subscription closes. */
+  signal: AbortSignal;
 }
 
 export interface SubscriptionDeps {
@@ -69,7 +91,7 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
 
   assign(partitions: number[], generation: number): void {
     this.generationSeen = generation;
-    for (const p of partitions) this.assigned.set(p, { position: null, ac: new AbortController() });
+    for (const p of partitions) this.assigned.set(p, { position: null, ac: new AbortController(), generation });
     this.wake?.();
   }
 
@@ -123,6 +145,53 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
       if (res.records.length > 0) return true;
     }
     return false;
+  }
+
+  /**
+   * The next stored batches from an assigned partition with data (round robin), waiting for
+   * data when all are caught up; null once closed. For the server's remote members, which
+   * forward the bytes: positions advance as with messages (one read per call: at most
+   * `maxBytes`, no batch past the one reaching `maxRecords`, at least one batch), but nothing
+   * is decoded or buffered here. Do not mix with the message iterators of one subscription.
+   */
+  async nextRaw(maxBytes: number, maxRecords = Infinity): Promise<RawChunk | null> {
+    await this.ensureJoined();
+    while (!this.closed) {
+      const c = await this.fillRaw(maxBytes, maxRecords);
+      if (c !== null) return c;
+      if (!this.closed) await this.waitForData();
+    }
+    return null;
+  }
+
+  private async fillRaw(maxBytes: number, maxRecords: number): Promise<RawChunk | null> {
+    const parts = this.assignment();
+    for (let i = 0; i < parts.length; i++) {
+      const p = parts[(this.rr + i) % parts.length];
+      const a = this.assigned.get(p);
+      if (!a) continue;
+      const pos = this.resolvePosition(p, a);
+      if (pos >= this.deps.engine.offsets(this.topic, p).highWatermark) continue;
+      let res;
+      try {
+        res = await this.deps.engine.readRaw(this.topic, p, pos, maxBytes, maxRecords);
+      } catch (e) {
+        if (e instanceof CorruptRecordError && this.opts.onCorrupt === "skip" && e.nextOffset !== undefined) {
+          this.deps.logger.error({ err: e }, "skipping corrupt records");
+          if (this.assigned.get(p) === a) a.position = e.nextOffset;
+          continue;
+        }
+        throw e;
+      }
+      // Revoked while reading (or revoked and assigned again: a new ownership period).
+      if (this.assigned.get(p) !== a || a.position !== pos) continue;
+      a.position = res.nextOffset;
+      this.rr = (this.rr + i + 1) % Math.max(1, parts.length);
+      if (res.records > 0) {
+        return { partition: p, generation: a.generation, from: pos, data: res.data, nextOffset: res.nextOffset, records: res.records, signal: a.ac.signal };
+      }
+    }
+    return null;
   }
 
   private makeMessage(p: number, a: Assigned, r: Parameters<typeof toConsumed>[2]): Message<T> {

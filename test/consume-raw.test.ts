@@ -1,0 +1,353 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * The server-mode consume path (issue 4): raw reads of stored batches (readRaw), their push to
+ * remote members (PUSH_RECORD_BATCHES) and client-side decoding, credit-based flow control
+ * with raw pushes, generation fencing of commits, and the group offsets log (append + fsync
+ * per commit, compaction, torn tails).
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync, writeFileSync, readdirSync, statSync, appendFileSync } from "node:fs";
+import { join } from "node:path";
+import { DiskEngine, TOPIC_DEFAULTS } from "../src/store/disk-engine.js";
+import { NodeFileSystem } from "../src/log/io.js";
+import { verifyBatch, type PreparedRecord } from "../src/log/record-batch.js";
+import { scanPushedBatches, readRecordInto, type RecordFields } from "../src/client/record-batches.js";
+import { openBroker } from "../src/index.js";
+import { startServer } from "../src/server/index.js";
+import { connect } from "../src/client/index.js";
+import { Op, type Frame } from "../src/server/protocol.js";
+import { CorruptRecordError, NotAssignedError, ProtocolError, StaleGenerationError } from "../src/errors.js";
+import { FaultyFileSystem } from "../src/testing/faulty-fs.js";
+import { tempDir, waitUntil } from "../src/testing/helpers.js";
+
+function records(from: number, n: number): PreparedRecord[] {
+  return Array.from({ length: n }, (_, i) => ({
+    key: i % 3 === 0 ? null : Buffer.from(`k${from + i}`),
+    value: Buffer.from(`value-${from + i}`),
+    valueKind: 0,
+    timestamp: 1_700_000_000_000 + from + i,
+    headers: i % 5 === 0 ? [["h", Buffer.from(`hv${from + i}`)]] : null,
+  }));
+}
+
+async function engineWithBatches(dir: string, sizes: number[], fs = new NodeFileSystem()): Promise<DiskEngine> {
+  const e = new DiskEngine({ dataDir: dir, fs });
+  await e.open();
+  await e.createTopic("t", { ...TOPIC_DEFAULTS, partitions: 1 });
+  let next = 0;
+  for (const n of sizes) {
+    await e.append("t", 0, records(next, n));
+    next += n;
+  }
+  return e;
+}
+
+/** Splits readRaw data into batches, verifying each (CRC included). */
+function batchesOf(data: Buffer): { base: number; count: number; length: number }[] {
+  const out: { base: number; count: number; length: number }[] = [];
+  for (let pos = 0; pos < data.length; ) {
+    const h = verifyBatch(data, pos, data.length);
+    out.push({ base: h.baseOffset, count: h.count, length: h.length });
+    pos += h.length;
+  }
+  return out;
+}
+
+test("readRaw returns whole verified batches from the one holding the offset, bounded by maxBytes and maxRecords", async () => {
+  using tmp = tempDir();
+  const e = await engineWithBatches(tmp.dir, [10, 10, 10, 10, 10]);
+  try {
+    // From inside the second batch: that whole batch comes back, records counts from 13.
+    const all = await e.readRaw("t", 0, 13, 1 << 20);
+    assert.deepEqual(batchesOf(all.data).map((b) => b.base), [10, 20, 30, 40]);
+    assert.equal(all.records, 37);
+    assert.equal(all.nextOffset, 50);
+    const one = batchesOf(all.data)[0].length;
+    // maxBytes: whole batches only, but always at least one.
+    const two = await e.readRaw("t", 0, 0, 2 * one + 10);
+    assert.deepEqual(batchesOf(two.data).map((b) => b.base), [0, 10]);
+    assert.equal(two.nextOffset, 20);
+    const tiny = await e.readRaw("t", 0, 25, 1);
+    assert.deepEqual(batchesOf(tiny.data).map((b) => b.base), [20]);
+    assert.equal(tiny.records, 5);
+    assert.equal(tiny.nextOffset, 30);
+    // maxRecords: no batch past the one that reaches it.
+    const counted = await e.readRaw("t", 0, 5, 1 << 20, 6);
+    assert.deepEqual(batchesOf(counted.data).map((b) => b.base), [0, 10]);
+    assert.equal(counted.records, 15);
+    // At the end: nothing.
+    const end = await e.readRaw("t", 0, 50, 1 << 20);
+    assert.equal(end.data.length, 0);
+    assert.equal(end.nextOffset, 50);
+  } finally {
+    await e.close();
+  }
+});
+
+test("readRaw never returns a damaged batch: damage at the offset is a CorruptRecordError, later damage ends the result", async () => {
+  using tmp = tempDir();
+  let e = await engineWithBatches(tmp.dir, [10, 10, 10]);
+  const lengths = batchesOf((await e.readRaw("t", 0, 0, 1 << 20)).data).map((b) => b.length);
+  await e.close();
+  const dir = join(tmp.dir, "topics", "t", "0");
+  const file = join(dir, readdirSync(dir).find((n) => n.endsWith(".log"))!);
+  const bytes = readFileSync(file);
+  bytes[lengths[0] + 60] ^= 0xff; // a record byte of the second batch
+  writeFileSync(file, bytes);
+  e = new DiskEngine({ dataDir: tmp.dir, fs: new NodeFileSystem() });
+  await e.open();
+  try {
+    const head = await e.readRaw("t", 0, 0, 1 << 20);
+    assert.deepEqual(batchesOf(head.data).map((b) => b.base), [0], "only the intact batch before the damage");
+    assert.equal(head.nextOffset, 10);
+    await assert.rejects(e.readRaw("t", 0, 10, 1 << 20), (err: unknown) => err instanceof CorruptRecordError && err.nextOffset === 20);
+    const tail = await e.readRaw("t", 0, 20, 1 << 20);
+    assert.deepEqual(batchesOf(tail.data).map((b) => b.base), [20]);
+  } finally {
+    await e.close();
+  }
+});
+
+test("client decoding of pushed batches skips offsets below the requested one and rejects damaged bodies", async () => {
+  using tmp = tempDir();
+  const e = await engineWithBatches(tmp.dir, [7, 7]);
+  const raw = await e.readRaw("t", 0, 4, 1 << 20);
+  await e.close();
+  const table = scanPushedBatches(raw.data, 4);
+  assert.equal(table.count, 10);
+  assert.deepEqual([...table.offset.subarray(0, table.count)], [4, 5, 6, 7, 8, 9, 10, 11, 12, 13]);
+  const expected = [...records(0, 7), ...records(7, 7)];
+  for (let i = 0; i < table.count; i++) {
+    const want = expected[table.offset[i]];
+    const got: RecordFields = { key: null, value: null, headers: {} };
+    readRecordInto(got, table.buf, table.pos[i]);
+    assert.equal(table.timestamp[i], want.timestamp);
+    assert.deepEqual(got.key === null ? null : Buffer.from(got.key), want.key);
+    assert.deepEqual(Buffer.from(got.value as Uint8Array), want.value);
+    assert.deepEqual(
+      Object.entries(got.headers).map(([k, v]) => [k, Buffer.from(v)]),
+      want.headers ?? [],
+    );
+  }
+  // Damaged or truncated bodies are protocol errors, never over-reads.
+  assert.throws(() => scanPushedBatches(raw.data.subarray(0, raw.data.length - 3), 0), ProtocolError);
+  assert.throws(() => scanPushedBatches(raw.data.subarray(0, 30), 0), ProtocolError);
+  const bad = Buffer.from(raw.data);
+  bad.writeUInt32BE(1 << 30, 12); // record count
+  assert.throws(() => scanPushedBatches(bad, 0), ProtocolError);
+  const bad2 = Buffer.from(raw.data);
+  bad2[56] = 0x7f; // first record's length varint: runs past the batch
+  assert.throws(() => scanPushedBatches(bad2, 0), ProtocolError);
+  for (let i = 0; i < 300; i++) {
+    const fuzz = Buffer.from(raw.data);
+    const at = 56 + Math.floor(Math.random() * (fuzz.length - 56));
+    fuzz[at] = Math.floor(Math.random() * 256);
+    try {
+      scanPushedBatches(fuzz, 0);
+    } catch (err) {
+      assert.ok(err instanceof ProtocolError, `fuzzed body: ${String(err)}`);
+    }
+  }
+});
+
+async function withBrokerServer(fn: (url: string) => Promise<void>): Promise<void> {
+  using tmp = tempDir();
+  const broker = await openBroker({ dataDir: tmp.dir, retentionCheckIntervalMs: 0 });
+  const srv = await startServer({ broker, port: 0, httpPort: null });
+  try {
+    await fn(srv.url);
+  } finally {
+    await srv.close({ graceMs: 100 });
+    await broker.close();
+  }
+}
+
+test("raw pushes respect credit: a stalled consumer holds at most its window plus one stored batch", async () => {
+  await withBrokerServer(async (url) => {
+    const admin = await connect({ url });
+    await admin.createTopic("flow", { partitions: 1 });
+    // Stored batches of 50 records.
+    for (let i = 0; i < 60; i++) await admin.publishBatch("flow", Array.from({ length: 50 }, (_, j) => ({ value: i * 50 + j, partition: 0 })));
+    await admin.close();
+    const client = await connect({ url, subscriptionWindowMessages: 120 });
+    const pushes: number[] = [];
+    const orig = client.transport.onPush;
+    client.transport.onPush = (f: Frame) => {
+      if (f.op === Op.PushRecordBatches) pushes.push(Number(f.meta.records));
+      orig(f);
+    };
+    try {
+      const sub = client.subscribe<number>("flow", { group: "slow", start: "earliest" });
+      const it = sub[Symbol.asyncIterator]();
+      assert.equal((await it.next()).value!.value, 0);
+      for (let i = 0; i < 20; i++) await client.listTopics(); // round trips: every chance to push more
+      const total = pushes.reduce((a, b) => a + b, 0);
+      assert.ok(pushes.length > 0, "records arrived as raw pushes");
+      assert.ok(total - pushes[pushes.length - 1] < 120, `pushes ${pushes} started only with credit left`);
+      assert.ok(total <= 120 - 1 + 50, `pushed ${total} records for a window of 120 and batches of 50`);
+      // Consuming returns credit: the rest flows, in order.
+      for (let expect = 1; expect < 3000; expect++) assert.equal((await it.next()).value!.value, expect);
+      await sub.close();
+    } finally {
+      await client.close();
+    }
+  });
+});
+
+test("batches() of N raise the window to 2N so the next batch arrives while one is processed", async () => {
+  await withBrokerServer(async (url) => {
+    const client = await connect({ url, subscriptionWindowMessages: 100 });
+    await client.createTopic("w", { partitions: 1 });
+    await client.publishBatch("w", Array.from({ length: 1000 }, (_, i) => ({ value: i })));
+    let pushed = 0;
+    const orig = client.transport.onPush;
+    client.transport.onPush = (f: Frame) => {
+      if (f.op === Op.PushRecordBatches) pushed += Number(f.meta.records);
+      orig(f);
+    };
+    try {
+      const sub = client.subscribe<number>("w", { group: "g", start: "earliest" });
+      const it = sub.batches({ maxMessages: 300, maxWaitMs: 1000 })[Symbol.asyncIterator]();
+      const first = (await it.next()).value!;
+      assert.equal(first.messages.length, 300);
+      // Without taking the next batch, the server may push up to the raised window (600).
+      await waitUntil(() => pushed >= 600, "a second batch's worth pushed ahead");
+      assert.ok(pushed <= 1000);
+      await first.commit();
+      await sub.close();
+    } finally {
+      await client.close();
+    }
+  });
+});
+
+test("commits are fenced by generation: records of an earlier ownership period cannot be committed", async () => {
+  await withBrokerServer(async (url) => {
+    const a = await connect({ url });
+    await a.createTopic("f", { partitions: 2 });
+    for (let p = 0; p < 2; p++) await a.publishBatch("f", Array.from({ length: 20 }, (_, i) => ({ value: i, partition: p })));
+    const subA = a.subscribe<number>("f", { group: "g", start: "earliest" });
+    const itA = subA[Symbol.asyncIterator]();
+    const firstOf = new Map<number, { offset: number; commit(): Promise<void> }>();
+    while (firstOf.size < 2) {
+      const m = (await itA.next()).value!;
+      if (!firstOf.has(m.partition)) firstOf.set(m.partition, m);
+    }
+    const gen1 = (subA as unknown as { generation: number }).generation;
+    const memberId = (subA as unknown as { member: { id: number } }).member.id;
+    // A second member takes one partition; when it leaves, the partition comes back to A in a
+    // later generation.
+    const b = await connect({ url });
+    const subB = b.subscribe("f", { group: "g", start: "earliest" });
+    await waitUntil(() => subA.assignment().length === 1, "A lost a partition");
+    const moved = [0, 1].find((p) => !subA.assignment().includes(p))!;
+    await subB.close();
+    await b.close();
+    await waitUntil(() => subA.assignment().length === 2, "the partition came back to A");
+    const old = firstOf.get(moved)!;
+    await assert.rejects(old.commit(), NotAssignedError, "the client refuses a message of a revoked period");
+    // The server refuses it too, whatever the client says.
+    await assert.rejects(
+      a.transport.request(Op.Commit, { sub: memberId, offsets: [[moved, old.offset, gen1]] }, null),
+      (err: unknown) => err instanceof StaleGenerationError || err instanceof NotAssignedError,
+    );
+    // Records of the current period commit fine.
+    for (;;) {
+      const m = (await itA.next()).value!;
+      if (m.partition === moved) {
+        await m.commit();
+        break;
+      }
+    }
+    await subA.close();
+    await a.close();
+  });
+});
+
+// ------------------------------------------------------------------------------------------
+// Group offsets log
+
+async function openEngine(dir: string, fs: NodeFileSystem | FaultyFileSystem = new NodeFileSystem(), compact?: number): Promise<DiskEngine> {
+  const e = new DiskEngine({ dataDir: dir, fs, offsetsLogCompactBytes: compact });
+  await e.open();
+  if (!e.listTopics().includes("t")) await e.createTopic("t", { ...TOPIC_DEFAULTS, partitions: 4 });
+  return e;
+}
+
+function committed(e: DiskEngine, group = "g"): Record<number, number> {
+  return Object.fromEntries([...e.getCommitted(group, "t")].map(([p, c]) => [p, c.offset]));
+}
+
+test("offsets log: every commit is durable on its own, replayed on open, and folded into the snapshot", async () => {
+  using tmp = tempDir();
+  let e = await openEngine(tmp.dir, new NodeFileSystem(), 2048);
+  for (let i = 1; i <= 100; i++) await e.commitOffsets("g", "t", new Map([[i % 4, i]]));
+  // Concurrent commits share appends and all land.
+  await Promise.all(Array.from({ length: 50 }, (_, i) => e.commitOffsets("g", "t", new Map([[i % 4, 100 + i + 1]]))));
+  const want = committed(e);
+  assert.deepEqual(want, { 0: 149, 1: 150, 2: 147, 3: 148 });
+  const logSize = statSync(join(tmp.dir, "groups", "g.log")).size;
+  // 150 records of ~100 bytes were logged: far more than what is left after compactions
+  // (the threshold plus the last coalesced append).
+  assert.ok(logSize < 8000, `the log was compacted (size ${logSize})`);
+  assert.ok(statSync(join(tmp.dir, "groups", "g.json")).size > 0, "a snapshot exists");
+  // Abandon without close (no final snapshot): reopen replays snapshot + log.
+  e = await openEngine(tmp.dir);
+  assert.deepEqual(committed(e), want);
+  await e.close();
+});
+
+test("offsets log: a torn tail is cut off on open; a failed append makes the next write a snapshot", async () => {
+  using tmp = tempDir();
+  let e = await openEngine(tmp.dir);
+  await e.commitOffsets("g", "t", new Map([[0, 5]]));
+  await e.commitOffsets("g", "t", new Map([[1, 7]]));
+  // A torn append (crash mid-write): half a record at the end.
+  appendFileSync(join(tmp.dir, "groups", "g.log"), Buffer.from([0, 0, 0, 40, 1, 2, 3, 4, 5]));
+  e = await openEngine(tmp.dir);
+  assert.deepEqual(committed(e), { 0: 5, 1: 7 });
+  await e.commitOffsets("g", "t", new Map([[2, 9]]));
+  e = await openEngine(tmp.dir);
+  assert.deepEqual(committed(e), { 0: 5, 1: 7, 2: 9 }, "appends continue where the valid log ends");
+  await e.close();
+
+  const fs = new FaultyFileSystem();
+  e = await openEngine(tmp.dir, fs);
+  fs.failNext("write", "EIO", { pathIncludes: "g.log", tornBytes: 6 });
+  await assert.rejects(e.commitOffsets("g", "t", new Map([[3, 11]])));
+  assert.deepEqual(committed(e), { 0: 5, 1: 7, 2: 9 }, "a failed commit is not visible");
+  await e.commitOffsets("g", "t", new Map([[0, 12]]));
+  // The ambiguous commit may be saved by the later write (as in Kafka); the later one is.
+  const after = committed(e);
+  assert.equal(after[0], 12);
+  e = await openEngine(tmp.dir);
+  assert.deepEqual(committed(e), after);
+  await e.close();
+});
+
+test("offsets log: power loss after a commit resolved never loses it; a crash between snapshot and log reset replays safely", async () => {
+  using tmp = tempDir();
+  const fs = new FaultyFileSystem();
+  let e = await openEngine(tmp.dir, fs, 512);
+  for (let i = 1; i <= 30; i++) await e.commitOffsets("g", "t", new Map([[i % 4, i]]));
+  // Compaction whose log reset fails: the snapshot is written, the old log stays.
+  fs.failNext("truncate", "EIO", { pathIncludes: "g.log" });
+  let failed = false;
+  for (let i = 31; i <= 60 && !failed; i++) {
+    try {
+      await e.commitOffsets("g", "t", new Map([[i % 4, i]]));
+    } catch {
+      failed = true;
+    }
+  }
+  assert.ok(failed, "the injected truncate failure was hit by a compaction");
+  const before = committed(e);
+  await fs.powerLoss(3);
+  e = await openEngine(tmp.dir);
+  for (const [p, o] of Object.entries(before)) assert.ok(committed(e)[Number(p)] >= o, `partition ${p}: ${committed(e)[Number(p)]} >= ${o}`);
+  await e.commitOffsets("g", "t", new Map([[0, 1000]]));
+  e = await openEngine(tmp.dir);
+  assert.equal(committed(e)[0], 1000);
+  await e.close();
+});
