@@ -186,7 +186,7 @@ export class PartitionLog {
   /** Append rate (bytes/s) of the last complete window, and the window being counted. */
   private appendRate = 0;
   private rateBytes = 0;
-  private rateSince = Date.now();
+  private rateSince = performance.now();
   private preallocRetryAt = 0;
 
   private constructor(opts: PartitionLogOptions) {
@@ -624,7 +624,7 @@ export class PartitionLog {
     const seg = this.active;
     if (this.preallocate === "off" || this.config.durability !== "always" || this.closed || this.faulted) return;
     if (seg.sealed || seg.noFill || seg.fill !== null) return;
-    const now = Date.now();
+    const now = performance.now(); // monotonic: a wall clock step must not skew the rate
     if (now - this.rateSince >= RATE_WINDOW_MS) {
       this.appendRate = (this.rateBytes * 1000) / (now - this.rateSince);
       this.rateBytes = 0;
@@ -678,7 +678,7 @@ export class PartitionLog {
         this.faulted ??= new StorageError(`fdatasync of preallocated space failed for ${this.topic}/${this.partition}; reopen the broker to recover`, e);
         this.logger.error({ err: e, file: seg.logPath }, "fdatasync of preallocated space failed; partition is now read-only");
       } else {
-        this.preallocRetryAt = Date.now() + PREALLOC_RETRY_MS;
+        this.preallocRetryAt = performance.now() + PREALLOC_RETRY_MS;
         this.logger.warn({ err: e, file: seg.logPath }, "could not preallocate segment space; appends extend the file");
       }
     } finally {
