@@ -19,7 +19,7 @@
 import { AbortedError, NotAssignedError, ProtocolError, StaleGenerationError } from "../errors.js";
 import type { Message, MessageBatch, SubscribeOptions, Subscription } from "../types.js";
 import { Op, decodeConsumedRecords, wireToError, type Frame, type WireError } from "../server/protocol.js";
-import { readRecordInto, scanPushedBatches, type RecordTable } from "./record-batches.js";
+import { readRecordInto, scanPushedBatches, type RecordFields, type RecordTable } from "./record-batches.js";
 import type { Transport } from "./transport.js";
 
 export interface RemoteSubscriptionOptions {
@@ -30,8 +30,8 @@ export interface RemoteSubscriptionOptions {
 let nextSubId = 1;
 /** Upper bound on a window raised by batches() (the server accepts up to 100 000 at once). */
 const MAX_WINDOW = 100_000;
-/** Placeholder until a message's headers are set (never handed out). */
-const NO_HEADERS: Record<string, Uint8Array> = Object.freeze({}) as Record<string, Uint8Array>;
+/** Where readRecordInto puts one record's fields before they go into a RemoteMessage. */
+const scratch: RecordFields = { key: null, value: null, headers: {} };
 
 interface MemberState {
   id: number;
@@ -46,22 +46,19 @@ interface MemberState {
   commit: (m: RemoteMessage<unknown>) => Promise<void>;
 }
 
-/**
- * A message delivered to a remote member. Private fields keep it a plain-looking record.
- * key/value/headers are set right after construction (by `readRecordInto` for stored batches).
- */
+/** A message delivered to a remote member. Private fields keep it a plain-looking record. */
 class RemoteMessage<T> implements Message<T> {
   readonly #member: MemberState;
   /** Generation of the push (PUSH_RECORD_BATCHES), sent with commits for fencing; -1: none. */
   readonly #generation: number;
-  key: Uint8Array | null = null;
-  value: T = null as T;
-  headers: Record<string, Uint8Array> = NO_HEADERS;
   constructor(
     readonly topic: string,
     readonly partition: number,
     readonly offset: number,
     readonly timestamp: number,
+    readonly key: Uint8Array | null,
+    readonly value: T,
+    readonly headers: Record<string, Uint8Array>,
     readonly signal: AbortSignal,
     member: MemberState,
     generation: number,
@@ -225,11 +222,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
       case Op.PushMessages: {
         const recs = decodeConsumedRecords(this.topic, f.body);
         for (const r of recs) {
-          const msg = new RemoteMessage<T>(r.topic, r.partition, r.offset, r.timestamp, this.partitionSignal(m, r.partition), m, -1);
-          msg.key = r.key;
-          msg.value = r.value as T;
-          msg.headers = r.headers;
-          this.buffer.push(msg);
+          this.buffer.push(new RemoteMessage<T>(r.topic, r.partition, r.offset, r.timestamp, r.key, r.value as T, r.headers, this.partitionSignal(m, r.partition), m, -1));
         }
         this.wake();
         break;
@@ -311,12 +304,12 @@ export class RemoteSubscription<T> implements Subscription<T> {
    * commit in flight does not keep the batch's messages (and the frames they view) alive.
    */
   private commitBatch(messages: readonly Message<T>[]): Promise<void> {
-    const byMember = new Map<MemberState, Map<number, { offset: number; generation: number }>>();
+    // Messages of one (member, partition, ownership period) share one signal: the per-message
+    // work is a comparison; maps are touched once per signal.
+    const bySignal = new Map<AbortSignal, { member: MemberState; partition: number; offset: number; generation: number }>();
     let lastSignal: AbortSignal | null = null;
-    let lastMember: MemberState | null = null;
-    let mp: Map<number, { offset: number; generation: number }> | undefined;
+    let cur: { member: MemberState; partition: number; offset: number; generation: number } | undefined;
     for (const m of messages) {
-      // Messages of one partition share one signal: check each signal once.
       if (m.signal !== lastSignal) {
         lastSignal = m.signal;
         if (m.signal.aborted && !RemoteMessage.memberOf(m).ended) {
@@ -326,19 +319,25 @@ export class RemoteSubscription<T> implements Subscription<T> {
             ),
           );
         }
+        cur = bySignal.get(m.signal);
+        if (!cur) {
+          bySignal.set(m.signal, { member: RemoteMessage.memberOf(m), partition: m.partition, offset: m.offset, generation: RemoteMessage.generationOf(m) });
+          cur = bySignal.get(m.signal);
+          continue;
+        }
       }
-      const ms = RemoteMessage.memberOf(m);
-      if (ms !== lastMember) {
-        lastMember = ms;
-        mp = byMember.get(ms);
-        if (!mp) byMember.set(ms, (mp = new Map()));
+      if (m.offset > cur!.offset) {
+        cur!.offset = m.offset;
+        cur!.generation = RemoteMessage.generationOf(m);
       }
-      const cur = mp!.get(m.partition);
-      if (cur === undefined) mp!.set(m.partition, { offset: m.offset, generation: RemoteMessage.generationOf(m) });
-      else if (m.offset > cur.offset) {
-        cur.offset = m.offset;
-        cur.generation = RemoteMessage.generationOf(m);
-      }
+    }
+    // Highest offset per partition, grouped per member (a batch may straddle a rejoin).
+    const byMember = new Map<MemberState, Map<number, { offset: number; generation: number }>>();
+    for (const e of bySignal.values()) {
+      let parts = byMember.get(e.member);
+      if (!parts) byMember.set(e.member, (parts = new Map()));
+      const prev = parts.get(e.partition);
+      if (!prev || e.offset > prev.offset) parts.set(e.partition, e);
     }
     const commits: [MemberState, ([number, number] | [number, number, number])[]][] = [];
     for (const [ms, parts] of byMember) {
@@ -399,42 +398,53 @@ export class RemoteSubscription<T> implements Subscription<T> {
   }
 
   private head = 0;
-  /** O(1) dequeue: advance a head index, compact occasionally. A record of a RawSegment
-   * becomes its Message here, when the application takes it. */
-  private shift(): Message<T> | undefined {
-    if (this.head >= this.buffer.length) {
-      if (this.head > 0) {
+
+  /**
+   * Moves buffered messages into `out` until it holds `max` or the buffer is empty, and
+   * returns their credit (one check for the whole run). O(1) per message: a head index
+   * advances, the array is compacted occasionally. A record of a RawSegment becomes its
+   * Message here, when the application takes it.
+   */
+  private takeInto(out: Message<T>[], max: number): void {
+    const before = out.length;
+    try {
+      while (out.length < max && this.head < this.buffer.length) {
+        const e = this.buffer[this.head];
+        if (e instanceof RawSegment) {
+          const t = e.table;
+          const end = Math.min(t.count, e.next + (max - out.length));
+          while (e.next < end) {
+            const i = e.next++;
+            readRecordInto(scratch, t.buf, t.pos[i]);
+            out.push(new RemoteMessage<T>(this.topic, e.partition, t.offset[i], t.timestamp[i], scratch.key, scratch.value as T, scratch.headers, e.signal, e.member, e.generation));
+          }
+          if (e.next >= t.count) this.head++;
+        } else {
+          this.head++;
+          out.push(e);
+        }
+      }
+    } finally {
+      if (this.head >= this.buffer.length) {
         this.buffer = [];
         this.head = 0;
+      } else if (this.head > 1024 && this.head * 2 > this.buffer.length) {
+        this.buffer = this.buffer.slice(this.head);
+        this.head = 0;
       }
-      return undefined;
+      scratch.value = scratch.key = null;
+      const n = out.length - before;
+      if (n > 0) {
+        this.consumedSinceCredit += n;
+        this.maybeGrantCredit();
+      }
     }
-    const e = this.buffer[this.head];
-    let m: RemoteMessage<T>;
-    if (e instanceof RawSegment) {
-      const t = e.table;
-      const i = e.next++;
-      if (e.next >= t.count) this.head++;
-      m = new RemoteMessage<T>(this.topic, e.partition, t.offset[i], t.timestamp[i], e.signal, e.member, e.generation);
-      readRecordInto(m, t.buf, t.pos[i]);
-    } else {
-      this.head++;
-      m = e;
-    }
-    if (this.head > 1024 && this.head * 2 > this.buffer.length) {
-      this.buffer = this.buffer.slice(this.head);
-      this.head = 0;
-    }
-    return m;
   }
 
   private take(): Message<T> | undefined {
-    const msg = this.shift();
-    if (msg) {
-      this.consumedSinceCredit++;
-      this.maybeGrantCredit();
-    }
-    return msg;
+    const one: Message<T>[] = [];
+    this.takeInto(one, 1);
+    return one[0];
   }
 
   private async nextMessage(): Promise<Message<T> | null> {
@@ -487,11 +497,9 @@ export class RemoteSubscription<T> implements Subscription<T> {
             const messages: Message<T>[] = [first];
             const deadline = Date.now() + maxWaitMs;
             while (messages.length < maxMessages) {
-              const m = self.take();
-              if (m) {
-                messages.push(m);
-                continue;
-              }
+              const had = messages.length;
+              self.takeInto(messages, maxMessages);
+              if (messages.length > had) continue;
               const left = deadline - Date.now();
               if (left <= 0 || self.closed) break;
               await new Promise<void>((r) => {
