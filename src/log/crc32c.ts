@@ -26,43 +26,66 @@ const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
 /** Continues `crc` (0 to start) over buf[start, end). Returns an unsigned 32-bit value. */
 export function crc32c(buf: Uint8Array, start = 0, end = buf.length, crc = 0): number {
-  let c = ~crc;
+  let c = ~crc | 0;
   let i = start;
   if (LITTLE_ENDIAN && end - i >= 64) {
     // Fast path: read aligned 32-bit words through an Int32Array view (about twice the speed
     // of assembling words from bytes). Little-endian words equal the byte-wise composition.
     const base = buf.byteOffset;
-    while (((base + i) & 3) !== 0) c = T[(c ^ buf[i++]) & 0xff] ^ (c >>> 8);
-    // Slicing-by-16: four words (16 bytes) per step.
+    const pre = (4 - ((base + i) & 3)) & 3;
+    c = crcBytes(c, buf, i, i + pre);
+    i += pre;
     const words = ((end - i) >>> 4) << 2;
-    const w = new Int32Array(buf.buffer, base + i, words);
-    for (let k = 0; k < words; k += 4) {
-      const a = w[k] ^ c;
-      const b = w[k + 1];
-      const d = w[k + 2];
-      const e = w[k + 3];
-      c =
-        T[3840 + (a & 0xff)] ^
-        T[3584 + ((a >>> 8) & 0xff)] ^
-        T[3328 + ((a >>> 16) & 0xff)] ^
-        T[3072 + (a >>> 24)] ^
-        T[2816 + (b & 0xff)] ^
-        T[2560 + ((b >>> 8) & 0xff)] ^
-        T[2304 + ((b >>> 16) & 0xff)] ^
-        T[2048 + (b >>> 24)] ^
-        T[1792 + (d & 0xff)] ^
-        T[1536 + ((d >>> 8) & 0xff)] ^
-        T[1280 + ((d >>> 16) & 0xff)] ^
-        T[1024 + (d >>> 24)] ^
-        T[768 + (e & 0xff)] ^
-        T[512 + ((e >>> 8) & 0xff)] ^
-        T[256 + ((e >>> 16) & 0xff)] ^
-        T[e >>> 24];
-    }
+    c = crcWords16(c, new Int32Array(buf.buffer, base + i, words), words);
     i += words * 4;
   }
   const stop8 = end - ((end - i) & 7);
-  while (i < stop8) {
+  c = crcSlice8(c, buf, i, stop8);
+  c = crcBytes(c, buf, stop8, end);
+  return ~c >>> 0;
+}
+
+// The loops are separate small functions, each warmed up below, on purpose: as one function,
+// V8 optimized it on-stack inside the long word loop before the byte loops after it had ever
+// run, then deoptimized it there ("insufficient type feedback") -- 749 times in one server run,
+// and CRC fell from ~2 GB/s to ~150 MB/s.
+
+function crcBytes(c: number, buf: Uint8Array, i: number, end: number): number {
+  while (i < end) c = T[(c ^ buf[i++]) & 0xff] ^ (c >>> 8);
+  return c;
+}
+
+/** Slicing-by-16: four little-endian words (16 bytes) per step; `words` is a multiple of 4. */
+function crcWords16(c: number, w: Int32Array, words: number): number {
+  for (let k = 0; k < words; k += 4) {
+    const a = w[k] ^ c;
+    const b = w[k + 1];
+    const d = w[k + 2];
+    const e = w[k + 3];
+    c =
+      T[3840 + (a & 0xff)] ^
+      T[3584 + ((a >>> 8) & 0xff)] ^
+      T[3328 + ((a >>> 16) & 0xff)] ^
+      T[3072 + (a >>> 24)] ^
+      T[2816 + (b & 0xff)] ^
+      T[2560 + ((b >>> 8) & 0xff)] ^
+      T[2304 + ((b >>> 16) & 0xff)] ^
+      T[2048 + (b >>> 24)] ^
+      T[1792 + (d & 0xff)] ^
+      T[1536 + ((d >>> 8) & 0xff)] ^
+      T[1280 + ((d >>> 16) & 0xff)] ^
+      T[1024 + (d >>> 24)] ^
+      T[768 + (e & 0xff)] ^
+      T[512 + ((e >>> 8) & 0xff)] ^
+      T[256 + ((e >>> 16) & 0xff)] ^
+      T[e >>> 24];
+  }
+  return c;
+}
+
+/** Slicing-by-8 over bytes; (end - i) is a multiple of 8. */
+function crcSlice8(c: number, buf: Uint8Array, i: number, end: number): number {
+  while (i < end) {
     const a = (buf[i] | (buf[i + 1] << 8) | (buf[i + 2] << 16) | (buf[i + 3] << 24)) ^ c;
     c =
       T[1792 + (a & 0xff)] ^
@@ -75,8 +98,14 @@ export function crc32c(buf: Uint8Array, start = 0, end = buf.length, crc = 0): n
       T[buf[i + 7]];
     i += 8;
   }
-  while (i < end) c = T[(c ^ buf[i++]) & 0xff] ^ (c >>> 8);
-  return ~c >>> 0;
+  return c;
+}
+
+// Warm-up: every path and operation has type feedback before the first hot call.
+{
+  const warm = new Uint8Array(512);
+  for (let n = 0; n < warm.length; n++) warm[n] = n * 31;
+  for (let k = 0; k < 4; k++) for (let len = 0; len < 200; len += 7) crc32c(warm, k, k + len, len);
 }
 
 // ---------------------------------------------------------------------------------------------
