@@ -195,6 +195,33 @@ test("raw pushes respect credit: a stalled consumer holds at most its window plu
   });
 });
 
+test("a stored batch larger than a push frame is decoded and sent in bounded PUSH_MESSAGES frames", async () => {
+  using tmp = tempDir();
+  const broker = await openBroker({ dataDir: tmp.dir, retentionCheckIntervalMs: 0 });
+  // Frames of at most 256 KiB: pushes are capped at 192 KiB, below the one 400 KiB batch.
+  const srv = await startServer({ broker, port: 0, httpPort: null, limits: { maxFrameBytes: 256 * 1024 } });
+  const client = await connect({ url: srv.url, subscriptionWindowMessages: 5000 });
+  try {
+    await broker.createTopic("big", { partitions: 1 });
+    await broker.publishBatch("big", Array.from({ length: 1000 }, (_, i) => ({ value: `${i}:`.padEnd(400, "x") })));
+    const frames: { op: number; bytes: number }[] = [];
+    const orig = client.transport.onPush;
+    client.transport.onPush = (f: Frame) => {
+      if (f.op === Op.PushMessages || f.op === Op.PushRecordBatches) frames.push({ op: f.op, bytes: f.body.length });
+      orig(f);
+    };
+    const sub = client.subscribe<string>("big", { group: "g", start: "earliest" });
+    const it = sub[Symbol.asyncIterator]();
+    for (let i = 0; i < 1000; i++) assert.equal((await it.next()).value!.value, `${i}:`.padEnd(400, "x"));
+    assert.ok(frames.length > 1 && frames.every((f) => f.op === Op.PushMessages && f.bytes <= 192 * 1024), JSON.stringify(frames));
+    await sub.close();
+  } finally {
+    await client.close();
+    await srv.close({ graceMs: 100 });
+    await broker.close();
+  }
+});
+
 test("batches() of N raise the window to 2N so the next batch arrives while one is processed", async () => {
   await withBrokerServer(async (url) => {
     const client = await connect({ url, subscriptionWindowMessages: 100 });
