@@ -195,6 +195,28 @@ test("raw pushes respect credit: a stalled consumer holds at most its window plu
   });
 });
 
+test("a client that does not announce record batches in SUBSCRIBE gets PUSH_MESSAGES", async () => {
+  await withBrokerServer(async (url) => {
+    const client = await connect({ url });
+    try {
+      await client.createTopic("old", { partitions: 1 });
+      await client.publishBatch("old", Array.from({ length: 10 }, (_, i) => ({ value: i })));
+      const ops: number[] = [];
+      const orig = client.transport.onPush;
+      client.transport.onPush = (f: Frame) => {
+        if (f.meta.sub === 999) ops.push(f.op);
+        else orig(f);
+      };
+      await client.transport.request(Op.Subscribe, { sub: 999, topic: "old", group: "g", start: "earliest", credit: 100, sessionTimeoutMs: 10_000 }, null);
+      await waitUntil(() => ops.includes(Op.PushMessages), "a PUSH_MESSAGES frame");
+      assert.ok(!ops.includes(Op.PushRecordBatches));
+      await client.transport.request(Op.Unsubscribe, { sub: 999 }, null);
+    } finally {
+      await client.close();
+    }
+  });
+});
+
 test("a stored batch larger than a push frame is decoded and sent in bounded PUSH_MESSAGES frames", async () => {
   using tmp = tempDir();
   const broker = await openBroker({ dataDir: tmp.dir, retentionCheckIntervalMs: 0 });

@@ -159,6 +159,8 @@ export class RemoteSubscription<T> implements Subscription<T> {
             maxBytes: this.opts.maxBytes,
             credit: this.window,
             sessionTimeoutMs: this.ropts.sessionTimeoutMs,
+            // This client decodes stored batches (PUSH_RECORD_BATCHES); older ones do not ask.
+            recordBatches: true,
           },
           null,
           { retry: false },

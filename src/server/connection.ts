@@ -719,12 +719,16 @@ export class Connection {
       // The client's frame reader takes DEFAULT_MAX_FRAME_BYTES; keep room for the head.
       maxPushBytes: Math.min(this.limits.maxFrameBytes, DEFAULT_MAX_FRAME_BYTES) - 64 * 1024,
       revokeTimeoutMs: Math.min(sessionTimeoutMs, 10_000),
-      pushRaw: (c) =>
-        // Stored batches go out as they are: the head is encoded, the bytes are not copied.
-        this.sendParts(
-          encodeFrameHead(Op.PushRecordBatches, FLAG_PUSH, 0, { sub: subId, partition: c.partition, generation: c.generation, from: c.from, records: c.records }, c.data.length),
-          c.data,
-        ),
+      // Only for clients that announced PUSH_RECORD_BATCHES (older ones get PUSH_MESSAGES).
+      pushRaw:
+        m.recordBatches === true
+          ? (c) =>
+              // Stored batches go out as they are: the head is encoded, the bytes are not copied.
+              this.sendParts(
+                encodeFrameHead(Op.PushRecordBatches, FLAG_PUSH, 0, { sub: subId, partition: c.partition, generation: c.generation, from: c.from, records: c.records }, c.data.length),
+                c.data,
+              )
+          : undefined,
       push: (msgs) => {
         const w = new Writer(256 + msgs.length * 64);
         w.u32(msgs.length);
