@@ -40,7 +40,6 @@ import {
   HEADER_SIZE,
   MAX_BATCH_BYTES,
   readBatchLength,
-  readHeader,
   recordSize,
   stampBatch,
   restampBatch,
@@ -51,7 +50,6 @@ import {
   type ProducerInfo,
   type StoredRecord,
 } from "./record-batch.js";
-import { PartitionTail } from "./tail-cache.js";
 import { endOfNonZero, readFully, Segment, segmentFileName, SparseIndex, type ZeroFill } from "./segment.js";
 
 export type Durability = "always" | "interval" | "never";
@@ -199,8 +197,6 @@ export class PartitionLog {
   private syncs: InflightSync[] = [];
   /** Extra descriptors of the active segment, one per concurrent fdatasync (see LOG-9). */
   private syncHandles: FileHandle[] = [];
-  /** Recently published batches, served to readers at the live end without a file read. */
-  private readonly tail = new PartitionTail();
   private syncTurn = 0;
   /** Per descriptor slot, its last fdatasync (settles, never rejects): one at a time per fd. */
   private slotBusy: Promise<void>[] = [];
@@ -817,7 +813,6 @@ export class PartitionLog {
     if (readableEnd > this.active.size) throw new Error("invariant: readable end beyond written data");
     this.hwm = hwm;
     this.readableSize = readableEnd;
-    this.tail.add(items); // TAIL-1: published, so durable (with durability "always")
     for (const it of items) it.resolve({ baseOffset: it.baseOffset, duplicate: false, synced });
     this.wakeWaiters();
   }
@@ -1020,12 +1015,6 @@ export class PartitionLog {
     if (offset < this._logStart || offset > this.hwm)
       throw new OffsetOutOfRangeError(this.topic, this.partition, offset, this._logStart, this.hwm);
     if (offset === this.hwm) return { records: [], nextOffset: offset };
-    const hit = this.tail.lookup(offset, maxBytes);
-    if (hit !== null) {
-      const out: StoredRecord[] = [];
-      for (const b of hit.bufs) decodeRecords(b, 0, readHeader(b, 0), offset, out);
-      return { records: out, nextOffset: hit.nextOffset };
-    }
     const seg = this.findSegment(offset);
     const fh = await this.acquire(seg);
     try {
@@ -1139,8 +1128,6 @@ export class PartitionLog {
     if (offset < this._logStart || offset > this.hwm)
       throw new OffsetOutOfRangeError(this.topic, this.partition, offset, this._logStart, this.hwm);
     if (offset === this.hwm) return { data: EMPTY_BYTES, nextOffset: offset, records: 0 };
-    const hit = this.tail.lookup(offset, maxBytes, maxRecords);
-    if (hit !== null) return { data: hit.bufs.length === 1 ? hit.bufs[0] : Buffer.concat(hit.bufs, hit.bytes), nextOffset: hit.nextOffset, records: hit.records };
     const seg = this.findSegment(offset);
     const fh = await this.acquire(seg);
     try {
@@ -1393,7 +1380,6 @@ export class PartitionLog {
     const active = this.active;
     await this.stopFill(active);
     await this.closeSyncHandles();
-    this.tail.clear();
     if (!this.faulted) {
       try {
         // Cut preallocated zeros so that the file size is the logical size on the next open.
