@@ -8,8 +8,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { StorageEngine } from "../store/engine.js";
 import { resolveTopicConfig } from "../store/disk-engine.js";
-import type { PreparedRecord } from "../log/record-batch.js";
-import { OffsetOutOfRangeError, ProducerFencedError, TopicExistsError, TopicNotFoundError, OutOfOrderSequenceError } from "../errors.js";
+import { decodeRecords, encodeBatch, stampBatch, verifyBatch, type PreparedRecord } from "../log/record-batch.js";
+import { InvalidBatchError, OffsetOutOfRangeError, ProducerFencedError, RecordTooLargeError, TopicExistsError, TopicNotFoundError, OutOfOrderSequenceError } from "../errors.js";
 
 export interface EngineFixture {
   engine: StorageEngine;
@@ -72,6 +72,39 @@ export function defineEngineContract(name: string, factory: () => Promise<Engine
     assert.equal(all.records.length, 3);
     assert.equal(all.records[0].key?.toString(), "k");
     assert.equal(all.records[0].headers?.[0][0], "h");
+  });
+
+  withEngine("readRaw and appendEncoded: whole stored batches as bytes; client batches validated, stored as sent", async (f) => {
+    let e = f.engine;
+    await e.createTopic("t", resolveTopicConfig({ maxMessageBytes: 200 }));
+    await e.append("t", 0, [rec("a", 1000), rec("b", 2000)]);
+    const client = encodeBatch([rec("c", 3000), rec("d", 4000)]);
+    stampBatch(client, 0);
+    const enc = await e.appendEncoded("t", 0, Buffer.from(client));
+    assert.deepEqual([enc.baseOffset, enc.count, enc.duplicate], [2, 2, false]);
+    const big = encodeBatch([rec("x".repeat(300))]);
+    stampBatch(big, 0);
+    await assert.rejects(e.appendEncoded("t", 0, big), RecordTooLargeError);
+    const bad = Buffer.from(client);
+    bad[bad.length - 2] ^= 1;
+    await assert.rejects(e.appendEncoded("t", 0, bad), InvalidBatchError);
+    assert.equal(e.offsets("t", 0).highWatermark, 4, "refused batches store nothing");
+    for (const engine of [e, (e = await f.reopen())]) {
+      // From offset 1: the first whole batch (offsets 0-1) comes back; records counts only 1..3.
+      const raw = await engine.readRaw("t", 0, 1, 1 << 20);
+      assert.equal(raw.nextOffset, 4);
+      assert.equal(raw.records, 3);
+      const seen: string[] = [];
+      for (let pos = 0; pos < raw.data.length; ) {
+        const h = verifyBatch(raw.data, pos, raw.data.length);
+        for (const r of decodeRecords(raw.data, pos, h, 1)) seen.push(`${r.offset}:${r.value?.toString()}`);
+        pos += h.length;
+      }
+      assert.deepEqual(seen, ["1:b", "2:c", "3:d"]);
+      // maxRecords stops after the batch that reaches it.
+      assert.equal((await engine.readRaw("t", 0, 0, 1 << 20, 1)).nextOffset, 2);
+      assert.equal((await engine.readRaw("t", 0, 4, 1 << 20)).records, 0);
+    }
   });
 
   withEngine("waitFor resolves when data arrives and false on timeout", async (f) => {
