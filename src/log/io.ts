@@ -15,6 +15,11 @@ export interface FileHandle {
   write(buffers: readonly Uint8Array[], position: number): Promise<void>;
   /** Reads up to `length` bytes at `position` into buf[offset..]; returns bytes read (0 at EOF). */
   read(buf: Uint8Array, offset: number, length: number, position: number): Promise<number>;
+  /**
+   * Synchronous pread, for small reads of bytes just written (in the page cache: a memory
+   * copy). Blocks the event loop: never use it for reads that may go to the disk.
+   */
+  readSync(buf: Uint8Array, offset: number, length: number, position: number): number;
   /** fdatasync: data and the metadata needed to read it back (the size) are durable. */
   datasync(): Promise<void>;
   truncate(length: number): Promise<void>;
@@ -64,6 +69,15 @@ class NodeFileHandle implements FileHandle {
   }
   read(buf: Uint8Array, offset: number, length: number, position: number): Promise<number> {
     return p<number>((cb) => nfs.read(this.fd, buf, offset, length, position, cb));
+  }
+  readSync(buf: Uint8Array, offset: number, length: number, position: number): number {
+    let got = 0;
+    while (got < length) {
+      const n = nfs.readSync(this.fd, buf, offset + got, length - got, position + got);
+      if (n === 0) break;
+      got += n;
+    }
+    return got;
   }
   datasync(): Promise<void> {
     return p<void>((cb) => nfs.fdatasync(this.fd, (e) => cb(e, undefined)));

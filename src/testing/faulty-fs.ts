@@ -160,6 +160,9 @@ class FaultyHandle implements FileHandle {
   read(buf: Uint8Array, offset: number, length: number, position: number): Promise<number> {
     return this.h.read(buf, offset, length, position);
   }
+  readSync(buf: Uint8Array, offset: number, length: number, position: number): number {
+    return this.h.readSync(buf, offset, length, position);
+  }
   async datasync(): Promise<void> {
     const r = this.fs.take("datasync", this.path);
     if (r) throw errno(r.code, "fdatasync", this.path);
