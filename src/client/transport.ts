@@ -13,6 +13,7 @@
  * for a slot (backpressure instead of an unbounded queue).
  */
 import { connect as netConnect, type Socket } from "node:net";
+import { DirectFrameReader } from "./direct-reader.js";
 import {
   AbortedError,
   BrokerClosedError,
@@ -72,7 +73,7 @@ export type PushHandler = (frame: Frame) => void;
 
 export class Transport {
   private socket: Socket | null = null;
-  private reader = new FrameReader(DEFAULT_MAX_FRAME_BYTES);
+  private reader = new DirectFrameReader(DEFAULT_MAX_FRAME_BYTES);
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
   private ready = false;
@@ -107,8 +108,23 @@ export class Transport {
   private open(signal?: AbortSignal): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       let settled = false;
-      const socket = netConnect({ host: this.opts.host, port: this.opts.port, noDelay: true });
-      const reader = new FrameReader(DEFAULT_MAX_FRAME_BYTES);
+      const reader = new DirectFrameReader(DEFAULT_MAX_FRAME_BYTES);
+      // Reads land in the reader's memory (src/client/direct-reader.ts); `onBytes` is the
+      // handshake until it completes, then the attached connection's frame loop.
+      let onBytes = (): void => {};
+      const socket = netConnect({
+        host: this.opts.host,
+        port: this.opts.port,
+        noDelay: true,
+        onread: {
+          buffer: () => reader.readBuffer(),
+          callback: (n: number) => {
+            reader.wrote(n);
+            onBytes();
+            return true;
+          },
+        },
+      });
       const helloId = this.nextId++;
       const fail = (err: unknown): void => {
         if (settled) return;
@@ -132,9 +148,8 @@ export class Transport {
         socket.write(encodePreamble(this.opts.minVersion ?? MIN_PROTOCOL_VERSION, this.opts.maxVersion ?? PROTOCOL_VERSION));
         socket.write(encodeFrame(Op.Hello, 0, helloId, { client: "sluice-ts", version: PROTOCOL_VERSION }));
       });
-      const onData = (chunk: Buffer): void => {
+      onBytes = (): void => {
         if (settled) return;
-        reader.push(chunk);
         let raw: Buffer | null;
         try {
           raw = reader.next();
@@ -157,23 +172,23 @@ export class Transport {
         settled = true;
         clearTimeout(to);
         signal?.removeEventListener("abort", onAbort);
-        socket.off("data", onData);
         socket.removeAllListeners("error");
         socket.removeAllListeners("close");
         this.serverInfo = f.meta;
+        onBytes = () => {
+          if (this.socket === socket) this.drainReader();
+        };
         this.attach(socket, reader);
         resolve();
       };
-      socket.on("data", onData);
     });
   }
 
-  private attach(socket: Socket, reader: FrameReader): void {
+  private attach(socket: Socket, reader: DirectFrameReader): void {
     this.socket = socket;
     this.reader = reader;
     this.ready = true;
     this.disconnectedSince = 0;
-    socket.on("data", (chunk: Buffer) => this.onData(chunk));
     socket.on("error", () => {});
     socket.on("close", () => this.onClose(socket));
     this.onReconnect();
@@ -184,11 +199,6 @@ export class Transport {
       if (p.frame[1] !== null) socket.write(p.frame[1]);
     }
     // Frames already buffered in the handshake reader (server pushes right after HELLO).
-    this.drainReader();
-  }
-
-  private onData(chunk: Buffer): void {
-    this.reader.push(chunk);
     this.drainReader();
   }
 
