@@ -214,6 +214,7 @@ class StallingFs implements FileSystem {
       path: h.path,
       write: (b, p) => h.write(b, p),
       read: (b, o, l, p) => h.read(b, o, l, p),
+      writeDurable: (b, p) => h.writeDurable(b, p),
       readSync: (b, o, l, p) => h.readSync(b, o, l, p),
       datasync: () => (this.stall ? new Promise<void>(() => {}) : h.datasync()),
       truncate: (n) => h.truncate(n),
@@ -275,6 +276,7 @@ class HookedFs extends NodeFileSystem {
         return h.write(buffers, position);
       },
       read: (b, o, l, p) => h.read(b, o, l, p),
+      writeDurable: (b, p) => h.writeDurable(b, p),
       readSync: (b, o, l, p) => h.readSync(b, o, l, p),
       async datasync() {
         // The log's own handle is opened "create"; the zero fill opens one of its own, "rw".

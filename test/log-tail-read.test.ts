@@ -22,6 +22,7 @@ class CountingFs extends NodeFileSystem {
     return {
       path: h.path,
       write: (b, p) => h.write(b, p),
+      writeDurable: (b, p) => h.writeDurable(b, p),
       read(b, o, l, p) {
         if (path.endsWith(".log")) fs.asyncReads++;
         return h.read(b, o, l, p);

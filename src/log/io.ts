@@ -20,6 +20,12 @@ export interface FileHandle {
    * copy). Blocks the event loop: never use it for reads that may go to the disk.
    */
   readSync(buf: Uint8Array, offset: number, length: number, position: number): number;
+  /**
+   * Writes `buffers` at `position` and resolves once those bytes (and the size needed to read
+   * them back) are durable: write + fdatasync as one I/O operation (an O_DSYNC descriptor), so
+   * one thread-pool hand-off instead of two. Covers only the bytes of this call.
+   */
+  writeDurable(buffers: readonly Uint8Array[], position: number): Promise<void>;
   /** fdatasync: data and the metadata needed to read it back (the size) are durable. */
   datasync(): Promise<void>;
   truncate(length: number): Promise<void>;
@@ -49,23 +55,37 @@ function p<T>(fn: (cb: (err: NodeJS.ErrnoException | null, v: T) => void) => voi
   return new Promise((resolve, reject) => fn((err, v) => (err ? reject(err) : resolve(v))));
 }
 
-class NodeFileHandle implements FileHandle {
-  constructor(readonly path: string, private fd: number) {}
-  async write(buffers: readonly Uint8Array[], position: number): Promise<void> {
-    let bufs = buffers.filter((b) => b.length > 0) as Uint8Array[];
-    let pos = position;
-    while (bufs.length > 0) {
-      // writev may write fewer bytes than asked (signals, quotas); loop until all is written.
-      const n = await p<number>((cb) => nfs.writev(this.fd, bufs as NodeJS.ArrayBufferView[], pos, cb));
-      pos += n;
-      let rest = n;
-      while (bufs.length > 0 && rest >= bufs[0].length) {
-        rest -= bufs[0].length;
-        bufs.shift();
-      }
-      if (rest > 0) bufs[0] = bufs[0].subarray(rest);
-      if (n === 0 && bufs.length > 0) throw Object.assign(new Error("write returned 0 bytes"), { code: "EIO" });
+/** pwritev until every byte is written (writev may write fewer bytes than asked: signals, quotas). */
+async function writeAll(fd: number, buffers: readonly Uint8Array[], position: number): Promise<void> {
+  const bufs = buffers.filter((b) => b.length > 0) as Uint8Array[];
+  let pos = position;
+  while (bufs.length > 0) {
+    const n = await p<number>((cb) => nfs.writev(fd, bufs as NodeJS.ArrayBufferView[], pos, cb));
+    pos += n;
+    let rest = n;
+    while (bufs.length > 0 && rest >= bufs[0].length) {
+      rest -= bufs[0].length;
+      bufs.shift();
     }
+    if (rest > 0) bufs[0] = bufs[0].subarray(rest);
+    if (n === 0 && bufs.length > 0) throw Object.assign(new Error("write returned 0 bytes"), { code: "EIO" });
+  }
+}
+
+class NodeFileHandle implements FileHandle {
+  /** A second descriptor of the file opened O_DSYNC, for writeDurable (opened on first use). */
+  private dsyncFd: number | null = null;
+  constructor(readonly path: string, private fd: number) {}
+  write(buffers: readonly Uint8Array[], position: number): Promise<void> {
+    return writeAll(this.fd, buffers, position);
+  }
+  async writeDurable(buffers: readonly Uint8Array[], position: number): Promise<void> {
+    if (this.dsyncFd === null) {
+      const fd = await p<number>((cb) => nfs.open(this.path, nfs.constants.O_RDWR | nfs.constants.O_DSYNC, cb));
+      if (this.dsyncFd === null) this.dsyncFd = fd;
+      else await p<void>((cb) => nfs.close(fd, (e) => cb(e, undefined)));
+    }
+    return writeAll(this.dsyncFd, buffers, position);
   }
   read(buf: Uint8Array, offset: number, length: number, position: number): Promise<number> {
     return p<number>((cb) => nfs.read(this.fd, buf, offset, length, position, cb));
@@ -88,7 +108,12 @@ class NodeFileHandle implements FileHandle {
   async size(): Promise<number> {
     return (await p<nfs.Stats>((cb) => nfs.fstat(this.fd, cb))).size;
   }
-  close(): Promise<void> {
+  async close(): Promise<void> {
+    if (this.dsyncFd !== null) {
+      const fd = this.dsyncFd;
+      this.dsyncFd = null;
+      await p<void>((cb) => nfs.close(fd, (e) => cb(e, undefined))).catch(() => {});
+    }
     return p<void>((cb) => nfs.close(this.fd, (e) => cb(e, undefined)));
   }
 }

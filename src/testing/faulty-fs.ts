@@ -157,6 +157,23 @@ class FaultyHandle implements FileHandle {
     }
     return this.h.write(buffers, position);
   }
+  /**
+   * As write + datasync of those bytes: a "write" fault fails it (possibly torn), a "datasync"
+   * fault fails it after the bytes reached the page cache (still lost on powerLoss()).
+   */
+  async writeDurable(buffers: readonly Uint8Array[], position: number): Promise<void> {
+    await this.write(buffers, position);
+    const r = this.fs.take("datasync", this.path);
+    if (r) throw errno(r.code, "write (O_DSYNC)", this.path);
+    let len = 0;
+    for (const b of buffers) len += b.length;
+    await this.h.datasync();
+    // Durable now: the written range, and so the synced size if it was contiguous with it.
+    const synced = this.fs.synced.get(this.path) ?? 0;
+    if (position <= synced && position + len > synced) this.fs.synced.set(this.path, position + len);
+    const undo = this.fs.undo.get(this.path);
+    if (undo) this.fs.undo.set(this.path, undo.filter((u) => u.pos + u.old.length <= position || u.pos >= position + len));
+  }
   read(buf: Uint8Array, offset: number, length: number, position: number): Promise<number> {
     return this.h.read(buf, offset, length, position);
   }
