@@ -400,3 +400,25 @@ test("offsets log: power loss after a commit resolved never loses it; a crash be
   assert.equal(committed(e)[0], 1000);
   await e.close();
 });
+
+test("offsets log: a commit resolves only once its O_DSYNC write is durable; a failed sync is an error and power loss keeps every resolved commit", async () => {
+  using tmp = tempDir();
+  const fs = new FaultyFileSystem();
+  let e = await openEngine(tmp.dir, fs);
+  await e.commitOffsets("g", "t", new Map([[0, 3]]));
+  await e.commitOffsets("g", "t", new Map([[1, 4]]));
+  // The durable write reaches the page cache but its sync fails: the commit must fail and
+  // must not become visible.
+  fs.failNext("datasync", "EIO", { pathIncludes: "g.log" });
+  await assert.rejects(e.commitOffsets("g", "t", new Map([[2, 5]])));
+  assert.deepEqual(committed(e), { 0: 3, 1: 4 }, "a commit whose sync failed is not visible");
+  await e.commitOffsets("g", "t", new Map([[3, 6]]));
+  const resolved = committed(e);
+  assert.equal(resolved[3], 6);
+  // Power loss drops whatever was not durable; every resolved commit is durable.
+  await fs.powerLoss();
+  e = await openEngine(tmp.dir);
+  const after = committed(e);
+  for (const [p, o] of Object.entries(resolved)) assert.equal(after[Number(p)], o, `partition ${p} kept its resolved commit`);
+  await e.close();
+});
