@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * Concurrent fdatasyncs at a trickle (LOG-9): an append that arrives while an fdatasync runs is
- * written and synced at once on another descriptor, not held until the running one returns;
+ * Concurrent fdatasyncs at a trickle (LOG-9): an append that arrives while one fdatasync runs is
+ * written and synced at once on another descriptor, not held until the running one returns
+ * (EAGER_SYNCS);
  * when the later fdatasync returns first it publishes the older append too, in order.
  */
 import { test } from "node:test";
