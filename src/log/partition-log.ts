@@ -24,8 +24,6 @@ import {
   CorruptRecordError,
   InvalidBatchError,
   OffsetOutOfRangeError,
-  OutOfOrderSequenceError,
-  ProducerFencedError,
   RecordTooLargeError,
   StorageError,
   StorageFullError,
@@ -51,6 +49,7 @@ import {
   type StoredRecord,
 } from "./record-batch.js";
 import { endOfNonZero, readFully, Segment, segmentFileName, SparseIndex, type ZeroFill } from "./segment.js";
+import { ProducerStateManager, type ProducerBatch, type ProducerSnapshot } from "./producer-state.js";
 
 export type Durability = "always" | "interval" | "never";
 
@@ -81,6 +80,11 @@ export interface PartitionLogOptions {
   logger?: Logger;
   /** Default "auto". */
   preallocate?: PreallocateMode;
+  /**
+   * Called once when the partition faults (an I/O error after which only recovery can tell
+   * what is on disk): the owner reopens it from disk (src/store/disk-engine.ts).
+   */
+  onFault?: (err: StorageError) => void;
 }
 
 export interface AppendResult {
@@ -94,29 +98,11 @@ interface PendingAppend {
   baseOffset: number;
   count: number;
   maxTs: number;
+  producer: ProducerInfo | null;
   resolve(r: AppendResult): void;
   reject(e: unknown): void;
-  undo: (() => void) | null;
 }
 
-interface ProducerBatch {
-  firstSeq: number;
-  count: number;
-  baseOffset: number;
-}
-
-interface ProducerEntry {
-  epoch: number;
-  lastSeq: number;
-  lastTimestamp: number;
-  /** The last few batches, for duplicate detection of retries (Kafka keeps 5). */
-  batches: ProducerBatch[];
-}
-
-const PRODUCER_BATCHES_KEPT = 5;
-/** Bound on producer state per partition; the least recently active are forgotten first. */
-const MAX_PRODUCERS = 10_000;
-const PRODUCER_EXPIRY_MS = 7 * 86_400_000;
 /** Bound on bytes handed to one write (group commit round). */
 const MAX_WRITE_BYTES = 4 * 1024 * 1024;
 /**
@@ -175,11 +161,6 @@ interface PartitionMeta {
   logStartOffset: number;
 }
 
-interface ProducerSnapshot {
-  offset: number;
-  producers: [number, ProducerEntry][];
-}
-
 export class PartitionLog {
   readonly fs: FileSystem;
   readonly dir: string;
@@ -204,9 +185,12 @@ export class PartitionLog {
   private flushing = false;
   /** Set while the writer waits on fdatasyncs with room for another: a new append wakes it. */
   private appendWaker: (() => void) | null = null;
-  private faulted: Error | null = null;
+  /** Set once an I/O error leaves the files in doubt: refuses appends until reopened (see `fault`). */
+  private faulted: StorageError | null = null;
+  /** Set while a failed append is rolled back (LOG-11): refuses appends meanwhile. */
+  private fence: StorageError | StorageFullError | null = null;
   private closed = false;
-  private producers = new Map<number, ProducerEntry>();
+  private readonly producers = new ProducerStateManager();
   private waiters = new Set<{ offset: number; wake: () => void }>();
   private spaceWaiters: (() => void)[] = [];
   private flushTimer: NodeJS.Timeout | null = null;
@@ -225,6 +209,7 @@ export class PartitionLog {
   private dirty = false;
   private metaLock: Promise<void> = Promise.resolve();
   private readonly preallocate: PreallocateMode;
+  private readonly onFault: ((err: StorageError) => void) | null;
   /** Append rate (bytes/s) of the last complete window, and the window being counted. */
   private appendRate = 0;
   private rateBytes = 0;
@@ -239,6 +224,7 @@ export class PartitionLog {
     this.config = opts.config;
     this.logger = opts.logger ?? silentLogger;
     this.preallocate = opts.preallocate ?? "auto";
+    this.onFault = opts.onFault ?? null;
   }
 
   get logStartOffset(): number {
@@ -380,12 +366,22 @@ export class PartitionLog {
     seg.endOffset = end.offset;
   }
 
+  /**
+   * Producer state: the snapshot, if it describes a prefix of this log (PROD-1: it never names
+   * a batch at or past its offset, and its offset must not lie beyond the recovered end), then
+   * the producer fields of every batch from there to the end, replayed in offset order.
+   */
   private async recoverProducers(clean: boolean): Promise<void> {
-    const snap = await readJsonFile<ProducerSnapshot>(this.fs, join(this.dir, "producers.json")).catch(() => null);
+    const snap = await readJsonFile<ProducerSnapshot>(this.fs, join(this.dir, "producers.json")).catch((e: unknown) => {
+      this.logger.warn({ err: e, dir: this.dir }, "ignoring unreadable producer snapshot; rebuilding producer state from the log");
+      return null;
+    });
     let from = this._logStart;
     if (snap && snap.offset >= this._logStart && snap.offset <= this.nextOffset) {
-      for (const [pid, e] of snap.producers) this.producers.set(pid, e);
+      this.producers.load(snap);
       from = snap.offset;
+    } else if (snap) {
+      this.logger.warn({ dir: this.dir, snapshotOffset: snap.offset, logStartOffset: this._logStart, logEndOffset: this.nextOffset }, "producer snapshot does not describe this log; rebuilding producer state from the log");
     }
     if (clean && from === this.nextOffset) return;
     // Replay the producer fields of batches written after the snapshot (each batch is verified).
@@ -396,7 +392,7 @@ export class PartitionLog {
       try {
         await Segment.scan(fh, 0, seg.baseOffset, seg === this.active ? this.readableSize : seg.size, {
           onBatch: (h) => {
-            if (h.baseOffset >= from && h.producerId >= 0) this.applyProducerBatch(h.producerId, h.producerEpoch, h.baseSequence, h.count, h.baseOffset, h.maxTimestamp);
+            if (h.baseOffset >= from && h.producerId >= 0) this.producers.replay(h.producerId, h.producerEpoch, h.baseSequence, h.count, h.baseOffset, h.maxTimestamp);
           },
           onCorrupt: () => "skip",
         });
@@ -420,8 +416,8 @@ export class PartitionLog {
       if (size > this.config.maxMessageBytes) throw new RecordTooLargeError(size, this.config.maxMessageBytes);
       if (!Number.isSafeInteger(r.timestamp) || r.timestamp < 0) throw new ValidationError(`invalid timestamp ${r.timestamp}`);
     }
-    // Refuse invalid producer fields before encoding them (appendBatch checks sequences again).
-    if (producer) this.checkProducer(producer, records.length);
+    // Refuse invalid producer fields before encoding them (appendBatch checks sequences).
+    if (producer) ProducerStateManager.validate(producer, records.length);
     return this.appendBatch(encodeBatch(records, producer), records.length, producer, signal, false);
   }
 
@@ -442,11 +438,8 @@ export class PartitionLog {
   /** Common tail of both appends: idempotence check, memory bound, then offsets (enqueueBatch). */
   private async appendBatch(buf: Buffer, count: number, producer: ProducerInfo | undefined, signal: AbortSignal | undefined, crcValid: boolean): Promise<AppendResult> {
     if (producer) {
-      const dup = this.checkProducer(producer, count);
-      if (dup !== null) {
-        await this.waitDurable(dup.baseOffset + dup.count, signal);
-        return { baseOffset: dup.baseOffset, duplicate: true, synced: this.config.durability === "always" };
-      }
+      const c = this.producers.check(producer, count);
+      if (c.duplicate) return this.duplicateOf(c.batch, signal);
     }
     while (this.pendingBytes + buf.length > MAX_PENDING_BYTES && this.pendingBytes > 0) {
       await new Promise<void>((r) => this.spaceWaiters.push(r));
@@ -454,34 +447,46 @@ export class PartitionLog {
     }
     if (producer) {
       // Re-check after waiting: another append of the same producer may have gone first.
-      const dup = this.checkProducer(producer, count);
-      if (dup !== null) {
-        await this.waitDurable(dup.baseOffset + dup.count, signal);
-        return { baseOffset: dup.baseOffset, duplicate: true, synced: this.config.durability === "always" };
-      }
+      const c = this.producers.check(producer, count);
+      if (c.duplicate) return this.duplicateOf(c.batch, signal);
     }
-    return this.enqueueBatch(buf, count, producer, crcValid);
+    return this.enqueueBatch(buf, count, producer ?? null, crcValid);
   }
 
-  private enqueueBatch(buf: Buffer, count: number, producer: ProducerInfo | undefined, crcValid: boolean): Promise<AppendResult> {
+  /**
+   * A retry of a remembered batch: its original offsets, once the original is published. If
+   * the original is still in flight this waits for its outcome and shares it: a retry is
+   * never answered with offsets of a batch that was not stored (PROD-1).
+   */
+  private async duplicateOf(b: ProducerBatch, signal: AbortSignal | undefined): Promise<AppendResult> {
+    if (b.outcome !== undefined) {
+      if (signal === undefined) await b.outcome;
+      else {
+        signal.throwIfAborted();
+        let onAbort!: () => void;
+        const aborted = new Promise<never>((_, reject) => {
+          onAbort = () => reject(new AbortedError("append aborted while waiting for the original batch", signal.reason));
+          signal.addEventListener("abort", onAbort, { once: true });
+        });
+        try {
+          await Promise.race([b.outcome, aborted]);
+        } finally {
+          signal.removeEventListener("abort", onAbort);
+        }
+      }
+    }
+    return { baseOffset: b.baseOffset, duplicate: true, synced: this.config.durability === "always" };
+  }
+
+  private enqueueBatch(buf: Buffer, count: number, producer: ProducerInfo | null, crcValid: boolean): Promise<AppendResult> {
     const baseOffset = this.nextOffset;
     // Invariant LOG-1: offsets are assigned in append order, here and nowhere else.
     if (crcValid) restampBatch(buf, baseOffset);
     else stampBatch(buf, baseOffset);
     this.nextOffset += count;
     const maxTs = buf.readInt32BE(32) * 4294967296 + buf.readUInt32BE(36);
-    let undo: (() => void) | null = null;
-    if (producer) {
-      const prev = this.producers.get(producer.producerId);
-      const saved = prev ? { ...prev, batches: prev.batches.slice() } : undefined;
-      undo = () => {
-        if (saved) this.producers.set(producer.producerId, saved);
-        else this.producers.delete(producer.producerId);
-      };
-      this.applyProducerBatch(producer.producerId, producer.producerEpoch, producer.baseSequence, count, baseOffset, maxTs);
-    }
-    return new Promise<AppendResult>((resolve, reject) => {
-      this.pending.push({ buf, baseOffset, count, maxTs, resolve, reject, undo });
+    const done = new Promise<AppendResult>((resolve, reject) => {
+      this.pending.push({ buf, baseOffset, count, maxTs, producer, resolve, reject });
       this.pendingBytes += buf.length;
       if (!this.flushing) {
         this.flushing = true;
@@ -494,49 +499,15 @@ export class PartitionLog {
         queueMicrotask(wake);
       }
     });
+    // Recorded at once, so a retry arriving before this batch is durable waits for it (PROD-1).
+    if (producer !== null) this.producers.assign(producer, count, baseOffset, maxTs, done);
+    return done;
   }
 
   private checkWritable(): void {
     if (this.closed) throw new StorageError(`partition ${this.topic}/${this.partition} is closed`);
-    if (this.faulted) throw new StorageError(`partition ${this.topic}/${this.partition} is unwritable after an I/O error; reopen the broker to recover`, this.faulted);
-  }
-
-  private checkProducer(p: ProducerInfo, count: number): ProducerBatch | null {
-    if (!Number.isSafeInteger(p.producerId) || p.producerId < 0 || !Number.isInteger(p.producerEpoch) || p.producerEpoch < 0 || p.producerEpoch > 32767)
-      throw new ValidationError("invalid producer id or epoch");
-    if (!Number.isInteger(p.baseSequence) || p.baseSequence < 0 || p.baseSequence + count > 2 ** 31 - 1)
-      throw new ValidationError("invalid base sequence");
-    const st = this.producers.get(p.producerId);
-    if (!st) return null;
-    if (p.producerEpoch < st.epoch)
-      throw new ProducerFencedError(`producer ${p.producerId} epoch ${p.producerEpoch} is fenced by epoch ${st.epoch}`);
-    if (p.producerEpoch > st.epoch) {
-      if (p.baseSequence !== 0) throw new OutOfOrderSequenceError(`new epoch ${p.producerEpoch} of producer ${p.producerId} must start at sequence 0`);
-      return null;
-    }
-    for (const b of st.batches) {
-      if (b.firstSeq === p.baseSequence) {
-        if (b.count !== count) throw new OutOfOrderSequenceError(`retry of sequence ${p.baseSequence} has ${count} records, original had ${b.count}`);
-        return b;
-      }
-    }
-    if (p.baseSequence !== st.lastSeq + 1)
-      throw new OutOfOrderSequenceError(`producer ${p.producerId}: expected sequence ${st.lastSeq + 1}, got ${p.baseSequence}`);
-    return null;
-  }
-
-  private applyProducerBatch(pid: number, epoch: number, seq: number, count: number, baseOffset: number, ts: number): void {
-    let st = this.producers.get(pid);
-    if (!st || epoch !== st.epoch) {
-      st = { epoch, lastSeq: -1, lastTimestamp: ts, batches: [] };
-    }
-    this.producers.delete(pid); // re-insert: Map order doubles as LRU order
-    this.producers.set(pid, st);
-    st.lastSeq = seq + count - 1;
-    st.lastTimestamp = Math.max(st.lastTimestamp, ts);
-    st.batches.push({ firstSeq: seq, count, baseOffset });
-    if (st.batches.length > PRODUCER_BATCHES_KEPT) st.batches.shift();
-    if (this.producers.size > MAX_PRODUCERS) this.producers.delete(this.producers.keys().next().value as number);
+    if (this.faulted) throw this.faulted;
+    if (this.fence) throw this.fence;
   }
 
   /**
@@ -546,6 +517,30 @@ export class PartitionLog {
    */
   private async flushLoop(): Promise<void> {
     try {
+      await this.flushRounds();
+    } catch (e) {
+      // Only a bug gets here (an invariant check, an unexpected throw): the in-memory state may
+      // no longer match the files, so fault the partition (it is reopened from disk) and fail
+      // everything unpublished. Never rethrow: a rejected loop would take the process down.
+      this.logger.error({ err: e, topic: this.topic, partition: this.partition }, "append pipeline failed unexpectedly");
+      const unpublished = [...this.syncs.flatMap((x) => x.items), ...this.pending];
+      this.syncs = [];
+      this.pending = [];
+      this.pendingBytes = 0;
+      this.producers.dropUnpublished();
+      this.nextOffset = this.hwm;
+      this.fault(e, "append pipeline failed");
+      const err = new StorageError(`internal error while appending to ${this.topic}/${this.partition}: ${(e as Error)?.message}`, e);
+      for (const it of unpublished) it.reject(err);
+      this.wakeSpaceWaiters();
+    } finally {
+      this.appendWaker = null;
+      this.flushing = false;
+    }
+  }
+
+  private async flushRounds(): Promise<void> {
+    {
       for (;;) {
         if (this.pending.length > 0 && this.syncs.length < MAX_CONCURRENT_SYNCS) {
           await this.writeRound(this.takeRound());
@@ -564,9 +559,6 @@ export class PartitionLog {
         }
         await this.completeSync([]);
       }
-    } finally {
-      this.appendWaker = null;
-      this.flushing = false;
     }
   }
 
@@ -579,10 +571,30 @@ export class PartitionLog {
     }
     const round = this.pending.splice(0, n);
     this.pendingBytes -= bytes;
+    this.wakeSpaceWaiters();
+    return round;
+  }
+
+  private wakeSpaceWaiters(): void {
     const ws = this.spaceWaiters;
     this.spaceWaiters = [];
     for (const w of ws) w();
-    return round;
+  }
+
+  /**
+   * The partition is unwritable until it is reopened from disk: after a failed fdatasync the
+   * page cache no longer tells what is on disk (PostgreSQL's "fsyncgate"), so only recovery
+   * can. Appends are refused with a retriable StorageError meanwhile; the owner is told once.
+   */
+  private fault(cause: unknown, what: string): void {
+    if (this.faulted !== null) return;
+    const err = new StorageError(
+      `partition ${this.topic}/${this.partition} is unwritable after an I/O error (${what}: ${(cause as Error)?.message ?? String(cause)}); it is being recovered from disk, retry`,
+      cause,
+    );
+    this.faulted = err;
+    this.logger.error({ err: cause, topic: this.topic, partition: this.partition }, `${what}; partition is read-only until it is recovered from disk`);
+    this.onFault?.(err);
   }
 
   /**
@@ -622,9 +634,7 @@ export class PartitionLog {
   }
 
   private lateSyncFailure(err: unknown): void {
-    if (this.faulted) return;
-    this.faulted = new StorageError(`fdatasync failed for ${this.topic}/${this.partition}; reopen the broker to recover`, err);
-    this.logger.error({ err, topic: this.topic, partition: this.partition }, "fdatasync failed after a later one covered its data; partition is now read-only");
+    this.fault(err, "fdatasync failed after a later one covered its data");
   }
 
   /** Waits for every fdatasync in flight and publishes their rounds (before a roll or a rollback). */
@@ -693,11 +703,14 @@ export class PartitionLog {
           // The previous round must be published before the segment is sealed, so the high
           // watermark only ever moves forward, in append order.
           if (!(await this.drainSyncs(round.slice(done)))) return;
-          await this.roll();
-          seg = this.active;
-          // Everything before the roll is in the sealed, fdatasync'ed segment (LOG-4).
-          this.publish(round.slice(done, i), true, 0);
+          await this.sealActive();
+          // Everything before the roll is in the sealed, fdatasync'ed segment (LOG-4): publish
+          // it before the next segment exists, so the active segment always holds exactly the
+          // offsets from its base to the high watermark plus unpublished appends (LOG-11).
+          this.publish(round.slice(done, i), true, seg.size);
           done = i;
+          await this.openNextSegment();
+          seg = this.active;
         }
         if (item !== undefined) chunkBufs.push(item.buf);
       }
@@ -811,8 +824,7 @@ export class PartitionLog {
       markWritten();
       if (written) {
         // The zeros' fdatasync failed: what is on disk is unknown. Same rule as for appends.
-        this.faulted ??= new StorageError(`fdatasync of preallocated space failed for ${this.topic}/${this.partition}; reopen the broker to recover`, e);
-        this.logger.error({ err: e, file: seg.logPath }, "fdatasync of preallocated space failed; partition is now read-only");
+        this.fault(e, `fdatasync of preallocated space in ${seg.logPath} failed`);
       } else {
         this.preallocRetryAt = performance.now() + PREALLOC_RETRY_MS;
         this.logger.warn({ err: e, file: seg.logPath }, "could not preallocate segment space; appends extend the file");
@@ -851,6 +863,7 @@ export class PartitionLog {
     this.hwm = hwm;
     this.readableSize = readableEnd;
     this.publishedAtMs = performance.now();
+    for (const it of items) if (it.producer !== null) this.producers.publish(it.producer, it.count, it.baseOffset, it.maxTs, hwm);
     for (const it of items) it.resolve({ baseOffset: it.baseOffset, duplicate: false, synced });
     this.wakeWaiters();
   }
@@ -858,9 +871,14 @@ export class PartitionLog {
   /**
    * A write or sync failed: none of `items` (nor anything pending) was acknowledged. Cut the
    * active segment back to the readable end so no unacknowledged bytes stay behind. After an
-   * fsync failure (`fault`) or an error other than a full disk, the partition becomes
-   * read-only until the broker is reopened: after a failed fsync the page cache no longer
-   * tells what is on disk (PostgreSQL's "fsyncgate"), so only recovery can.
+   * fsync failure (`fault`) or an error other than a full disk, the partition faults (it is
+   * reopened from disk, see `fault`); after a full disk it takes appends again once the
+   * rollback is done.
+   *
+   * LOG-11: the partition is fenced before the first await: the next offset goes back to the
+   * high watermark, unpublished producer state is dropped and appends are refused, so no
+   * append arriving during the rollback can be given an offset or a file position that is
+   * being cut.
    */
   private async failItems(items: PendingAppend[], cause: unknown, fault: boolean): Promise<void> {
     const code = (cause as NodeJS.ErrnoException)?.code;
@@ -871,32 +889,40 @@ export class PartitionLog {
     const err = full
       ? new StorageFullError(`disk full while appending to ${this.topic}/${this.partition}`, cause)
       : new StorageError(`I/O error while appending to ${this.topic}/${this.partition}: ${(cause as Error)?.message}`, cause);
+    if (this.syncs.length > 0) throw new Error("invariant: rollback with fdatasyncs in flight");
     const seg = this.active;
     const keepSize = this.readableSize;
+    // Fence (LOG-11), synchronously.
+    this.fence = err;
+    this.nextOffset = this.hwm;
+    this.producers.dropUnpublished();
+    seg.size = keepSize;
+    seg.endOffset = this.hwm;
+    seg.index?.truncateToPosition(keepSize);
+    this.syncedSize = Math.min(this.syncedSize, keepSize);
+    let rolledBack = false;
     try {
       await this.stopFill(seg);
       seg.noFill = false;
       await seg.handle!.truncate(keepSize);
       seg.fileEnd = keepSize;
       await seg.handle!.datasync();
-      seg.size = keepSize;
-      seg.endOffset = this.hwm;
-      seg.index?.truncateToPosition(keepSize);
-      this.nextOffset = this.hwm;
-      this.syncedSize = Math.min(this.syncedSize, keepSize);
-      if (fault || !full) this.faulted = err;
+      rolledBack = true;
     } catch (e) {
-      this.faulted = err;
-      this.logger.error({ err: e, topic: this.topic, partition: this.partition }, "could not roll back after I/O error; partition is now read-only");
+      this.logger.error({ err: e, topic: this.topic, partition: this.partition }, "could not roll back after an I/O error");
     }
-    for (let i = failed.length - 1; i >= 0; i--) failed[i].undo?.();
+    this.fence = null;
+    if (!rolledBack || fault || !full) this.fault(cause, rolledBack ? "append failed" : "append failed and could not be rolled back");
     for (const f of failed) f.reject(err);
-    const ws = this.spaceWaiters;
-    this.spaceWaiters = [];
-    for (const w of ws) w();
+    this.wakeSpaceWaiters();
   }
 
-  private async roll(): Promise<void> {
+  /**
+   * First half of a roll: the active segment is cut to its last batch and made durable
+   * (LOG-4), before anything of its successor exists. On failure the active segment is
+   * unchanged (the caller rolls back the round).
+   */
+  private async sealActive(): Promise<void> {
     const old = this.active;
     await this.stopFill(old);
     // Invariant LOG-4: a sealed segment ends with its last batch (no preallocated zeros; its
@@ -906,6 +932,18 @@ export class PartitionLog {
       old.fileEnd = old.size;
     }
     await old.handle!.datasync();
+    if (old.size > this.syncedSize) this.syncedSize = old.size;
+  }
+
+  /**
+   * Second half of a roll: creates the next segment at the high watermark. Called only after
+   * everything in the sealed segment is published (LOG-11: a new segment's base offset is the
+   * high watermark, so a rollback never has to reach back into a sealed segment). Index files
+   * and the producer snapshot written afterwards are rebuildable: their failures are logged.
+   */
+  private async openNextSegment(): Promise<void> {
+    const old = this.active;
+    if (old.endOffset !== this.hwm || this.readableSize !== old.size) throw new Error(`invariant: roll at ${old.endOffset} with high watermark ${this.hwm}`);
     await this.closeSyncHandles();
     const seg = new Segment(this.fs, this.dir, old.endOffset);
     try {
@@ -915,25 +953,25 @@ export class PartitionLog {
       // Leave no file behind that recovery would take for the active segment (LOG-1).
       if (seg.handle) await seg.handle.close().catch(() => {});
       await this.fs.unlink(seg.logPath).catch(() => {});
+      old.noFill = false;
       throw e;
     }
-    // Invariant LOG-4: `old` was truncated and fdatasync'ed above, before its successor exists.
+    // Invariant LOG-4: `old` was truncated and fdatasync'ed (sealActive) before its successor exists.
     old.sealed = true;
     old.lastUsed = Date.now();
     this.touchIndex(old);
     this.segments.push(seg);
     this.syncedSize = 0;
     this.readableSize = 0;
-    // Indexes and the producer snapshot are rebuildable from the log: failures are logged only.
+    // Captured now, at the high watermark (PROD-1: only published batches, all in the sealed,
+    // durable segment), although written after the index files.
+    const snap = this.producers.snapshot(this.hwm);
     await old.writeIndexes().catch((e) => this.logger.warn({ err: e, file: old.indexPath }, "could not write index"));
-    await this.writeProducerSnapshot(seg.baseOffset).catch((e) => this.logger.warn({ err: e }, "could not write producer snapshot"));
-    await this.trimOpenHandles();
+    await this.writeProducerSnapshot(snap).catch((e) => this.logger.warn({ err: e }, "could not write producer snapshot"));
+    this.trimOpenHandles();
   }
 
-  private async writeProducerSnapshot(offset: number): Promise<void> {
-    const now = Date.now();
-    const producers = [...this.producers].filter(([, e]) => now - e.lastTimestamp < PRODUCER_EXPIRY_MS);
-    const snap: ProducerSnapshot = { offset, producers };
+  private async writeProducerSnapshot(snap: ProducerSnapshot): Promise<void> {
     await writeFileAtomic(this.fs, join(this.dir, "producers.json"), JSON.stringify(snap));
   }
 
@@ -941,10 +979,7 @@ export class PartitionLog {
     this.flushTimer = setInterval(() => {
       if (!this.dirty || this.closed || this.faulted) return;
       this.dirty = false;
-      this.syncActive().catch((e) => {
-        this.faulted = new StorageError(`fsync failed for ${this.topic}/${this.partition}`, e);
-        this.logger.error({ err: e }, "interval fsync failed; partition is now read-only");
-      });
+      this.syncActive().catch((e) => this.fault(e, "interval fdatasync failed"));
     }, this.config.flushIntervalMs);
     this.flushTimer.unref();
   }
@@ -962,19 +997,39 @@ export class PartitionLog {
     return this.segments[lo];
   }
 
+  /**
+   * A read handle of `seg`, counted in `seg.refs` until `release`. Handle lifetimes have one
+   * owner (this class) and change only in synchronous code: concurrent readers of a closed
+   * sealed segment share one open (`seg.opening`), and eviction picks and detaches its
+   * handles before its first await (trimOpenHandles), so no two callers ever act on one
+   * handle.
+   */
   private async acquire(seg: Segment): Promise<FileHandle> {
     seg.refs++;
     seg.lastUsed = Date.now();
-    if (seg.handle === null) {
-      try {
-        seg.handle = await this.fs.open(seg.logPath, "r");
-      } catch (e) {
-        seg.refs--;
-        throw e;
+    if (seg.handle !== null) return seg.handle;
+    try {
+      if (seg.opening === null) {
+        const opening = this.fs.open(seg.logPath, "r");
+        seg.opening = opening;
+        void opening.then(
+          (h) => {
+            if (seg.opening === opening) seg.opening = null;
+            seg.handle = h;
+          },
+          () => {
+            if (seg.opening === opening) seg.opening = null;
+          },
+        );
       }
-      await this.trimOpenHandles();
+      const h = await seg.opening;
+      // The open's own callback ran first (registered first), so this is seg.handle.
+      this.trimOpenHandles();
+      return h;
+    } catch (e) {
+      seg.refs--;
+      throw e;
     }
-    return seg.handle;
   }
 
   private async release(seg: Segment): Promise<void> {
@@ -986,14 +1041,16 @@ export class PartitionLog {
     }
   }
 
-  private async trimOpenHandles(): Promise<void> {
+  /** Closes the least recently used idle handles of sealed segments beyond MAX_OPEN_SEALED. */
+  private trimOpenHandles(): void {
     const open = this.segments.filter((s) => s.sealed && s.handle !== null && s.refs === 0).sort((a, b) => a.lastUsed - b.lastUsed);
+    const closing: FileHandle[] = [];
     while (open.length > MAX_OPEN_SEALED) {
       const s = open.shift()!;
-      const h = s.handle!;
+      closing.push(s.handle!);
       s.handle = null;
-      await h.close();
     }
+    for (const h of closing) h.close().catch((e: unknown) => this.logger.warn({ err: e, file: h.path }, "could not close segment handle"));
   }
 
   /** Loads (or rebuilds) the index of a sealed segment. */
@@ -1301,14 +1358,6 @@ export class PartitionLog {
     for (const w of [...this.waiters]) if (this.hwm > w.offset || this.closed) w.wake();
   }
 
-  private async waitDurable(endOffset: number, signal?: AbortSignal): Promise<void> {
-    while (this.hwm < endOffset) {
-      this.checkWritable();
-      if (signal?.aborted) throw new AbortedError();
-      await this.waitFor(this.hwm, 1000, signal);
-    }
-  }
-
   /** First offset whose timestamp is >= ts; the high watermark if there is none. */
   async offsetForTimestamp(ts: number): Promise<number> {
     for (const seg of [...this.segments]) {
@@ -1439,7 +1488,7 @@ export class PartitionLog {
         }
         await active.handle!.datasync();
         await active.writeIndexes();
-        await this.writeProducerSnapshot(this.nextOffset);
+        await this.writeProducerSnapshot(this.producers.snapshot(this.hwm));
         const fh = await this.fs.open(join(this.dir, ".clean"), "create");
         await fh.close();
         await this.fs.fsyncDir(this.dir);

@@ -132,6 +132,8 @@ export class Segment {
   /** Wall time of the first record, for roll by age (segmentMs); null while empty. */
   createdAtMs: number | null = null;
   handle: FileHandle | null = null;
+  /** A read handle being opened (PartitionLog.acquire): concurrent readers share it. */
+  opening: Promise<FileHandle> | null = null;
   refs = 0;
   lastUsed = 0;
   /** Ranges [offset, nextOffset) known to be unreadable; reported, never served. */
