@@ -51,6 +51,12 @@ export interface ConnectOptions {
   maxBatchBytes?: number;
   /** Idempotent producing (default true): retries after reconnects never duplicate. */
   idempotent?: boolean;
+  /**
+   * How long an idempotent publish keeps being retried (connection losses, timeouts, storage
+   * errors) before it fails with the last error. Default 120 000 ms. Such a failure is the only
+   * one after which the records may or may not be stored (docs/protocol.md §5).
+   */
+  deliveryTimeoutMs?: number;
   maxBufferedRecords?: number;
   maxPendingRequests?: number;
   /** Group session timeout: a member silent this long loses its partitions. Default 10 000 ms. */
@@ -96,6 +102,8 @@ class RemoteBroker implements Broker {
         maxBatchBytes: o.maxBatchBytes ?? 1024 * 1024,
         idempotent: o.idempotent ?? true,
         maxBufferedRecords: o.maxBufferedRecords ?? 200_000,
+        deliveryTimeoutMs: o.deliveryTimeoutMs ?? 120_000,
+        requestTimeoutMs: o.requestTimeoutMs ?? 30_000,
       },
       (topic) => this.describeTopic(topic),
     );

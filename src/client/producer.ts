@@ -1,27 +1,43 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * Client-side batching and idempotent producing.
+ * Client-side batching and idempotent producing (docs/protocol.md §5).
  *
  * `publish()` calls are gathered per (topic, partition) for up to `lingerMs` (0 = until the
  * current event-loop turn ends) or until a batch reaches `maxBatchRecords`/`maxBatchBytes`,
- * then sent as one PUBLISH frame. Several batches may be in flight at once (pipelining).
+ * then sent as one PUBLISH_ENCODED frame. Batches of different partitions are pipelined freely.
  *
  * Idempotence: the client picks the partition itself (Kafka's murmur2 for keys, a sticky
  * partition per batch otherwise) so that every batch carries producerId, epoch and the
- * per-partition sequence of its first record. A batch whose connection drops is re-sent on the
- * next connection with the same sequence, and the broker answers a batch it already stored
- * with its original offsets (`duplicate: true`): retries never duplicate.
+ * per-partition sequence of its first record. The broker answers a batch it already stored with
+ * its original offsets (`duplicate: true`), but it remembers only the last
+ * PRODUCER_BATCHES_KEPT batches per producer and partition. So per partition this client keeps
+ * a *window* of at most PRODUCER_BATCHES_KEPT numbered batches, from the oldest one not yet
+ * settled to the newest one sent; further batches wait, unnumbered, in order. Every batch that
+ * might have been stored is therefore still in the broker's memory when it is retried.
  *
- * When a batch fails for good (e.g. RECORD_TOO_LARGE), later batches of that partition were
- * already numbered after it, so the broker would see a sequence gap. We then bump the producer
- * epoch (initProducer with the same id), which restarts all sequences at 0, and re-send the
- * batches that the old epoch could no longer place.
+ * The broker checks sequences and answers the batches of one partition in arrival order, and
+ * the transport re-sends pending requests in their original order after a reconnect. When a
+ * batch of the window fails, the batches behind it come back OUT_OF_ORDER_SEQUENCE (refused for
+ * the gap, so certainly not stored). Nothing new is sent to that partition until every batch
+ * of its window is answered; then `recover()`:
+ * - re-sends, with the same sequence and epoch, every batch that failed retriably (connection
+ *   lost, timeouts, storage errors: it may be stored, and the broker recognises the retry)
+ *   or was refused for the gap, after a backoff if the failure was retriable;
+ * - drops a batch that failed for good (its callers already have the error; the broker did
+ *   not store it) and renumbers the batches after it from its sequence, which the broker still
+ *   expects.
+ * An OUT_OF_ORDER_SEQUENCE for the oldest batch of a window with no earlier failure means the
+ * broker no longer has this producer's state; a publish whose retries outlast
+ * `deliveryTimeoutMs` leaves its sequence in doubt. Both are answered by a fresh producer id
+ * (`renew()`), obtained once no numbered batch of any partition is unsettled, because a new id
+ * restarts every partition's sequences at 0.
  */
-import { RecordTooLargeError, ValidationError } from "../errors.js";
+import { ProtocolError, RecordTooLargeError, TimeoutError, ValidationError } from "../errors.js";
+import { PRODUCER_BATCHES_KEPT } from "../log/producer-state.js";
 import { encodeBatch, prepareValue, recordSize, stampBatch, type PreparedRecord } from "../log/record-batch.js";
 import { partitionForKey } from "../streams/murmur2.js";
 import type { PublishReceipt, PublishRecord } from "../types.js";
-import { Op } from "../server/protocol.js";
+import { Op, type Frame } from "../server/protocol.js";
 import type { Transport } from "./transport.js";
 
 export interface ProducerOptions {
@@ -31,6 +47,14 @@ export interface ProducerOptions {
   idempotent: boolean;
   /** Upper bound on records accepted but not yet acknowledged; publish() waits beyond it. */
   maxBufferedRecords: number;
+  /**
+   * How long one publish keeps being retried (from the moment publish() accepted it) before it
+   * fails with the last error. The only failure after which its records may or may not be
+   * stored. Default 120 000 ms.
+   */
+  deliveryTimeoutMs: number;
+  /** The transport's per-request deadline: requests of a batch are cut to its delivery deadline. */
+  requestTimeoutMs: number;
 }
 
 /** The records of one send() call for one partition (one promise for all of them). */
@@ -42,12 +66,76 @@ interface Item {
   reject(e: unknown): void;
 }
 
-interface Batch {
-  topic: string;
-  partition: number;
-  items: Item[];
-  count: number;
-  bytes: number;
+const enum St {
+  /** Gathering records or waiting for a window slot: no sequence yet. */
+  Queued,
+  /** Sent; no answer yet. */
+  Flying,
+  /** Stored and acknowledged (kept in the window until the batches before it settle). */
+  Acked,
+  /** Failed retriably: may be stored; re-sent with the same sequence. */
+  Retry,
+  /** Refused with OUT_OF_ORDER_SEQUENCE behind an earlier failure: not stored; re-sent. */
+  Gap,
+  /** Failed for good (callers rejected); not stored. */
+  Failed,
+}
+
+const enum Mode {
+  /** New batches may be numbered and sent. */
+  Normal,
+  /** A batch of the window failed: wait until none is in flight, then recover(). */
+  Failing,
+  /** recover() decided to re-send after a backoff. */
+  Backoff,
+}
+
+const NO_ITEMS: Item[] = [];
+/** Largest sequence + count the broker accepts (the header field is an i32). */
+const MAX_SEQUENCE = 2 ** 31 - 1;
+const RETRY_BACKOFF_MIN_MS = 50;
+const RETRY_BACKOFF_MAX_MS = 2000;
+
+class Batch {
+  items: Item[] = [];
+  count = 0;
+  bytes = 0;
+  seq = -1;
+  state = St.Queued;
+  /** Encoded once when numbered; a re-send sends the same bytes (same sequence and epoch). */
+  encoded: Buffer | null = null;
+  /** The last retriable error of this batch: what its callers get if it expires. */
+  lastError: unknown = null;
+  /** Closed by a flush or by filling up: may be sent when a slot frees. */
+  ready = false;
+  constructor(
+    readonly part: Part,
+    /** deliveryTimeoutMs after the first record was accepted. */
+    readonly deadline: number,
+  ) {}
+}
+
+/** Producer state of one (topic, partition). */
+class Part {
+  /** The batch gathering records (never numbered). */
+  open: Batch | null = null;
+  /** In the flush list (avoids duplicates). */
+  listed = false;
+  /** Closed batches waiting for a window slot, in order (head index: no O(n) shift). */
+  queue: (Batch | undefined)[] = [];
+  qHead = 0;
+  /** Numbered batches from the oldest unsettled one to the newest sent; at most PRODUCER_BATCHES_KEPT. */
+  window: Batch[] = [];
+  inFlight = 0;
+  nextSeq = 0;
+  mode = Mode.Normal;
+  backoffMs = 0;
+  /** The last retriable error seen on this partition (what waiting batches get if they expire). */
+  lastRetriable: unknown = null;
+  constructor(
+    readonly topic: string,
+    readonly partition: number,
+  ) {}
 }
 
 interface TopicMeta {
@@ -57,25 +145,38 @@ interface TopicMeta {
   fetched: number;
 }
 
-
 export class Producer {
-  private readonly open = new Map<string, Batch>();
+  private readonly parts = new Map<string, Part[]>();
+  /** Partitions with a batch gathering since the last flush. */
+  private openList: Part[] = [];
   private flushScheduled = false;
   private lingerTimer: NodeJS.Timeout | null = null;
   private meta = new Map<string, TopicMeta>();
   private metaLoading = new Map<string, Promise<TopicMeta>>();
   private identity: { producerId: number; producerEpoch: number } | null = null;
   private identityLoading: Promise<void> | null = null;
-  private seqs = new Map<string, number>();
+  /** Numbered batches in all windows (renew() waits until this is 0). */
+  private windowed = 0;
+  /** A fresh producer id is needed before any new batch is numbered. */
+  private renewNeeded = false;
+  private renewing = false;
+  private renewBackoffMs = 0;
+  /** Set once the transport reports the client closed: everything waiting fails with it. */
+  private closedError: unknown = null;
   private buffered = 0;
   private spaceWaiters: (() => void)[] = [];
   private rr = 0;
+  /** Producer ids obtained (tests and diagnostics: a renewal is a rare event). */
+  identitiesObtained = 0;
 
   constructor(
     private readonly transport: Transport,
     private readonly opts: ProducerOptions,
     private readonly describe: (topic: string) => Promise<{ partitions: unknown[]; config: { maxMessageBytes: number } }>,
-  ) {}
+  ) {
+    const d = opts.deliveryTimeoutMs;
+    if (typeof d !== "number" || !Number.isFinite(d) || d <= 0) throw new ValidationError(`deliveryTimeoutMs must be a positive number of milliseconds, got ${String(d)}`);
+  }
 
   private async topicMeta(topic: string, refresh = false): Promise<TopicMeta> {
     const cur = this.meta.get(topic);
@@ -99,9 +200,15 @@ export class Producer {
     this.meta.delete(topic);
   }
 
-  /** A new incarnation of the topic starts its producer sequences from scratch. */
+  /**
+   * A new incarnation of the topic starts its producer sequences from scratch. Partitions with
+   * batches still on their way keep their numbering (the broker has no state for a new topic
+   * and accepts either).
+   */
   resetSequences(topic: string): void {
-    for (const k of [...this.seqs.keys()]) if (k.startsWith(`${topic}\u0000`)) this.seqs.delete(k);
+    const arr = this.parts.get(topic);
+    if (!arr) return;
+    for (const p of arr) if (p && p.window.length === 0 && p.open === null && p.qHead === p.queue.length) p.nextSeq = 0;
   }
 
   /** Sends what is gathered and waits (up to `timeoutMs`) until every accepted record is answered. */
@@ -119,6 +226,13 @@ export class Producer {
     }
   }
 
+  /** Batches sent and not yet answered, over all partitions (tests, diagnostics). */
+  get inFlightBatches(): number {
+    let n = 0;
+    for (const arr of this.parts.values()) for (const p of arr) if (p) n += p.inFlight;
+    return n;
+  }
+
   private async ensureIdentity(): Promise<void> {
     if (this.identity) return;
     if (!this.identityLoading) {
@@ -126,6 +240,7 @@ export class Producer {
         // Safe to retry: a lost reply only wastes a producer id.
         const f = await this.transport.request(Op.InitProducer, {}, null, { retry: true });
         this.identity = { producerId: Number(f.meta.producerId), producerEpoch: Number(f.meta.producerEpoch) };
+        this.identitiesObtained++;
       })().finally(() => (this.identityLoading = null));
     }
     await this.identityLoading;
@@ -133,6 +248,7 @@ export class Producer {
 
   async send(topic: string, records: PublishRecord[]): Promise<PublishReceipt[]> {
     if (!Array.isArray(records) || records.length === 0) throw new ValidationError("publishBatch needs a non-empty array of records");
+    if (this.closedError) throw this.closedError;
     while (this.buffered >= this.opts.maxBufferedRecords) {
       await new Promise<void>((r) => this.spaceWaiters.push(r));
     }
@@ -147,6 +263,8 @@ export class Producer {
       this.release(records.length);
       throw err;
     }
+    let arr = this.parts.get(topic);
+    if (!arr) this.parts.set(topic, (arr = []));
     // Group by partition (in record order), one item per group and batch-sized chunk.
     const groups = new Map<number, number[]>();
     for (let i = 0; i < records.length; i++) {
@@ -158,6 +276,7 @@ export class Producer {
     const promises: Promise<void>[] = [];
     const max = this.opts.maxBatchRecords;
     for (const [p, idx] of groups) {
+      const part = arr[p] ?? (arr[p] = new Part(topic, p));
       for (let s = 0; s < idx.length; s += max) {
         const chunk = groups.size === 1 && idx.length <= max ? null : idx.slice(s, s + max);
         const recs = chunk === null ? prepared : chunk.map((i) => prepared[i]);
@@ -165,12 +284,10 @@ export class Producer {
         if (chunk === null) for (let k = 0; k < sizes.length; k++) size += sizes[k];
         else for (const i of chunk) size += sizes[i];
         promises.push(
-          new Promise<PublishReceipt[]>((resolve, reject) => this.add(topic, p, { records: recs, size, resolve, reject })).then(
-            (rs) => {
-              if (chunk === null) for (let k = 0; k < rs.length; k++) out[k] = rs[k];
-              else for (let k = 0; k < rs.length; k++) out[chunk[k]] = rs[k];
-            },
-          ),
+          new Promise<PublishReceipt[]>((resolve, reject) => this.add(part, { records: recs, size, resolve, reject })).then((rs) => {
+            if (chunk === null) for (let k = 0; k < rs.length; k++) out[k] = rs[k];
+            else for (let k = 0; k < rs.length; k++) out[chunk[k]] = rs[k];
+          }),
         );
       }
     }
@@ -253,26 +370,41 @@ export class Producer {
     while (this.spaceWaiters.length && this.buffered < this.opts.maxBufferedRecords) this.spaceWaiters.shift()!();
   }
 
-  private add(topic: string, partition: number, item: Item): void {
-    const key = `${topic}\u0000${partition}`;
-    let b = this.open.get(key);
+  private add(part: Part, item: Item): void {
+    let b = part.open;
     if (b && b.count + item.records.length > this.opts.maxBatchRecords) {
-      // Keep batches within maxBatchRecords: send what is gathered, start a new one.
-      this.open.delete(key);
-      this.dispatch(b);
-      b = undefined;
+      // Keep batches within maxBatchRecords: close what is gathered, start a new one.
+      part.open = null;
+      this.close(b);
+      b = null;
     }
     if (!b) {
-      b = { topic, partition, items: [], count: 0, bytes: 0 };
-      this.open.set(key, b);
+      b = new Batch(part, Date.now() + this.opts.deliveryTimeoutMs);
+      part.open = b;
+      if (!part.listed) {
+        part.listed = true;
+        this.openList.push(part);
+      }
     }
     b.items.push(item);
     b.count += item.records.length;
     b.bytes += item.size;
     if (b.count >= this.opts.maxBatchRecords || b.bytes >= this.opts.maxBatchBytes) {
-      this.open.delete(key);
-      this.dispatch(b);
+      part.open = null;
+      this.close(b);
     }
+  }
+
+  /** A batch stops gathering: sent at once, or queued behind its partition's window. */
+  private close(b: Batch): void {
+    b.ready = true;
+    if (!this.opts.idempotent) {
+      void this.sendPlain(b);
+      return;
+    }
+    const part = b.part;
+    part.queue.push(b);
+    this.pump(part);
   }
 
   private scheduleFlush(): void {
@@ -293,92 +425,389 @@ export class Producer {
       this.lingerTimer = null;
       this.flushScheduled = false;
     }
-    const batches = [...this.open.values()];
-    this.open.clear();
+    const list = this.openList;
+    this.openList = [];
     // Next linger window: keyless records move to another partition (sticky batches).
     for (const m of this.meta.values()) m.sticky = (m.sticky + 1) % m.partitions;
-    for (const b of batches) this.dispatch(b);
+    for (const part of list) {
+      part.listed = false;
+      const b = part.open;
+      if (b === null) continue;
+      if (!this.opts.idempotent) {
+        part.open = null;
+        this.close(b);
+        continue;
+      }
+      // Ready to go. If the window is full it stays open and keeps gathering (fewer, larger
+      // batches while the partition is busy); pump() takes it when a slot frees.
+      b.ready = true;
+      this.pump(part);
+    }
   }
 
-  private dispatch(b: Batch): void {
-    if (!this.opts.idempotent || !this.identity) {
-      void this.sendBatch(b, null);
+  // ───────────────────────────── idempotent path ─────────────────────────────
+
+  /** Numbers and sends waiting batches while the partition's window has room. */
+  private pump(part: Part): void {
+    if (this.closedError) {
+      this.failWaiting(part, this.closedError);
       return;
     }
-    const seqKey = `${b.topic}\u0000${b.partition}`;
-    const base = this.seqs.get(seqKey) ?? 0;
-    this.seqs.set(seqKey, base + b.count);
-    void this.sendBatch(b, { ...this.identity, baseSequence: base });
+    if (part.mode !== Mode.Normal || this.renewNeeded) return;
+    const id = this.identity!;
+    while (part.window.length < PRODUCER_BATCHES_KEPT) {
+      let b: Batch;
+      if (part.qHead < part.queue.length) {
+        b = part.queue[part.qHead]!;
+        part.queue[part.qHead++] = undefined;
+        if (part.qHead === part.queue.length) {
+          part.queue.length = 0;
+          part.qHead = 0;
+        } else if (part.qHead >= 1024 && part.qHead * 2 >= part.queue.length) {
+          part.queue = part.queue.slice(part.qHead);
+          part.qHead = 0;
+        }
+      } else if (part.open !== null && part.open.ready) {
+        b = part.open;
+        part.open = null;
+      } else break;
+      if (part.nextSeq + b.count > MAX_SEQUENCE) {
+        // Sequences of this producer id are used up on this partition: continue under a new id.
+        this.unshiftQueue(part, [b]);
+        this.renewNeeded = true;
+        this.maybeRenew();
+        return;
+      }
+      try {
+        // The batch travels in the storage format with its CRC (base offset 0): the broker
+        // verifies it and stores it as is, so the checksum covers the records from here to disk.
+        const records = b.items.length === 1 ? b.items[0].records : b.items.flatMap((it) => it.records);
+        b.encoded = encodeBatch(records, { producerId: id.producerId, producerEpoch: id.producerEpoch, baseSequence: part.nextSeq });
+        stampBatch(b.encoded, 0);
+      } catch (err) {
+        // Not numbered, not sent: the sequence stays free.
+        this.reject(b, err);
+        continue;
+      }
+      b.seq = part.nextSeq;
+      part.nextSeq += b.count;
+      part.window.push(b);
+      this.windowed++;
+      this.transmit(b);
+    }
   }
 
-  private async sendBatch(
-    b: Batch,
-    idem: { producerId: number; producerEpoch: number; baseSequence: number } | null,
-  ): Promise<void> {
-    const records: PreparedRecord[] = b.items.length === 1 ? b.items[0].records : b.items.flatMap((it) => it.records);
-    let batch: Buffer;
+  private transmit(b: Batch): void {
+    const part = b.part;
+    b.state = St.Flying;
+    part.inFlight++;
+    // The request's own deadline never outlives the publish's delivery deadline.
+    const extraTimeoutMs = Math.min(0, b.deadline - Date.now() - this.opts.requestTimeoutMs);
+    let p: Promise<Frame>;
     try {
-      // The batch travels in the storage format with its CRC (base offset 0): the broker
-      // verifies it and stores it as is, so the checksum covers the records from here to disk.
-      batch = encodeBatch(records, idem ?? undefined);
-      stampBatch(batch, 0);
+      p = this.transport.request(Op.PublishEncoded, { topic: part.topic, partition: part.partition }, b.encoded, { retry: true, extraTimeoutMs });
     } catch (err) {
-      this.failBatch(b, err, idem);
-      return;
+      p = Promise.reject(err);
     }
-    try {
-      const f = await this.transport.request(
-        Op.PublishEncoded,
-        { topic: b.topic, partition: b.partition },
-        batch,
-        // Only idempotent batches are safe to re-send after a connection loss.
-        { retry: idem !== null },
-      );
-      const baseOffset = Number(f.meta.baseOffset);
-      const count = Number(f.meta.count);
-      if (count !== b.count || !Number.isSafeInteger(baseOffset)) throw new Error(`server acknowledged ${count} records for ${b.count}`);
+    p.then(
+      (f) => this.onAnswer(b, f),
+      (err: unknown) => this.onError(b, err),
+    );
+  }
+
+  private onAnswer(b: Batch, f: Frame): void {
+    const part = b.part;
+    part.inFlight--;
+    const baseOffset = Number(f.meta.baseOffset);
+    const count = Number(f.meta.count);
+    b.state = St.Acked;
+    b.encoded = null;
+    if (count !== b.count || !Number.isSafeInteger(baseOffset)) {
+      // Cannot happen with a conforming server. The broker did take the sequence, so the batch
+      // stays Acked for the numbering; its callers cannot be told where the records went.
+      this.rejectItems(b, new ProtocolError(`server acknowledged ${count} records for ${b.count}`));
+    } else {
       const duplicate = f.meta.duplicate === true;
       const synced = f.meta.synced === true;
       let offset = baseOffset;
       for (const it of b.items) {
         const rs: PublishReceipt[] = new Array(it.records.length);
-        for (let k = 0; k < rs.length; k++) rs[k] = { topic: b.topic, partition: b.partition, offset: offset++, duplicate, synced };
+        for (let k = 0; k < rs.length; k++) rs[k] = { topic: part.topic, partition: part.partition, offset: offset++, duplicate, synced };
         it.resolve(rs);
       }
+      b.items = NO_ITEMS;
       this.release(b.count);
-    } catch (err) {
-      const code = (err as { code?: string }).code;
-      if (idem && this.identity && (code === "OUT_OF_ORDER_SEQUENCE" || code === "PRODUCER_FENCED") && idem.producerEpoch < this.identity.producerEpoch) {
-        // Numbered under an epoch we abandoned after an earlier failure: renumber and resend.
-        this.dispatch(b);
-        return;
+    }
+    part.backoffMs = 0;
+    const w = part.window;
+    while (w.length > 0 && w[0].state === St.Acked) {
+      w.shift();
+      this.windowed--;
+    }
+    this.settled(part);
+  }
+
+  private onError(b: Batch, err: unknown): void {
+    const part = b.part;
+    part.inFlight--;
+    const code = (err as { code?: unknown } | null)?.code;
+    const wasNormal = part.mode === Mode.Normal;
+    part.mode = Mode.Failing;
+    if ((code === "BROKER_CLOSED" || code === "ABORTED") && this.transport.isClosed) {
+      // The client itself was closed (close() gave up draining): nothing will be retried.
+      this.closedError ??= err;
+      this.fail(b, err);
+    } else if (code === "OUT_OF_ORDER_SEQUENCE") {
+      if (wasNormal && part.window[0] === b) {
+        // The oldest unsettled batch, and nothing failed before it: the broker does not hold
+        // the sequence this producer left it at (its state was lost or evicted). Refused, so
+        // not stored; the batches behind it go again under a fresh producer id.
+        process.emitWarning(
+          `sluice producer ${this.identity?.producerId}: the broker lost its sequence state for ${part.topic}/${part.partition}; ` +
+            `the publish fails with OUT_OF_ORDER_SEQUENCE (not stored) and the producer continues under a new id`,
+          { code: "SLUICE_PRODUCER_STATE_LOST" },
+        );
+        this.fail(b, err);
+        this.renewNeeded = true;
+      } else {
+        b.state = St.Gap;
       }
-      if (code === "TOPIC_NOT_FOUND" || code === "PARTITION_NOT_FOUND") this.invalidate(b.topic);
-      this.failBatch(b, err, idem);
+    } else if (code === "CONNECTION_CLOSED" || code === "TIMEOUT" || code === "STORAGE_ERROR" || code === "STORAGE_FULL" || code === "BROKER_CLOSED" || (err as { retriable?: unknown } | null)?.retriable === true) {
+      // May or may not be stored (BROKER_CLOSED here comes from a server shutting down).
+      b.state = St.Retry;
+      b.lastError = err;
+      part.lastRetriable = err;
+    } else {
+      // Refused for good (VALIDATION, RECORD_TOO_LARGE, INVALID_BATCH, TOPIC_NOT_FOUND,
+      // PRODUCER_FENCED, ...): not stored, the callers get the error.
+      if (code === "TOPIC_NOT_FOUND" || code === "PARTITION_NOT_FOUND") this.invalidate(part.topic);
+      this.fail(b, err);
+    }
+    this.settled(part);
+  }
+
+  /** After an answer: recover a failing partition once nothing of it is in flight, else send more. */
+  private settled(part: Part): void {
+    if (part.mode === Mode.Failing) {
+      if (part.inFlight === 0) this.recover(part);
+    } else this.pump(part);
+    if (this.renewNeeded) this.maybeRenew();
+  }
+
+  /**
+   * A batch of this partition's window failed and nothing of it is in flight any more: decide,
+   * batch by batch, what goes again with its number, what is renumbered, what fails.
+   */
+  private recover(part: Part): void {
+    const w = part.window;
+    let firstFailed = -1;
+    let ackedAfterFailed = false;
+    for (let i = 0; i < w.length; i++) {
+      if (w[i].state === St.Failed && firstFailed < 0) firstFailed = i;
+      else if (w[i].state === St.Acked && firstFailed >= 0) ackedAfterFailed = true;
+    }
+    // After a batch refused for good the broker refused the later ones for the gap: they were
+    // not stored and are renumbered from the failed batch's sequence, which the broker still
+    // expects. (If one after it was stored anyway, the broker had no state for this producer
+    // and accepted a gap: then every batch keeps its number.)
+    const renumber = firstFailed >= 0 && !ackedAfterFailed;
+    const keep: Batch[] = [];
+    const requeue: Batch[] = [];
+    for (let i = 0; i < w.length; i++) {
+      const b = w[i];
+      if (b.state === St.Failed) continue;
+      if (renumber && i > firstFailed) requeue.push(b);
+      else keep.push(b);
+    }
+    if (renumber) part.nextSeq = w[firstFailed].seq;
+    // Expiry: the oldest batch to re-send has been retried for deliveryTimeoutMs.
+    let first: Batch | null = null;
+    for (const b of keep) if (b.state !== St.Acked) {
+      first = b;
+      break;
+    }
+    const front: Batch[] = [];
+    if (first !== null && first.deadline <= Date.now()) {
+      // Batches that may be stored fail with their last error (their records may or may not be
+      // stored); those refused for the gap were not stored and wait for a new producer id, since
+      // the broker's next expected sequence is unknown now.
+      for (const b of keep) {
+        if (b.state === St.Retry) this.fail(b, b.lastError);
+        else if (b.state === St.Gap) front.push(b);
+      }
+      keep.length = 0;
+      this.renewNeeded = true;
+    }
+    for (const b of front) this.unnumber(b);
+    for (const b of requeue) this.unnumber(b);
+    this.windowed -= w.length - keep.length;
+    part.window = keep;
+    while (keep.length > 0 && keep[0].state === St.Acked) {
+      keep.shift();
+      this.windowed--;
+    }
+    if (front.length + requeue.length > 0) this.unshiftQueue(part, front.length === 0 ? requeue : front.concat(requeue));
+    this.expireWaiting(part);
+
+    let resend = false;
+    let retriable = false;
+    for (const b of keep) {
+      if (b.state === St.Retry) retriable = true;
+      if (b.state === St.Retry || b.state === St.Gap) resend = true;
+    }
+    if (resend && retriable && !this.closedError) {
+      // Same batches, same numbers, after a backoff (the broker or the network needs time).
+      part.backoffMs = Math.min(RETRY_BACKOFF_MAX_MS, part.backoffMs === 0 ? RETRY_BACKOFF_MIN_MS : part.backoffMs * 2);
+      const delay = part.backoffMs / 2 + (Math.random() * part.backoffMs) / 2;
+      part.mode = Mode.Backoff;
+      setTimeout(() => {
+        part.mode = Mode.Normal;
+        this.resend(part);
+        this.pump(part);
+      }, delay);
+      return;
+    }
+    part.mode = Mode.Normal;
+    if (resend) this.resend(part);
+    this.pump(part);
+  }
+
+  /** Re-sends the window's unsettled batches in sequence order, with their numbers. */
+  private resend(part: Part): void {
+    for (const b of part.window) {
+      if (b.state === St.Retry || b.state === St.Gap) this.transmit(b);
     }
   }
 
-  private failBatch(b: Batch, err: unknown, idem: { producerEpoch: number } | null): void {
-    for (const it of b.items) it.reject(err);
-    this.release(b.count);
-    if (idem && this.identity && idem.producerEpoch === this.identity.producerEpoch) void this.bumpEpoch();
+  private unnumber(b: Batch): void {
+    b.state = St.Queued;
+    b.seq = -1;
+    b.encoded = null;
   }
 
-  private bumping: Promise<void> | null = null;
-  /** Restart all sequences under a new epoch (see the module comment). */
-  private bumpEpoch(): Promise<void> {
-    if (this.bumping) return this.bumping;
-    const id = this.identity!.producerId;
-    this.bumping = (async () => {
-      try {
-        const f = await this.transport.request(Op.InitProducer, { producerId: id }, null, { retry: true });
+  private unshiftQueue(part: Part, batches: Batch[]): void {
+    const rest = part.queue.slice(part.qHead);
+    part.queue = (batches as (Batch | undefined)[]).concat(rest);
+    part.qHead = 0;
+  }
+
+  /** Batches waiting for a slot whose delivery deadline passed fail (they were never stored). */
+  private expireWaiting(part: Part): void {
+    const now = Date.now();
+    while (part.qHead < part.queue.length && part.queue[part.qHead]!.deadline <= now) {
+      const b = part.queue[part.qHead]!;
+      part.queue[part.qHead++] = undefined;
+      this.reject(b, b.lastError ?? part.lastRetriable ?? new TimeoutError(`publish not sent within deliveryTimeoutMs (${this.opts.deliveryTimeoutMs} ms)`));
+    }
+  }
+
+  /** Fails everything of this partition that is not numbered (the client was closed). */
+  private failWaiting(part: Part, err: unknown): void {
+    while (part.qHead < part.queue.length) {
+      const b = part.queue[part.qHead]!;
+      part.queue[part.qHead++] = undefined;
+      this.reject(b, err);
+    }
+    part.queue.length = 0;
+    part.qHead = 0;
+    if (part.open !== null && part.open.ready) {
+      const b = part.open;
+      part.open = null;
+      this.reject(b, err);
+    }
+  }
+
+  /**
+   * Obtains a fresh producer id once no numbered batch of any partition is unsettled (a new id
+   * restarts every partition's sequence at 0), then lets the waiting batches go.
+   */
+  private maybeRenew(): void {
+    if (!this.renewNeeded || this.renewing || this.windowed > 0 || this.closedError) return;
+    this.renewing = true;
+    this.transport.request(Op.InitProducer, {}, null, { retry: true }).then(
+      (f) => {
+        this.renewing = false;
+        this.renewBackoffMs = 0;
         this.identity = { producerId: Number(f.meta.producerId), producerEpoch: Number(f.meta.producerEpoch) };
-      } catch {
-        // Fall back to a brand-new producer id on the next publish.
-        this.identity = null;
+        this.identitiesObtained++;
+        this.renewNeeded = false;
+        for (const arr of this.parts.values()) for (const p of arr) if (p) p.nextSeq = 0;
+        for (const arr of this.parts.values()) for (const p of arr) if (p) this.pump(p);
+      },
+      (err: unknown) => {
+        this.renewing = false;
+        const code = (err as { code?: unknown } | null)?.code;
+        if ((code === "BROKER_CLOSED" || code === "ABORTED") && this.transport.isClosed) {
+          this.closedError ??= err;
+          for (const arr of this.parts.values()) for (const p of arr) if (p) this.failWaiting(p, err);
+          return;
+        }
+        for (const arr of this.parts.values()) {
+          for (const p of arr) {
+            if (!p) continue;
+            p.lastRetriable = err;
+            this.expireWaiting(p);
+          }
+        }
+        this.renewBackoffMs = Math.min(RETRY_BACKOFF_MAX_MS, this.renewBackoffMs === 0 ? RETRY_BACKOFF_MIN_MS : this.renewBackoffMs * 2);
+        setTimeout(() => this.maybeRenew(), this.renewBackoffMs);
+      },
+    );
+  }
+
+  /** A numbered batch failed for good (or expired): its callers get `err`. */
+  private fail(b: Batch, err: unknown): void {
+    b.state = St.Failed;
+    b.encoded = null;
+    this.rejectItems(b, err);
+  }
+
+  /** An unnumbered batch fails: its callers get `err`. */
+  private reject(b: Batch, err: unknown): void {
+    b.state = St.Failed;
+    this.rejectItems(b, err);
+  }
+
+  private rejectItems(b: Batch, err: unknown): void {
+    const items = b.items;
+    b.items = NO_ITEMS;
+    for (const it of items) it.reject(err);
+    this.release(b.count);
+  }
+
+  // ─────────────────────────── non-idempotent path ───────────────────────────
+
+  /** `idempotent: false`: one request per batch, never re-sent (a retry could store it twice). */
+  private async sendPlain(b: Batch): Promise<void> {
+    const part = b.part;
+    let batch: Buffer;
+    try {
+      const records = b.items.length === 1 ? b.items[0].records : b.items.flatMap((it) => it.records);
+      batch = encodeBatch(records);
+      stampBatch(batch, 0);
+    } catch (err) {
+      this.reject(b, err);
+      return;
+    }
+    try {
+      const f = await this.transport.request(Op.PublishEncoded, { topic: part.topic, partition: part.partition }, batch, { retry: false });
+      const baseOffset = Number(f.meta.baseOffset);
+      const count = Number(f.meta.count);
+      if (count !== b.count || !Number.isSafeInteger(baseOffset)) throw new ProtocolError(`server acknowledged ${count} records for ${b.count}`);
+      const duplicate = f.meta.duplicate === true;
+      const synced = f.meta.synced === true;
+      let offset = baseOffset;
+      for (const it of b.items) {
+        const rs: PublishReceipt[] = new Array(it.records.length);
+        for (let k = 0; k < rs.length; k++) rs[k] = { topic: part.topic, partition: part.partition, offset: offset++, duplicate, synced };
+        it.resolve(rs);
       }
-      this.seqs.clear();
-    })().finally(() => (this.bumping = null));
-    return this.bumping;
+      b.items = NO_ITEMS;
+      this.release(b.count);
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      if (code === "TOPIC_NOT_FOUND" || code === "PARTITION_NOT_FOUND") this.invalidate(part.topic);
+      this.reject(b, err);
+    }
   }
 }

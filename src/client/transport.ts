@@ -100,6 +100,11 @@ export class Transport {
     return this.ready;
   }
 
+  /** close() was called: requests fail with BrokerClosedError and nothing is retried. */
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
   /** First connection: fails fast (no retry) so a wrong URL is reported at once. */
   async start(signal?: AbortSignal): Promise<void> {
     await this.open(signal);
