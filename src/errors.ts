@@ -156,10 +156,14 @@ export class StorageFullError extends BrokerError {
   }
 }
 
-/** An I/O error made a partition unwritable until the broker is reopened (recovery re-verifies it). */
+/**
+ * An I/O error: what was being written is not acknowledged, and the partition is unwritable
+ * until it has been reopened from disk, which the broker does by itself (recovery re-verifies
+ * the files). Retriable: the same call may succeed once the partition is recovered.
+ */
 export class StorageError extends BrokerError {
   constructor(message: string, cause?: unknown) {
-    super("STORAGE_ERROR", message, { retriable: false, cause });
+    super("STORAGE_ERROR", message, { retriable: true, cause });
   }
 }
 

@@ -11,7 +11,7 @@ import { openBroker, StorageError, OutOfOrderSequenceError, type EmbeddedBroker 
 import { FaultyFileSystem } from "../src/testing/faulty-fs.js";
 import { tempDir } from "../src/testing/helpers.js";
 import { PartitionLog } from "../src/log/partition-log.js";
-import { NodeFileSystem } from "../src/log/io.js";
+import { NodeFileSystem, type FileHandle, type OpenMode } from "../src/log/io.js";
 import type { PreparedRecord } from "../src/log/record-batch.js";
 
 const SEG = "00000000000000000010.log";
@@ -125,6 +125,48 @@ test("concurrent reads of many sealed segments never race on a handle (more seal
       reads.push(log.append([rec(1000 + round)]));
     }
     await Promise.all(reads);
+  } finally {
+    await log.close();
+  }
+});
+
+/** Closing a handle takes a while (a busy thread pool), so two evictions can interleave. */
+class SlowCloseFs extends NodeFileSystem {
+  override async open(path: string, mode: OpenMode): Promise<FileHandle> {
+    const h = await super.open(path, mode);
+    const close = h.close.bind(h);
+    h.close = async () => {
+      await new Promise((r) => setTimeout(r, 5));
+      await close();
+    };
+    return h;
+  }
+}
+
+test("two evictions of idle segment handles at once never close one handle twice (handle race)", async () => {
+  using tmp = tempDir("sluice-handle-race-");
+  const log = await PartitionLog.open({
+    fs: new SlowCloseFs(),
+    dir: tmp.dir,
+    topic: "t",
+    partition: 0,
+    config: { segmentBytes: 1024, segmentMs: 7 * 86_400_000, maxMessageBytes: 1024, durability: "always", flushIntervalMs: 1000, retentionMs: -1, retentionBytes: -1 },
+  });
+  try {
+    for (let i = 0; i < 120; i++) await log.append([rec(i)]);
+    const segs = log.describeSegments().filter((s) => s.sealed);
+    assert.ok(segs.length >= 14, `sealed segments: ${segs.length}`);
+    for (let round = 0; round < 3; round++) {
+      // Leave many idle handles open: concurrent readers of 10 segments, all done.
+      await Promise.all(segs.slice(0, 10).map((s) => log.read(s.baseOffset, 256)));
+      // Two new readers at once: each open is followed by an eviction of several handles.
+      const [a, b] = await Promise.all([log.read(segs[11 + (round % 2)].baseOffset, 256), log.read(segs[13].baseOffset, 256)]);
+      assert.equal(a.records[0].offset, segs[11 + (round % 2)].baseOffset);
+      assert.equal(b.records[0].offset, segs[13].baseOffset);
+    }
+    // The partition still takes appends (a failed eviction used to fault a roll).
+    const r = await log.append([rec(9999)]);
+    assert.equal(r.baseOffset, 120);
   } finally {
     await log.close();
   }

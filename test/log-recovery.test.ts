@@ -9,7 +9,7 @@ import { readdirSync, readFileSync, writeFileSync, unlinkSync, statSync, existsS
 import { join } from "node:path";
 import { openBroker, CorruptRecordError, StorageFullError, StorageError, type EmbeddedBroker } from "../src/index.js";
 import { FaultyFileSystem } from "../src/testing/faulty-fs.js";
-import { tempDir } from "../src/testing/helpers.js";
+import { tempDir, waitUntil } from "../src/testing/helpers.js";
 import type { Logger } from "../src/log/logger.js";
 
 function captureLogger(): Logger & { lines: { level: string; obj: unknown; msg?: string }[] } {
@@ -212,19 +212,25 @@ test("ENOSPC: producers get StorageFullError, acknowledged data stays, reads con
   await b2.close();
 });
 
-test("EIO on fdatasync makes the partition read-only until reopen; nothing acknowledged is lost", async () => {
+test("EIO on fdatasync: the append fails, the partition is read-only until it has reopened itself from disk; nothing acknowledged is lost", async () => {
   using tmp = tempDir();
   const fs = new FaultyFileSystem();
-  const b = await openBroker({ dataDir: tmp.dir, fs, retentionCheckIntervalMs: 0 });
+  const logger = captureLogger();
+  const b = await openBroker({ dataDir: tmp.dir, fs, retentionCheckIntervalMs: 0, logger });
   await b.createTopic("t");
   await fill(b, "t", 2);
   fs.failNext("datasync", "EIO", { pathIncludes: ".log" });
-  await assert.rejects(b.publish("t", "x", { partition: 0 }), (e: unknown) => e instanceof StorageError && !e.retriable);
-  await assert.rejects(b.publish("t", "y", { partition: 0 }), StorageError);
-  assert.equal((await b.fetch("t", 0, 0, { maxBytes: 1 << 20 })).records.length, 10);
+  // Retriable: the same call succeeds once the partition is recovered.
+  await assert.rejects(b.publish("t", "x", { partition: 0 }), (e: unknown) => e instanceof StorageError && e.retriable);
+  assert.ok(logger.lines.some((l) => l.level === "error"), "the fault is logged at error level");
+  assert.equal((await b.fetch("t", 0, 0, { maxBytes: 1 << 20 })).records.length, 10, "reads continue");
+  // The partition reopens by itself (recovery re-verifies the files); appends resume at 10.
+  const r = await waitUntil(() => b.publish("t", "y", { partition: 0 }).catch((e: unknown) => (e instanceof StorageError ? null : Promise.reject(e))), "recovery");
+  assert.equal(r.offset, 10);
+  assert.ok(logger.lines.some((l) => l.msg === "partition recovered from disk after an I/O error"));
   await b.close();
   const b2 = await openBroker({ dataDir: tmp.dir, retentionCheckIntervalMs: 0 });
-  assert.equal((await b2.publish("t", "z", { partition: 0 })).offset, 10);
+  assert.equal((await b2.publish("t", "z", { partition: 0 })).offset, 11);
   await b2.close();
 });
 

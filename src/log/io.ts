@@ -7,7 +7,7 @@
 import * as nfs from "node:fs";
 import { createHash } from "node:crypto";
 import { StorageError } from "../errors.js";
-import { basename, dirname, join } from "node:path";
+import { basename, dirname, join, resolve } from "node:path";
 
 export interface FileHandle {
   readonly path: string;
@@ -39,6 +39,11 @@ export interface FileSystem {
   /** "r": read-only; "rw": read-write, must exist; "create": read-write, created if missing (never truncated). */
   open(path: string, mode: OpenMode): Promise<FileHandle>;
   readFile(path: string): Promise<Buffer>;
+  /**
+   * Creates `path` and any missing parents, and makes each created directory durable in its
+   * parent (fsync of the parent) before returning (FS-2), so nothing written inside it can be
+   * acknowledged while its directory entry could still vanish in a crash. Existing: no-op.
+   */
   mkdir(path: string): Promise<void>;
   readdir(path: string): Promise<string[]>;
   rename(from: string, to: string): Promise<void>;
@@ -128,7 +133,18 @@ export class NodeFileSystem implements FileSystem {
     return nfs.promises.readFile(path);
   }
   async mkdir(path: string): Promise<void> {
+    // Invariant FS-2: every created directory is fsynced into its parent.
+    const created: string[] = [];
+    let p = resolve(path);
+    while ((await this.stat(p)) === null) {
+      created.push(p);
+      const up = dirname(p);
+      if (up === p) break;
+      p = up;
+    }
+    if (created.length === 0) return;
     await nfs.promises.mkdir(path, { recursive: true });
+    for (const d of created) await this.fsyncDir(dirname(d));
   }
   readdir(path: string): Promise<string[]> {
     return nfs.promises.readdir(path);

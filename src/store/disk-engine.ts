@@ -80,7 +80,10 @@ interface CommitRecord {
 const OFFSETS_LOG_COMPACT_BYTES = 1024 * 1024;
 /** Sanity bound on one logged commit (a commit names at most every partition of a topic). */
 const MAX_COMMIT_RECORD_BYTES = 16 * 1024 * 1024;
-const COMMIT_RECORD_HEAD = 8; // u32 payload length, u32 CRC-32C of the payload
+const COMMIT_RECORD_HEAD = 8;
+/** Backoff between attempts to reopen a faulted partition. */
+const RECOVERY_MIN_DELAY_MS = 200;
+const RECOVERY_MAX_DELAY_MS = 30_000; // u32 payload length, u32 CRC-32C of the payload
 
 function applyCommit(data: GroupFile, r: CommitRecord): void {
   let t = data.topics[r.t];
@@ -308,6 +311,10 @@ export class DiskEngine implements StorageEngine {
   private producerFile: { nextId: number; epochs: Record<string, number> } = { nextId: 0, epochs: {} };
   private adminLock: Promise<unknown> = Promise.resolve();
   private closed = false;
+  /** Partitions being reopened after a fault, by `${topicId}/${partition}`. */
+  private recovering = new Map<string, Promise<void>>();
+  /** Ends the backoff waits of scheduled recoveries (on close). */
+  private recoveryWakers = new Set<() => void>();
 
   constructor(opts: DiskEngineOptions) {
     this.dataDir = resolve(opts.dataDir);
@@ -351,7 +358,65 @@ export class DiskEngine implements StorageEngine {
   }
 
   private openLog(t: Topic, p: number): Promise<PartitionLog> {
-    return PartitionLog.open({ fs: this.fs, dir: join(t.dir, String(p)), topic: t.name, partition: p, config: t.config, logger: this.logger });
+    return PartitionLog.open({
+      fs: this.fs,
+      dir: join(t.dir, String(p)),
+      topic: t.name,
+      partition: p,
+      config: t.config,
+      logger: this.logger,
+      onFault: () => this.scheduleRecovery(t, p),
+    });
+  }
+
+  /**
+   * A faulted partition (an I/O error left its files in doubt) is closed and reopened from
+   * disk, which runs recovery (LOG-7) and rebuilds its producer state (PROD-1). Until then
+   * appends get a retriable StorageError; reads keep working. Retried with backoff while the
+   * disk keeps failing.
+   */
+  private scheduleRecovery(t: Topic, p: number, delayMs = RECOVERY_MIN_DELAY_MS): void {
+    const key = `${t.topicId}/${p}`;
+    if (this.recovering.has(key) || this.closed) return;
+    const run = (async () => {
+      await new Promise<void>((r) => {
+        const wake = (): void => {
+          clearTimeout(timer);
+          this.recoveryWakers.delete(wake);
+          r();
+        };
+        const timer = setTimeout(wake, delayMs);
+        this.recoveryWakers.add(wake);
+      });
+      if (this.closed || this.topics.get(t.name) !== t) return;
+      const old = t.logs[p];
+      try {
+        await old.close();
+        const fresh = await this.openLog(t, p);
+        if (this.closed || this.topics.get(t.name) !== t) {
+          await fresh.close();
+          return;
+        }
+        t.logs[p] = fresh;
+        this.logger.info({ topic: t.name, partition: p, highWatermark: fresh.highWatermark }, "partition recovered from disk after an I/O error");
+      } catch (e) {
+        this.logger.error({ err: e, topic: t.name, partition: p }, "partition recovery failed; retrying");
+        this.recovering.delete(key);
+        this.scheduleRecovery(t, p, Math.min(delayMs * 2, RECOVERY_MAX_DELAY_MS));
+      }
+    })().finally(() => {
+      if (this.recovering.get(key) === run) this.recovering.delete(key);
+    });
+    this.recovering.set(key, run);
+  }
+
+  /** Reopens a partition from disk now (the same as automatic recovery after a fault). */
+  async recoverPartition(topic: string, partition: number): Promise<void> {
+    const t = this.topic(topic);
+    this.log(topic, partition);
+    await this.recovering.get(`${t.topicId}/${partition}`);
+    this.scheduleRecovery(t, partition, 0);
+    await this.recovering.get(`${t.topicId}/${partition}`);
   }
 
   private serial<T>(fn: () => Promise<T>): Promise<T> {
@@ -391,6 +456,8 @@ export class DiskEngine implements StorageEngine {
       const t = this.topics.get(name);
       if (!t) throw new TopicNotFoundError(name);
       this.topics.delete(name);
+      // A reopen in progress sees the topic gone and closes what it opened.
+      await Promise.all(t.logs.map((_, p) => this.recovering.get(`${t.topicId}/${p}`)));
       await Promise.all(t.logs.map((l) => l.close()));
       const trash = this.inside("trash", t.topicId);
       await this.fs.rename(t.dir, trash);
@@ -546,6 +613,8 @@ export class DiskEngine implements StorageEngine {
     if (this.closed) return;
     await this.adminLock;
     this.closed = true;
+    for (const wake of this.recoveryWakers) wake();
+    await Promise.all(this.recovering.values());
     for (const g of this.groups.values()) await g.close();
     for (const t of this.topics.values()) await Promise.all(t.logs.map((l) => l.close()));
   }
