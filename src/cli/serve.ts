@@ -168,6 +168,12 @@ function jsonLogger(level: ServeConfig["logLevel"]) {
 export async function serveCommand(argv: string[]): Promise<void> {
   const cfg = resolveServeConfig(argv);
   const logger = jsonLogger(cfg.logLevel);
+  // A rejected promise nobody handled is a bug, but one request's bug must not take down the
+  // server for every other client: log it loudly (with its stack) and keep serving. Storage
+  // code never relies on this: a fault there fences and reopens the partition on its own.
+  process.on("unhandledRejection", (err: unknown) => {
+    logger.error({ err, stack: (err as Error)?.stack }, "unhandled promise rejection (a bug); the server keeps running");
+  });
   const broker = await openBroker({ dataDir: cfg.data, logger });
   // Work queues: served through `broker.queue()`. Until the embedded broker exposes it, attach
   // the queue manager (same data dir, `queues/` subdirectory) here.
