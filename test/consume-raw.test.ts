@@ -17,7 +17,7 @@ import { openBroker } from "../src/index.js";
 import { startServer } from "../src/server/index.js";
 import { connect } from "../src/client/index.js";
 import { Op, type Frame } from "../src/server/protocol.js";
-import { CorruptRecordError, NotAssignedError, ProtocolError, StaleGenerationError } from "../src/errors.js";
+import { CorruptRecordError, NotAssignedError, OffsetOutOfRangeError, ProtocolError, StaleGenerationError } from "../src/errors.js";
 import { FaultyFileSystem } from "../src/testing/faulty-fs.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";
 
@@ -320,13 +320,28 @@ test("commits are fenced by generation: records of an earlier ownership period c
 async function openEngine(dir: string, fs: NodeFileSystem | FaultyFileSystem = new NodeFileSystem(), compact?: number): Promise<DiskEngine> {
   const e = new DiskEngine({ dataDir: dir, fs, offsetsLogCompactBytes: compact });
   await e.open();
-  if (!e.listTopics().includes("t")) await e.createTopic("t", { ...TOPIC_DEFAULTS, partitions: 4 });
+  if (!e.listTopics().includes("t")) {
+    await e.createTopic("t", { ...TOPIC_DEFAULTS, partitions: 4 });
+    // Commits may not point past the log (META-3): give every partition records to commit.
+    const recs = Array.from({ length: 200 }, () => ({ key: null, value: Buffer.from("r"), valueKind: 0 as const, timestamp: Date.now(), headers: null }));
+    for (let p = 0; p < 4; p++) await e.append("t", p, recs);
+  }
   return e;
 }
 
 function committed(e: DiskEngine, group = "g"): Record<number, number> {
   return Object.fromEntries([...e.getCommitted(group, "t")].map(([p, c]) => [p, c.offset]));
 }
+
+test("a commit past the high watermark is refused: committed offsets never claim more than the log holds", async () => {
+  using tmp = tempDir();
+  const e = await openEngine(tmp.dir);
+  await assert.rejects(e.commitOffsets("g", "t", new Map([[0, 201]])), (err: unknown) => err instanceof OffsetOutOfRangeError);
+  assert.deepEqual(committed(e), {}, "nothing committed");
+  await e.commitOffsets("g", "t", new Map([[0, 200]]));
+  assert.deepEqual(committed(e), { 0: 200 });
+  await e.close();
+});
 
 test("offsets log: every commit is durable on its own, replayed on open, and folded into the snapshot", async () => {
   using tmp = tempDir();
@@ -395,9 +410,9 @@ test("offsets log: power loss after a commit resolved never loses it; a crash be
   await fs.powerLoss(3);
   e = await openEngine(tmp.dir);
   for (const [p, o] of Object.entries(before)) assert.ok(committed(e)[Number(p)] >= o, `partition ${p}: ${committed(e)[Number(p)]} >= ${o}`);
-  await e.commitOffsets("g", "t", new Map([[0, 1000]]));
+  await e.commitOffsets("g", "t", new Map([[0, 199]]));
   e = await openEngine(tmp.dir);
-  assert.equal(committed(e)[0], 1000);
+  assert.equal(committed(e)[0], 199);
   await e.close();
 });
 

@@ -15,7 +15,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { join, resolve, sep } from "node:path";
-import { PartitionNotFoundError, ProducerFencedError, TopicExistsError, TopicNotFoundError, ValidationError, BrokerClosedError, InvalidBatchError } from "../errors.js";
+import { OffsetOutOfRangeError, PartitionNotFoundError, ProducerFencedError, TopicExistsError, TopicNotFoundError, ValidationError, BrokerClosedError, InvalidBatchError } from "../errors.js";
 import { readJsonFile, writeFileAtomic, type FileSystem } from "../log/io.js";
 import { silentLogger, type Logger } from "../log/logger.js";
 import { PartitionLog } from "../log/partition-log.js";
@@ -599,12 +599,16 @@ export class DiskEngine implements StorageEngine {
     return g ? g.get(topic, t.topicId) : new Map();
   }
 
-  commitOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void> {
+  async commitOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void> {
     this.check();
     const t = this.topic(topic);
     for (const [p, o] of offsets) {
       if (!Number.isInteger(p) || p < 0 || p >= t.logs.length) throw new PartitionNotFoundError(topic, p);
       if (!Number.isSafeInteger(o) || o < 0) throw new ValidationError(`invalid offset ${o}`);
+      // META-3: a committed position never lies beyond what the log holds (with durability
+      // "always" the high watermark is durable, so this holds after any crash too).
+      const l = t.logs[p];
+      if (o > l.highWatermark) throw new OffsetOutOfRangeError(topic, p, o, l.logStartOffset, l.highWatermark);
     }
     return this.groupStore(group).commit(topic, t.topicId, offsets);
   }
