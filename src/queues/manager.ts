@@ -14,7 +14,8 @@ import { readJsonFile, writeFileAtomic, type FileSystem } from "../log/io.js";
 import { silentLogger, type Logger } from "../log/logger.js";
 import type { PublishValue } from "../types.js";
 import type { ValueKind } from "../log/record-batch.js";
-import { QueueCore, resolveQueueConfig, validateQueueName, WorkerImpl, MAX_PREFETCH, type QueueHost } from "./queue.js";
+import { QueueCore, resolveQueueConfig, validateQueueName, WorkerImpl, MAX_PREFETCH, type PreparedJob, type QueueHost } from "./queue.js";
+import type { EnqueueIdentity } from "./idempotence.js";
 import type {
   EnqueueItem,
   EnqueueOptions,
@@ -215,13 +216,65 @@ export class QueueHandle<T> implements Queue<T> {
    */
   async enqueueRaw(
     items: { value: Buffer | null; valueKind: ValueKind; opts: Omit<EnqueueItem, "data"> }[],
-    opts: { signal?: AbortSignal; compact?: boolean } = {},
+    opts: { signal?: AbortSignal; compact?: boolean; idem?: EnqueueIdentity } = {},
   ): Promise<EnqueueResult[] | { first: number; n: number }> {
     const core = await this.core();
     const now = Date.now();
     const jobs = items.map((it) => core.prepareRaw(it.value, it.valueKind, it.opts, null, now));
     // compact: {first, n} when every job is new (no per-job result objects).
-    return opts.compact === true ? core.enqueuePreparedCompact(jobs, opts.signal) : core.enqueuePrepared(jobs, opts.signal);
+    return opts.compact === true ? core.enqueuePreparedCompact(jobs, opts.signal, opts.idem) : core.enqueuePrepared(jobs, opts.signal, opts.idem);
+  }
+
+  /**
+   * One network enqueue request holding several of the client's enqueue calls (`calls`: their
+   * job counts, in order). Each call is validated on its own, so a bad job fails only its own
+   * call; the jobs of the valid calls are stored as one request (one identity, one group).
+   * Answers `{first, n}` when every job is new and no call failed, else one result per job
+   * (null for the jobs of failed calls) and the failed calls' errors.
+   */
+  async enqueueCalls(
+    items: { value: Buffer | null; valueKind: ValueKind; opts: Omit<EnqueueItem, "data"> }[],
+    calls: readonly number[],
+    opts: { signal?: AbortSignal; idem?: EnqueueIdentity } = {},
+  ): Promise<{ first: number; n: number } | { results: (EnqueueResult | null)[]; errors: [number, unknown][] }> {
+    let total = 0;
+    for (const c of calls) {
+      if (!Number.isSafeInteger(c) || c < 0) throw new ValidationError("calls must be job counts");
+      total += c;
+    }
+    if (total !== items.length) throw new ValidationError(`calls count ${total} jobs, the request has ${items.length}`);
+    const core = await this.core();
+    const now = Date.now();
+    const jobs: PreparedJob[] = [];
+    const errors: [number, unknown][] = [];
+    /** Per call: index of its first job in `jobs`, or -1 when it failed. */
+    const starts: number[] = new Array(calls.length);
+    let i = 0;
+    for (let c = 0; c < calls.length; c++) {
+      const from = jobs.length;
+      try {
+        for (let k = 0; k < calls[c]; k++) {
+          const it = items[i + k];
+          jobs.push(core.prepareRaw(it.value, it.valueKind, it.opts, null, now));
+        }
+        starts[c] = from;
+      } catch (e) {
+        jobs.length = from;
+        starts[c] = -1;
+        errors.push([c, e]);
+      }
+      i += calls[c];
+    }
+    const r = jobs.length === 0 ? [] : await core.enqueuePreparedCompact(jobs, opts.signal, opts.idem);
+    if (errors.length === 0 && !Array.isArray(r)) return r;
+    const stored = Array.isArray(r) ? r : Array.from({ length: r.n }, (_, k): EnqueueResult => ({ id: String(r.first + k), duplicate: false }));
+    const results: (EnqueueResult | null)[] = new Array(items.length).fill(null);
+    i = 0;
+    for (let c = 0; c < calls.length; c++) {
+      if (starts[c] >= 0) for (let k = 0; k < calls[c]; k++) results[i + k] = stored[starts[c] + k];
+      i += calls[c];
+    }
+    return { results, errors };
   }
 
   work(opts: WorkOptions = {}): Worker<T> {

@@ -42,6 +42,16 @@ import { retryDelayMs } from "./backoff.js";
 import { KeyChains } from "./chains.js";
 import { decodeEvents, encodeEvent, Ev, EVENT_FIXED_BYTES, writeEvent, type JournalEvent } from "./events.js";
 import { OffsetHeap } from "./heap.js";
+import {
+  decodeIdemHeader,
+  encodeIdemHeader,
+  EnqueueProducers,
+  H_IDEMPOTENCE,
+  validateIdentity,
+  type EnqueueIdentity,
+  type IdemEntry,
+  type IdemSnapshot,
+} from "./idempotence.js";
 import { isTerminal, JobTable, St } from "./table.js";
 import type {
   AttemptRecord,
@@ -251,6 +261,14 @@ interface PendingEnqueue {
   jobs: PreparedJob[];
   bytes: number;
   d: Deferred<number>;
+  /** The request's idempotency entry, completed where the rows are added (IDEM-1). */
+  idem: IdemRequest | null;
+}
+
+/** An enqueue request that carries an identity, with its (pending) entry in the producer table. */
+interface IdemRequest {
+  id: EnqueueIdentity;
+  entry: IdemEntry;
 }
 
 interface Lease {
@@ -293,6 +311,8 @@ interface SnapshotMeta {
   moving: [number, DlqIntent][];
   dedupe: [string, number, number][];
   counters: { redeliveries: number; retries: number; completed: number; deadLettered: number };
+  /** Idempotent enqueue requests of jobs below `rows` (absent in snapshots of older versions). */
+  idem?: IdemSnapshot;
 }
 
 const SNAP_MAGIC = Buffer.from("SLQSNAP1");
@@ -339,6 +359,8 @@ export class QueueCore {
   /** User dedupe ids (one window, so insertion order is expiry order) and the broker's own `sys:` ids (7 days). */
   private dedupe = new Map<string, DedupeEntry>();
   private sysDedupe = new Map<string, DedupeEntry>();
+  /** Requests of the network client's idempotent enqueues (idempotence.ts). */
+  private producers = new EnqueueProducers();
   private counts = new Float64Array(8);
   private live = 0;
   private liveBytes = 0;
@@ -452,6 +474,7 @@ export class QueueCore {
       for (const [off, h] of meta.history) this.history.set(off, h);
       for (const [off, m] of meta.moving) this.moving.set(off, m);
       for (const [id, off, exp] of meta.dedupe) this.dd(id).set(id, { off, exp, wait: null, idx: 0 });
+      if (meta.idem !== undefined) this.producers.load(meta.idem);
       this.redeliveries = meta.counters.redeliveries;
       this.retries = meta.counters.retries;
       this.completed = meta.counters.completed;
@@ -464,6 +487,7 @@ export class QueueCore {
       // Only possible with durability "interval"/"never": the log lost an unsynced tail the snapshot had seen.
       this.logger.warn({ queue: this.name, snapshotEnd: this.table.end, logEnd: this.msgs.highWatermark }, "queue jobs lost with the unsynced log tail");
       this.table.truncate(this.msgs.highWatermark);
+      this.producers.truncate(this.msgs.highWatermark);
     }
     // Jobs appended after the snapshot: rebuild their rows from the message log.
     const now = Date.now();
@@ -490,6 +514,14 @@ export class QueueCore {
           const id = dd.toString("utf8");
           const exp = r.timestamp + (id.startsWith("sys:") ? SYSTEM_DEDUPE_WINDOW_MS : this.config.dedupeWindowMs);
           if (exp > now) this.dd(id).set(id, { off: r.offset, exp, wait: null, idx: 0 });
+        }
+        // IDEM-1: the first new job of an idempotent request names it; the request's jobs are
+        // exactly as durable as this record.
+        const ip = getHeader(r.headers, H_IDEMPOTENCE);
+        if (ip !== undefined) {
+          const h = decodeIdemHeader(ip);
+          if (h !== null) this.producers.restore(h.producerId, h.sequence, r.offset, h.count);
+          else this.logger.warn({ queue: this.name, offset: r.offset }, "ignoring a malformed idempotent-enqueue header");
         }
       }
       if (nextOffset <= off) break;
@@ -677,6 +709,9 @@ export class QueueCore {
       moving: [...this.moving],
       dedupe,
       counters: { redeliveries: this.redeliveries, retries: this.retries, completed: this.completed, deadLettered: this.deadLettered },
+      // Completed requests only: their jobs lie below `rows` (completed where rows are added);
+      // pending ones append after it and are found by the recovery scan.
+      idem: this.producers.snapshot(),
     };
     const json = Buffer.from(JSON.stringify(meta), "utf8");
     const head = Buffer.alloc(12);
@@ -874,13 +909,88 @@ export class QueueCore {
     return id.startsWith("sys:") ? SYSTEM_DEDUPE_WINDOW_MS : this.config.dedupeWindowMs;
   }
 
-  /** Enqueues prepared jobs; resolves after the append is durable (Q-1). */
-  async enqueuePrepared(jobs: PreparedJob[], signal?: AbortSignal): Promise<EnqueueResult[]> {
+  /**
+   * Enqueues prepared jobs; resolves after the append is durable (Q-1). `idem`: the request's
+   * identity when it comes from the network client, which may re-send it after a lost
+   * connection (idempotence.ts): a request already stored is answered with its original ids.
+   */
+  async enqueuePrepared(jobs: PreparedJob[], signal?: AbortSignal, idem?: EnqueueIdentity): Promise<EnqueueResult[]> {
+    const r = await this.enqueueRequest(jobs, signal, idem ?? null, false);
+    return Array.isArray(r) ? r : this.freshResults(r.first, r.n);
+  }
+
+  /**
+   * Like enqueuePrepared, but answers `{first, n}` (ids first, first+1, ...) when no job has a
+   * dedupe id, instead of one result object per job (the network server's compact answer).
+   */
+  enqueuePreparedCompact(jobs: PreparedJob[], signal?: AbortSignal, idem?: EnqueueIdentity): Promise<{ first: number; n: number } | EnqueueResult[]> {
+    return this.enqueueRequest(jobs, signal, idem ?? null, true);
+  }
+
+  private freshResults(first: number, n: number): EnqueueResult[] {
+    const out = new Array<EnqueueResult>(n);
+    for (let k = 0; k < n; k++) out[k] = { id: String(first + k), duplicate: false };
+    return out;
+  }
+
+  private async enqueueRequest(
+    jobs: PreparedJob[],
+    signal: AbortSignal | undefined,
+    idem: EnqueueIdentity | null,
+    compact: boolean,
+  ): Promise<{ first: number; n: number } | EnqueueResult[]> {
     this.checkOpen();
     if (jobs.length > MAX_BATCH_ITEMS) throw new ValidationError(`at most ${MAX_BATCH_ITEMS} jobs per batch`);
+    if (idem === null) return this.evaluate(jobs, signal, null, compact);
+    const id = validateIdentity(idem);
+    for (;;) {
+      const e = this.producers.lookup(id);
+      if (e === null) break;
+      if (e.pending !== null) {
+        // The original is still being evaluated or written (e.g. its connection dropped and the
+        // client re-sent it on a new one): its outcome is this request's outcome.
+        try {
+          await e.pending.promise;
+        } catch (err) {
+          // The original stored nothing. Cut short because its connection went away (a blocked
+          // enqueue aborted): this retry stands in for it. Any other failure (QUEUE_FULL,
+          // storage...) is the request's own answer.
+          if (!(err instanceof AbortedError)) throw err;
+        }
+        this.checkOpen();
+        continue;
+      }
+      return this.rebuildAnswer(jobs, e.first, e.count, compact);
+    }
+    // New request: pending from now on, so a concurrent retry waits for this outcome.
+    const entry = this.producers.begin(id);
+    let r: { first: number; n: number } | EnqueueResult[];
+    try {
+      r = await this.evaluate(jobs, signal, { id, entry }, compact);
+    } catch (err) {
+      // Nothing stored (IDEM-1: an entry whose jobs are durable is never dropped; a failed
+      // append already dropped it in enqueueLoop).
+      if (entry.pending !== null) this.producers.drop(id, entry, err);
+      throw err;
+    }
+    // Every job was a duplicate (or none was given): nothing stored, no entry; a retry gets
+    // the same answer from the dedupe table again.
+    if (entry.pending !== null) this.producers.drop(id, entry);
+    return r;
+  }
+
+  /** Dedupe, admission and append of one request. */
+  private async evaluate(
+    jobs: PreparedJob[],
+    signal: AbortSignal | undefined,
+    idem: IdemRequest | null,
+    compact: boolean,
+  ): Promise<{ first: number; n: number } | EnqueueResult[]> {
     if (jobs.length > 0 && jobs.every((j) => j.dedupeId === null)) {
+      // The common case: every job is new, one group, no per-job bookkeeping.
       if (this.dedupe.size + this.sysDedupe.size > 0) this.sweepDedupe(Date.now());
-      return this.enqueueFresh(jobs, signal);
+      const first = await this.enqueueFreshBase(jobs, signal, idem);
+      return compact ? { first, n: jobs.length } : this.freshResults(first, jobs.length);
     }
     const results: (EnqueueResult | Promise<EnqueueResult>)[] = new Array(jobs.length);
     const fresh: { i: number; job: PreparedJob }[] = [];
@@ -913,10 +1023,8 @@ export class QueueCore {
       let bytes = 0;
       for (const f of fresh) bytes += f.job.size;
       await this.admit(fresh.length, bytes, signal);
-      this.reservedDepth += fresh.length;
-      this.reservedBytes += bytes;
       const d = deferred<number>();
-      const group: PendingEnqueue = { jobs: new Array<PreparedJob>(fresh.length), bytes, d };
+      const group: PendingEnqueue = { jobs: new Array<PreparedJob>(fresh.length), bytes, d, idem };
       for (let k = 0; k < fresh.length; k++) {
         const job = fresh[k].job;
         group.jobs[k] = job;
@@ -925,11 +1033,7 @@ export class QueueCore {
           this.dd(job.dedupeId).set(job.dedupeId, { off: -1, exp: now + this.dedupeWindow(job.dedupeId), wait: d, idx: k });
         }
       }
-      this.ePending.push(group);
-      if (!this.eRunning) {
-        this.eRunning = true;
-        queueMicrotask(() => void this.enqueueLoop());
-      }
+      this.pushGroup(group);
       const base = await d.promise;
       for (let k = 0; k < fresh.length; k++) results[fresh[k].i] = { id: String(base + k), duplicate: false };
     }
@@ -938,40 +1042,103 @@ export class QueueCore {
     return out;
   }
 
-  /** enqueuePrepared without dedupe ids (the common case): every job is new, one group. */
-  private async enqueueFresh(jobs: PreparedJob[], signal?: AbortSignal): Promise<EnqueueResult[]> {
-    const base = await this.enqueueFreshBase(jobs, signal);
-    const out = new Array<EnqueueResult>(jobs.length);
-    for (let k = 0; k < jobs.length; k++) out[k] = { id: String(base + k), duplicate: false };
-    return out;
-  }
-
-  /**
-   * Like enqueuePrepared, but answers `{first, n}` (ids first, first+1, ...) when no job has a
-   * dedupe id, instead of one result object per job (the network server's compact answer).
-   */
-  async enqueuePreparedCompact(jobs: PreparedJob[], signal?: AbortSignal): Promise<{ first: number; n: number } | EnqueueResult[]> {
-    this.checkOpen();
-    if (jobs.length > MAX_BATCH_ITEMS) throw new ValidationError(`at most ${MAX_BATCH_ITEMS} jobs per batch`);
-    if (jobs.length === 0 || !jobs.every((j) => j.dedupeId === null)) return this.enqueuePrepared(jobs, signal);
-    if (this.dedupe.size + this.sysDedupe.size > 0) this.sweepDedupe(Date.now());
-    return { first: await this.enqueueFreshBase(jobs, signal), n: jobs.length };
-  }
-
   /** Appends new jobs as one group; resolves with the first job's offset once durable. */
-  private async enqueueFreshBase(jobs: PreparedJob[], signal?: AbortSignal): Promise<number> {
+  private async enqueueFreshBase(jobs: PreparedJob[], signal: AbortSignal | undefined, idem: IdemRequest | null): Promise<number> {
     let bytes = 0;
     for (const j of jobs) bytes += j.size;
     await this.admit(jobs.length, bytes, signal);
-    this.reservedDepth += jobs.length;
-    this.reservedBytes += bytes;
     const d = deferred<number>();
-    this.ePending.push({ jobs, bytes, d });
+    this.pushGroup({ jobs, bytes, d, idem });
+    return d.promise;
+  }
+
+  /** Queues an admitted group for the enqueue loop (after `admit`, with no await in between). */
+  private pushGroup(g: PendingEnqueue): void {
+    this.reservedDepth += g.jobs.length;
+    this.reservedBytes += g.bytes;
+    if (g.idem !== null) {
+      // IDEM-1: the request's identity rides on its first new job, in the same append.
+      const rec = g.jobs[0].rec;
+      const h: [string, Buffer] = [H_IDEMPOTENCE, encodeIdemHeader(g.idem.id, g.jobs.length)];
+      rec.headers = rec.headers === null ? [h] : [...rec.headers, h];
+    }
+    this.ePending.push(g);
     if (!this.eRunning) {
       this.eRunning = true;
       queueMicrotask(() => void this.enqueueLoop());
     }
-    return d.promise;
+  }
+
+  /**
+   * The original answer of a stored request, for a retry of it: its new jobs hold the offsets
+   * `first .. first + count - 1` in job order, and the jobs that were duplicates are found in the
+   * dedupe table again (their originals were stored before the request). A dedupe id whose
+   * window has ended since (and was swept) can no longer be told apart: such a job is taken as
+   * new while the request has unassigned new offsets, else it is answered as a duplicate whose
+   * original is unknown (empty id).
+   */
+  private async rebuildAnswer(jobs: PreparedJob[], first: number, count: number, compact: boolean): Promise<{ first: number; n: number } | EnqueueResult[]> {
+    const n = jobs.length;
+    let plain = true;
+    for (const j of jobs) if (j.dedupeId !== null && this.dedupeWindow(j.dedupeId) > 0) plain = false;
+    if (plain) {
+      if (count !== n) this.logger.warn({ queue: this.name, count, jobs: n }, "retried enqueue differs from its original");
+      return compact ? { first, n } : this.freshResults(first, n);
+    }
+    const end = first + count;
+    // Kinds: 0 new (no dedupe id: the next new offset), 1 new at a known offset, 2 duplicate of a
+    // job stored before the request, 3 duplicate of an earlier job of this request, 4 unknown.
+    const kind = new Uint8Array(n);
+    const at = new Float64Array(n);
+    const out: EnqueueResult[] = new Array(n);
+    const firstIdx = new Map<string, number>();
+    for (let i = 0; i < n; i++) {
+      const d = jobs[i].dedupeId;
+      if (d === null || this.dedupeWindow(d) <= 0) continue;
+      const prev = firstIdx.get(d);
+      if (prev !== undefined) {
+        kind[i] = 3;
+        at[i] = prev;
+        continue;
+      }
+      firstIdx.set(d, i);
+      const e = this.dd(d).get(d);
+      // A claim still in flight, or an offset past the request, belongs to a later job with this
+      // id (the window ended and the id was used again): the original entry is gone.
+      if (e === undefined || e.wait !== null || e.off >= end) kind[i] = 4;
+      else if (e.off >= first) {
+        kind[i] = 1;
+        at[i] = e.off;
+      } else {
+        kind[i] = 2;
+        out[i] = { id: String(e.off), duplicate: true };
+      }
+    }
+    // Assign new offsets in job order, segment by segment between jobs of known offset.
+    let cursor = first;
+    for (let i = 0; i < n; ) {
+      let j = i;
+      while (j < n && kind[j] !== 1) j++;
+      const segEnd = j < n ? at[j] : end;
+      let must = 0;
+      let unknown = 0;
+      for (let k = i; k < j; k++) {
+        if (kind[k] === 0) must++;
+        else if (kind[k] === 4) unknown++;
+      }
+      let unknownNew = Math.max(0, Math.min(unknown, segEnd - cursor - must));
+      for (let k = i; k < j; k++) {
+        if (kind[k] === 0 || (kind[k] === 4 && unknownNew-- > 0)) out[k] = { id: String(cursor++), duplicate: false };
+        else if (kind[k] === 4) out[k] = { id: "", duplicate: true };
+      }
+      if (j < n) {
+        out[j] = { id: String(at[j]), duplicate: false };
+        cursor = at[j] + 1;
+      }
+      i = j + 1;
+    }
+    for (let i = 0; i < n; i++) if (kind[i] === 3) out[i] = { id: out[at[i]].id, duplicate: true };
+    return out;
   }
 
   /** Overflow policy (maxDepth / maxBytes): reject with QueueFullError or block up to blockTimeoutMs. */
@@ -981,22 +1148,28 @@ export class QueueCore {
     if (fits()) return;
     const full = (): QueueFullError => new QueueFullError(this.name, this.live + this.reservedDepth, this.liveBytes + this.reservedBytes);
     if (n > this.config.maxDepth || bytes > this.config.maxBytes || this.config.overflow === "reject") throw full();
-    signal?.throwIfAborted();
+    const aborted = (): AbortedError => new AbortedError("enqueue aborted while waiting for room; nothing was stored", signal?.reason);
     const deadline = performance.now() + this.config.blockTimeoutMs;
     while (!fits()) {
       this.checkOpen();
+      // Checked on every round: a listener added to an already aborted signal never fires.
+      if (signal?.aborted) throw aborted();
       const left = deadline - performance.now();
       if (left <= 0) throw full();
       await new Promise<void>((resolve, reject) => {
-        const done = (): void => {
+        const cleanup = (): void => {
           clearTimeout(timer);
           this.roomWaiters.delete(done);
           signal?.removeEventListener("abort", onAbort);
+        };
+        const done = (): void => {
+          cleanup();
           resolve();
         };
+        // Not via done(): a promise resolved first would ignore the rejection and keep waiting.
         const onAbort = (): void => {
-          done();
-          reject(new AbortedError("enqueue aborted while waiting for room", signal?.reason));
+          cleanup();
+          reject(aborted());
         };
         const timer = setTimeout(done, left);
         this.roomWaiters.add(done);
@@ -1049,6 +1222,8 @@ export class QueueCore {
             for (const j of g.jobs) if (j.dedupeId !== null && this.dd(j.dedupeId).get(j.dedupeId)?.wait === g.d) this.dd(j.dedupeId).delete(j.dedupeId);
             this.reservedDepth -= g.jobs.length;
             this.reservedBytes -= g.bytes;
+            // IDEM-1: nothing of it is stored, so nothing may claim it is.
+            if (g.idem !== null) this.producers.drop(g.idem.id, g.idem.entry, e);
             g.d.reject(e);
           }
           this.fail(e);
@@ -1080,6 +1255,8 @@ export class QueueCore {
               off++;
             }
           } else off += g.jobs.length;
+          // Together with the rows (no await in between): a snapshot sees both or neither.
+          if (g.idem !== null) this.producers.complete(g.idem.entry, gBase, g.jobs.length);
           g.d.resolve(gBase);
         }
         this.scheduleDelayTimer();
