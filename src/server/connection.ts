@@ -492,8 +492,16 @@ export class Connection {
         return this.handleSubscribe(frame);
       case Op.QueueEnqueue: {
         const q = this.queueFor(m);
+        // producerId + sequence: an idempotent request, possibly a retry of one already stored
+        // (answered with the original ids); calls: the client's coalesced enqueue calls, each
+        // answered on its own (docs/protocol.md §7).
+        const producerId = int(m, "producerId", true);
+        const idem = producerId === undefined ? undefined : { producerId, sequence: int(m, "sequence")! };
         // A client that asks for it gets {first, n} instead of one {id, duplicate} per job.
-        return this.respond(frame, await enqueueFromWire(q, frame.body, m.opts, this.limits.maxRecordsPerBatch, this.ac.signal, m.compact === true));
+        return this.respond(
+          frame,
+          await enqueueFromWire(q, frame.body, m.opts, this.limits.maxRecordsPerBatch, this.ac.signal, m.compact === true, { idem, calls: m.calls ?? undefined }),
+        );
       }
       case Op.QueueWork:
         return this.handleWork(frame);

@@ -20,7 +20,8 @@ import { QueueHandle } from "../queues/manager.js";
 import { JobImpl, WorkerImpl } from "../queues/queue.js";
 import { prepareValue } from "../log/record-batch.js";
 import { decodeEnqueueRecords, type WireJob } from "./queue-wire.js";
-import { decodePublishRecords } from "./protocol.js";
+import { decodePublishRecords, errorToWire, type WireError } from "./protocol.js";
+import type { EnqueueIdentity } from "../queues/idempotence.js";
 
 /** The embedded broker exposes queues as `broker.queue(name, config)` (issue 3). */
 export type QueueHost = { queue<T = unknown>(name: string, config?: QueueConfig): Queue<T> };
@@ -497,6 +498,11 @@ export class RemoteWorker {
 /**
  * QUEUE_ENQUEUE: the embedded queue stores the client's value bytes as they are (no decode
  * into JS values and re-encode); another Queue implementation gets decoded items.
+ *
+ * `extra.idem` (producerId + sequence): the request may be a retry of one the queue already
+ * stored, which is then answered with its original ids (src/queues/idempotence.ts).
+ * `extra.calls`: the job counts of the client's enqueue calls that share this request; each call
+ * succeeds or fails on its own (`{results, errors}`), see docs/protocol.md §7.
  */
 export async function enqueueFromWire(
   q: Queue<unknown>,
@@ -505,11 +511,31 @@ export async function enqueueFromWire(
   maxRecords: number,
   signal: AbortSignal,
   compact: boolean,
-): Promise<{ results: EnqueueResult[] } | { first: string; n: number }> {
+  extra: { idem?: EnqueueIdentity; calls?: unknown } = {},
+): Promise<{ results: (EnqueueResult | null)[]; errors?: [number, WireError][] } | { first: string; n: number }> {
+  const calls = extra.calls === undefined ? undefined : parseCalls(extra.calls);
   if (!(q instanceof QueueHandle)) {
+    // Not the embedded queue: no idempotent requests (nothing to remember them in); calls run one by one.
     const values = decodePublishRecords(body, maxRecords, true);
-    const results = await q.enqueueBatch(enqueueItems(values as { value: unknown; headers?: Record<string, string | Uint8Array> }[], opts), { signal });
-    return compact ? compactEnqueueResults(results) : { results };
+    const items = enqueueItems(values as { value: unknown; headers?: Record<string, string | Uint8Array> }[], opts);
+    if (calls === undefined) {
+      const results = await q.enqueueBatch(items, { signal });
+      return compact ? compactEnqueueResults(results) : { results };
+    }
+    checkCallTotal(calls, items.length);
+    const results: (EnqueueResult | null)[] = new Array(items.length).fill(null);
+    const errors: [number, WireError][] = [];
+    let i = 0;
+    for (let c = 0; c < calls.length; c++) {
+      try {
+        const r = await q.enqueueBatch(items.slice(i, i + calls[c]), { signal });
+        for (let k = 0; k < r.length; k++) results[i + k] = r[k];
+      } catch (e) {
+        errors.push([c, errorToWire(e)]);
+      }
+      i += calls[c];
+    }
+    return errors.length === 0 && compact ? compactEnqueueResults(results as EnqueueResult[]) : { results, errors };
   }
   const recs = decodeEnqueueRecords(body, maxRecords);
   if (opts !== undefined && (!Array.isArray(opts) || opts.length !== recs.length)) {
@@ -521,9 +547,34 @@ export async function enqueueFromWire(
     const o = opts === undefined ? undefined : (opts as unknown[])[i];
     items[i] = { value: r.value, valueKind: r.valueKind, opts: itemOptions(o, i, r.headers) };
   }
-  const r = await (q as QueueHandle<unknown>).enqueueRaw(items, { signal, compact });
+  const handle = q as QueueHandle<unknown>;
+  if (calls !== undefined) {
+    checkCallTotal(calls, items.length);
+    // Options of a job are checked with its call (a bad one fails only that call).
+    const r = await handle.enqueueCalls(items, calls, { signal, idem: extra.idem });
+    if (!("results" in r)) return { first: String(r.first), n: r.n };
+    const errors = r.errors.map(([c, e]): [number, WireError] => [c, errorToWire(e)]);
+    if (errors.length > 0) return { results: r.results, errors };
+    return compact ? compactEnqueueResults(r.results as EnqueueResult[]) : { results: r.results };
+  }
+  const r = await handle.enqueueRaw(items, { signal, compact, idem: extra.idem });
   if (Array.isArray(r)) return compact ? compactEnqueueResults(r) : { results: r };
   return { first: String(r.first), n: r.n };
+}
+
+/** At most this many calls per request (one job each at least, except empty calls). */
+const MAX_CALLS = 100_000;
+
+function parseCalls(v: unknown): number[] {
+  if (!Array.isArray(v) || v.length === 0 || v.length > MAX_CALLS || !v.every((c) => Number.isSafeInteger(c) && c >= 0))
+    throw new ValidationError("calls must be a non-empty array of job counts");
+  return v as number[];
+}
+
+function checkCallTotal(calls: number[], jobs: number): void {
+  let total = 0;
+  for (const c of calls) total += c;
+  if (total !== jobs) throw new ValidationError(`calls count ${total} jobs, the request has ${jobs}`);
 }
 
 function itemOptions(o: unknown, i: number, headers: Record<string, Uint8Array> | undefined): Omit<EnqueueItem, "data"> {
