@@ -160,9 +160,13 @@ async function runLoad(t: { diagnostic(s: string): void }, kills: number): Promi
       server = await spawnServer(args(port));
       watch(server);
     }
-    while (Date.now() < deadline) {
+    // At least SECONDS, and until every partition has more sealed segments than open handles
+    // (a loaded machine publishes less per second; the point is the rolls, not the rate).
+    const sealedNow = (): number[] =>
+      Array.from({ length: PARTITIONS }, (_, p) => readdirSync(join(dir, "topics", "load", String(p))).filter((f) => /^\d{20}\.log$/.test(f)).length - 1);
+    while (Date.now() < deadline || Math.min(...sealedNow()) <= OPEN_HANDLE_LIMIT + 1) {
       await new Promise((r) => setTimeout(r, 100));
-      if (unexpectedExits.length > 0) break;
+      if (unexpectedExits.length > 0 || Date.now() > deadline + 120_000) break;
     }
     const last = acked.size;
     await waitUntil(() => acked.size > last + 100 || unexpectedExits.length > 0, "progress at the end", 60_000);
@@ -203,7 +207,7 @@ async function runLoad(t: { diagnostic(s: string): void }, kills: number): Promi
       const got = seen.get(id);
       if (!got || got.partition !== at.partition || got.offset !== at.offset) lost++;
     }
-    const sealed = Array.from({ length: PARTITIONS }, (_, p) => readdirSync(join(dir, "topics", "load", String(p))).filter((f) => /^\d{20}\.log$/.test(f)).length - 1);
+    const sealed = sealedNow();
     t.diagnostic(
       `${kills} kills, ${((Date.now() - started) / 1000).toFixed(1)} s: published ${acked.size} (errors ${show(pubErrors)}), consumed ${consumed}, ` +
         `committed ${commits} (errors ${show(commitErrors)}), enqueued ${enqueued} (errors ${show(enqueueErrors)}), worked ${worked}, ` +

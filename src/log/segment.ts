@@ -10,14 +10,13 @@
  * scan sealed data.
  */
 import { join } from "node:path";
-import { InvalidBatchError } from "../errors.js";
 import type { FileHandle, FileSystem } from "./io.js";
-import { HEADER_SIZE, MAX_BATCH_BYTES, plausibleHeader, readBatchLength, verifyBatch, type BatchHeader } from "./record-batch.js";
+import { HEADER_SIZE, MAX_BATCH_BYTES, type BatchHeader } from "./record-batch.js";
+import { BatchCursor, resync, SCAN_CHUNK, type CorruptRange } from "./batch-cursor.js";
 
 export const INDEX_INTERVAL_BYTES = 4096;
 const OFFSET_ENTRY = 8;
 const TIME_ENTRY = 16;
-const SCAN_CHUNK = 1 << 20;
 
 export function segmentFileName(baseOffset: number, ext: string): string {
   return `${String(baseOffset).padStart(20, "0")}.${ext}`;
@@ -137,13 +136,22 @@ export class Segment {
   refs = 0;
   lastUsed = 0;
   /** Ranges [offset, nextOffset) known to be unreadable; reported, never served. */
-  corrupt: { offset: number; nextOffset: number; pos: number; nextPos: number }[] = [];
+  corrupt: CorruptRange[] = [];
 
   constructor(readonly fs: FileSystem, readonly dir: string, readonly baseOffset: number) {
     this.logPath = join(dir, segmentFileName(baseOffset, "log"));
     this.indexPath = join(dir, segmentFileName(baseOffset, "index"));
     this.timeIndexPath = join(dir, segmentFileName(baseOffset, "timeindex"));
     this.endOffset = baseOffset;
+  }
+
+  /** Removes the segment's files (a missing one is fine: an interrupted earlier deletion). */
+  async unlinkFiles(): Promise<void> {
+    for (const p of [this.logPath, this.indexPath, this.timeIndexPath]) {
+      await this.fs.unlink(p).catch((e: NodeJS.ErrnoException) => {
+        if (e.code !== "ENOENT") throw e;
+      });
+    }
   }
 
   /** Records one appended batch in the in-memory index. */
@@ -235,152 +243,23 @@ export class Segment {
   }
 
   /**
-   * Walks the batches of the segment from `pos` (expected to hold `expectedOffset`) up to `limit`,
-   * verifying each. Reads in bounded chunks; memory stays O(chunk + largest batch).
+   * Walks the batches of a segment file from `pos` (expected to hold `expectedOffset`) up to
+   * `limit`, verifying each (LOG-2, through BatchCursor). Reads in bounded chunks; memory stays
+   * O(chunk + largest batch).
    */
-  static async scan(
-    fh: FileHandle,
-    pos: number,
-    expectedOffset: number,
-    limit: number,
-    cb: ScanCallbacks,
-    maxBatchBytes = MAX_BATCH_BYTES,
-  ): Promise<{ pos: number; offset: number }> {
-    let buf = Buffer.allocUnsafe(Math.min(SCAN_CHUNK, Math.max(limit - pos, HEADER_SIZE)));
-    let bufStart = pos;
-    let bufLen = 0;
-    const ensure = async (at: number, need: number): Promise<boolean> => {
-      if (at >= bufStart && at + need <= bufStart + bufLen) return true;
-      if (at + need > limit) return false;
-      const want = Math.max(need, Math.min(SCAN_CHUNK, limit - at));
-      if (buf.length < want) buf = Buffer.allocUnsafe(want);
-      bufStart = at;
-      bufLen = await readFully(fh, buf, want, at);
-      return bufLen >= need;
-    };
-    while (pos < limit) {
-      let h: BatchHeader | null = null;
-      let detail = "";
-      if (!(await ensure(pos, HEADER_SIZE))) detail = `truncated header (${limit - pos} bytes left)`;
-      else {
-        const len = readBatchLength(buf, pos - bufStart);
-        if (len < HEADER_SIZE || len > maxBatchBytes || len > limit - pos) detail = `implausible or truncated batch length ${len}`;
-        else if (!(await ensure(pos, len))) detail = "short read";
-        else {
-          try {
-            h = verifyBatch(buf, pos - bufStart, bufStart + bufLen - bufStart, maxBatchBytes);
-            if (h.baseOffset !== expectedOffset) {
-              detail = `batch claims offset ${h.baseOffset}, expected ${expectedOffset} (misplaced batch)`;
-              h = null;
-            }
-          } catch (e) {
-            if (!(e instanceof InvalidBatchError)) throw e;
-            detail = e.message;
-          }
-        }
-      }
-      if (h === null) {
-        const next = await Segment.resync(fh, pos, expectedOffset, limit, maxBatchBytes);
-        if (cb.onCorrupt(pos, expectedOffset, detail, next) === "stop" || next === null) return { pos, offset: expectedOffset };
-        pos = next.pos;
-        expectedOffset = next.offset;
+  static async scan(fh: FileHandle, pos: number, expectedOffset: number, limit: number, cb: ScanCallbacks): Promise<{ pos: number; offset: number }> {
+    const c = new BatchCursor(fh, pos, expectedOffset, limit, SCAN_CHUNK);
+    for (;;) {
+      const step = await c.next();
+      if (step.kind === "end") return { pos: c.pos, offset: c.expected };
+      if (step.kind === "batch") {
+        cb.onBatch(step.h, c.pos);
+        c.advance(step.h);
         continue;
       }
-      cb.onBatch(h, pos);
-      pos += h.length;
-      expectedOffset = h.baseOffset + h.count;
+      const next = await resync(fh, c.pos, c.expected, limit, MAX_BATCH_BYTES);
+      if (cb.onCorrupt(c.pos, c.expected, step.detail, next) === "stop" || next === null) return { pos: c.pos, offset: c.expected };
+      c.jump(next.pos, next.offset);
     }
-    return { pos, offset: expectedOffset };
   }
-
-  /**
-   * After a bad batch at `pos`, finds the next intact batch whose offset follows
-   * `expectedOffset`, scanning byte by byte from pos+1 (bounded by the
-   * segment; plausibility is checked before the CRC so garbage is skipped cheaply).
-   */
-  static async resync(
-    fh: FileHandle,
-    pos: number,
-    expectedOffset: number,
-    limit: number,
-    maxBatchBytes: number,
-  ): Promise<{ pos: number; offset: number } | null> {
-    const window = Buffer.allocUnsafe(Math.min(SCAN_CHUNK + HEADER_SIZE, Math.max(0, limit - pos)));
-    let start = pos + 1;
-    while (start + HEADER_SIZE <= limit) {
-      const n = await readFully(fh, window, Math.min(window.length, limit - start), start);
-      const scanEnd = Math.min(n - HEADER_SIZE + 1, SCAN_CHUNK);
-      for (let i = 0; i < scanEnd; i++) {
-        // A batch starts with a length >= HEADER_SIZE, so no batch starts at i when the 4 bytes
-        // there are zero. Skip whole zero blocks natively: a preallocated tail (LOG-8) is MiBs
-        // of zeros, which a byte-by-byte search would crawl through on every recovery.
-        if (window[i] === 0 && (i & (ZERO_BLOCK - 1)) === 0 && i + ZERO_BLOCK <= n && isZero(window, i, i + ZERO_BLOCK)) {
-          i += ZERO_BLOCK - 4; // the last 3 bytes of the block may begin a length field
-          continue;
-        }
-        // plausibleHeader bounds the length by the bytes left in the segment, not the window.
-        if (!plausibleHeader(window, i, limit - start, expectedOffset)) continue;
-        const len = readBatchLength(window, i);
-        if (len > maxBatchBytes) continue;
-        const cand = i + len <= n ? window : Buffer.allocUnsafe(len);
-        const at = cand === window ? i : 0;
-        if (cand !== window && (await readFully(fh, cand, len, start + i)) < len) continue;
-        try {
-          const h = verifyBatch(cand, at, at + len, maxBatchBytes);
-          return { pos: start + i, offset: h.baseOffset };
-        } catch {
-          // not a batch boundary; keep looking
-        }
-      }
-      if (n < window.length) break;
-      start += SCAN_CHUNK;
-    }
-    return null;
-  }
-}
-
-const ZERO_BLOCK = 4096;
-const ZEROS = Buffer.alloc(ZERO_BLOCK);
-
-function isZero(buf: Buffer, from: number, to: number): boolean {
-  for (let at = from; at < to; at += ZERO_BLOCK) {
-    const end = Math.min(to, at + ZERO_BLOCK);
-    if (buf.compare(ZEROS, 0, end - at, at, end) !== 0) return false;
-  }
-  return true;
-}
-
-/**
- * The position just past the last non-zero byte in [from, to) of the file, or `from` if the
- * range is all zeros. Reads backwards in bounded chunks (memory O(SCAN_CHUNK)).
- */
-export async function endOfNonZero(fh: FileHandle, from: number, to: number): Promise<number> {
-  const buf = Buffer.allocUnsafe(Math.min(SCAN_CHUNK, Math.max(0, to - from)));
-  let end = to;
-  while (end > from) {
-    const start = Math.max(from, end - buf.length);
-    const n = await readFully(fh, buf, end - start, start);
-    if (n < end - start) {
-      // The file is shorter than assumed: only what exists can be non-zero.
-      end = start + n;
-      if (n === 0) continue;
-    }
-    if (!isZero(buf, 0, end - start)) {
-      let i = end - start - 1;
-      while (buf[i] === 0) i--;
-      return start + i + 1;
-    }
-    end = start;
-  }
-  return from;
-}
-
-export async function readFully(fh: FileHandle, buf: Buffer, length: number, position: number): Promise<number> {
-  let got = 0;
-  while (got < length) {
-    const n = await fh.read(buf, got, length - got, position + got);
-    if (n === 0) break;
-    got += n;
-  }
-  return got;
 }

@@ -119,6 +119,9 @@ export function defineEngineContract(name: string, factory: () => Promise<Engine
   withEngine("group offsets are durable and per topic incarnation", async (f) => {
     let e = f.engine;
     await e.createTopic("t", resolveTopicConfig({ partitions: 3 }));
+    for (const p of [0, 2]) await e.append("t", p, Array.from({ length: 8 }, (_, i) => rec(String(i))));
+    // META-3: a committed position never lies beyond what the log holds.
+    await assert.rejects(e.commitOffsets("g", "t", new Map([[0, 9]])), OffsetOutOfRangeError);
     await e.commitOffsets("g", "t", new Map([[0, 5], [2, 7]]));
     e = await f.reopen();
     const c = e.getCommitted("g", "t");

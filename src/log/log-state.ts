@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * The in-memory state of one partition, shared by its parts: the loader builds it
+ * (log-loader.ts), the writer moves its write side (group-commit.ts: next offset, high
+ * watermark, readable end, the active segment), readers and retention read it
+ * (log-reader.ts, retention.ts). Only the writer changes `nextOffset`, `hwm`,
+ * `readableSize` and the active segment; only retention removes segments from the front.
+ */
+import { StorageError, type StorageFullError } from "../errors.js";
+import type { FileSystem } from "./io.js";
+import type { Logger } from "./logger.js";
+import { ProducerStateManager } from "./producer-state.js";
+import type { Segment } from "./segment.js";
+
+export type Durability = "always" | "interval" | "never";
+
+export interface LogConfig {
+  segmentBytes: number;
+  segmentMs: number;
+  maxMessageBytes: number;
+  durability: Durability;
+  flushIntervalMs: number;
+  retentionMs: number;
+  retentionBytes: number;
+}
+
+/** What every part of a partition knows about where and what it is. */
+export interface LogContext {
+  readonly fs: FileSystem;
+  readonly dir: string;
+  readonly topic: string;
+  readonly partition: number;
+  readonly config: LogConfig;
+  readonly logger: Logger;
+}
+
+export class LogState {
+  /** Segments in offset order; the last one is the active segment (LOG-1: contiguous). */
+  segments: Segment[] = [];
+  logStart = 0;
+  /** Next offset to assign (LOG-1: assigned by the writer alone). */
+  nextOffset = 0;
+  /** Readable, durable-per-policy end (LOG-3). */
+  hwm = 0;
+  /** Byte position in the active segment matching hwm. */
+  readableSize = 0;
+  /** Bytes in the active segment known to be on disk (fdatasync'ed). */
+  syncedSize = 0;
+  /** performance.now() of the last publish (LOG-10: recent tail bytes are in the page cache). */
+  publishedAtMs = 0;
+  readonly producers = new ProducerStateManager();
+  /** Set once an I/O error leaves the files in doubt: refuses appends until reopened (see `fault`). */
+  faulted: StorageError | null = null;
+  /** Set while a failed append is rolled back (LOG-11): refuses appends meanwhile. */
+  fence: StorageError | StorageFullError | null = null;
+  closed = false;
+  private waiters = new Set<{ offset: number; wake: () => void }>();
+
+  constructor(
+    readonly ctx: LogContext,
+    private readonly onFault: ((err: StorageError) => void) | null,
+  ) {}
+
+  get active(): Segment {
+    return this.segments[this.segments.length - 1];
+  }
+
+  /** The segment holding `offset` (the first one for offsets below it). */
+  findSegment(offset: number): Segment {
+    let lo = 0;
+    let hi = this.segments.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >>> 1;
+      if (this.segments[mid].baseOffset <= offset) lo = mid;
+      else hi = mid - 1;
+    }
+    return this.segments[lo];
+  }
+
+  checkWritable(): void {
+    if (this.closed) throw new StorageError(`partition ${this.ctx.topic}/${this.ctx.partition} is closed`);
+    if (this.faulted) throw this.faulted;
+    if (this.fence) throw this.fence;
+  }
+
+  /**
+   * The partition is unwritable until it is reopened from disk: after a failed fdatasync the
+   * page cache no longer tells what is on disk (PostgreSQL's "fsyncgate"), so only recovery
+   * can. Appends are refused with a retriable StorageError meanwhile; the owner is told once.
+   */
+  fault(cause: unknown, what: string): void {
+    if (this.faulted !== null) return;
+    const { topic, partition, logger } = this.ctx;
+    const err = new StorageError(
+      `partition ${topic}/${partition} is unwritable after an I/O error (${what}: ${(cause as Error)?.message ?? String(cause)}); it is being recovered from disk, retry`,
+      cause,
+    );
+    this.faulted = err;
+    logger.error({ err: cause, topic, partition }, `${what}; partition is read-only until it is recovered from disk`);
+    this.onFault?.(err);
+  }
+
+  /** Resolves true once a record at `offset` is readable, false on timeout, abort or close. */
+  waitFor(offset: number, maxWaitMs: number, signal?: AbortSignal): Promise<boolean> {
+    if (this.hwm > offset) return Promise.resolve(true);
+    if (maxWaitMs <= 0 || this.closed) return Promise.resolve(false);
+    if (signal?.aborted) return Promise.resolve(false);
+    return new Promise<boolean>((resolve) => {
+      const w = {
+        offset,
+        wake: () => {
+          cleanup();
+          resolve(this.hwm > offset);
+        },
+      };
+      const timer = setTimeout(w.wake, maxWaitMs);
+      const onAbort = (): void => w.wake();
+      const cleanup = (): void => {
+        clearTimeout(timer);
+        this.waiters.delete(w);
+        signal?.removeEventListener("abort", onAbort);
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.waiters.add(w);
+    });
+  }
+
+  wakeWaiters(): void {
+    if (this.waiters.size === 0) return;
+    for (const w of [...this.waiters]) if (this.hwm > w.offset || this.closed) w.wake();
+  }
+}
