@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { createServer, connect as netConnect, type Server, type Socket } from "node:net";
 import { openBroker } from "../src/broker/broker.js";
 import { connect, type RemoteBrokerHandle } from "../src/client/index.js";
-import { enqueueStats, MAX_WAITING_JOBS, RemoteQueue } from "../src/client/queue.js";
+import { drainEnqueues, enqueueStats, MAX_WAITING_JOBS, RemoteQueue } from "../src/client/queue.js";
 import { QueueFullError, TimeoutError, ValidationError } from "../src/errors.js";
 import { ENQUEUE_REQUESTS_KEPT } from "../src/queues/idempotence.js";
 import type { EnqueueResult, Queue } from "../src/queues/types.js";
@@ -373,6 +373,25 @@ test("enqueue calls faster than the server stores wait for room: unsent jobs sta
       await Promise.all(all);
       assert.equal(enqueueStats(client.transport).waitingJobs, 0);
       assert.equal((await broker.queue<string>("flood").stats()).depth, calls * per + 1);
+    } finally {
+      await client.close();
+    }
+  });
+});
+
+test("drainEnqueues waits until every enqueue of the connection is answered (for close)", { timeout: 60_000 }, async () => {
+  await withServer(async (port) => {
+    const client = await connect({ url: `sluice://127.0.0.1:${port}` });
+    try {
+      const q = client.queue<string>("drain");
+      let answered = 0;
+      const all = Array.from({ length: 500 }, (_, i) => q.enqueue(`j${i}`).then(() => void answered++));
+      await drainEnqueues(client.transport, 30_000);
+      // Drain resolves as the last answer arrives; the callers' continuations run right after.
+      await new Promise((r) => setImmediate(r));
+      assert.equal(answered, 500, "all answered when drain resolves");
+      await Promise.all(all);
+      await drainEnqueues(client.transport, 30_000); // nothing open: at once
     } finally {
       await client.close();
     }

@@ -542,6 +542,9 @@ class QueueEnqueuer {
   private readonly lanes = new Map<string, EnqueueLane>();
   private waitingJobs = 0;
   private roomWaiters: (() => void)[] = [];
+  /** Calls submitted and not yet answered (waiting or in a request). */
+  private open = 0;
+  private idleWaiters: (() => void)[] = [];
 
   constructor(private readonly transport: Transport) {}
 
@@ -567,10 +570,16 @@ class QueueEnqueuer {
       });
     }
     this.waitingJobs += n;
+    this.open++;
   }
 
   /** A call that reserved room but will not be submitted (it failed before). */
-  release(n: number): void {
+  abandon(n: number): void {
+    this.release(n);
+    if (--this.open === 0) for (const w of this.idleWaiters.splice(0)) w();
+  }
+
+  private release(n: number): void {
     this.waitingJobs -= n;
     if (this.roomWaiters.length > 0) for (const w of this.roomWaiters.splice(0)) w();
   }
@@ -587,7 +596,33 @@ class QueueEnqueuer {
     return this.waitingJobs;
   }
 
+  /** Resolves once every submitted call is answered, or after `timeoutMs`. */
+  async drain(timeoutMs: number): Promise<void> {
+    if (this.open === 0) return;
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(done, timeoutMs);
+      function done(): void {
+        clearTimeout(t);
+        resolve();
+      }
+      this.idleWaiters.push(done);
+    });
+  }
+
   submit(call: EnqueueCall): void {
+    // Counted (from room()) until answered, for drain().
+    const settle = (): void => {
+      if (--this.open === 0) for (const w of this.idleWaiters.splice(0)) w();
+    };
+    const { resolve, reject } = call;
+    call.resolve = (r) => {
+      settle();
+      resolve(r);
+    };
+    call.reject = (e) => {
+      settle();
+      reject(e);
+    };
     if (call.signal?.aborted) {
       this.release(call.count);
       call.reject(new AbortedError("enqueue aborted before it was sent; nothing was stored", call.signal.reason));
@@ -821,6 +856,15 @@ function answer(calls: EnqueueCall[], jobs: number, f: Frame): void {
 /** One enqueuer per connection (transport), shared by every queue handle of that client. */
 const enqueuers = new WeakMap<Transport, QueueEnqueuer>();
 
+/**
+ * Waits (up to `timeoutMs`) until every enqueue of this client's connection is answered: for
+ * `close()`, so that closing does not cut off enqueues that may already be stored (a call cut
+ * off by close fails with BrokerClosedError and its outcome is unknown).
+ */
+export function drainEnqueues(transport: Transport, timeoutMs: number): Promise<void> {
+  return enqueuers.get(transport)?.drain(timeoutMs) ?? Promise.resolve();
+}
+
 /** @internal Counters of a client's enqueue requests (tests and diagnostics). */
 export function enqueueStats(transport: Transport): { requests: number; retried: number; retriedJobs: number; waitingJobs: number } {
   const e = enqueuers.get(transport);
@@ -869,7 +913,7 @@ export class RemoteQueue<T> implements Queue<T> {
         }));
       }
     } catch (e) {
-      enq.release(items.length);
+      enq.abandon(items.length);
       throw e;
     }
     const meta = this.meta();
