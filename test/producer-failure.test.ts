@@ -144,9 +144,10 @@ test("producer: a batch refused with STORAGE_ERROR, or stored but answered with 
     assert.deepEqual(all, values.flat(), "each record stored once, in publish order");
     assert.deepEqual(offsets, Array.from({ length: all.length }, (_, k) => k));
     // The batches stored before their error answer were recognised on retry.
-    assert.equal(receipts[17][0].duplicate, true);
-    assert.equal(receipts[30][0].duplicate, true);
-    assert.equal(flakyTries.get("3"), 3);
+    const tries = JSON.stringify([...flakyTries]);
+    assert.equal(receipts[17][0].duplicate, true, `call 17 answered as a duplicate (attempts ${tries})`);
+    assert.equal(receipts[30][0].duplicate, true, `call 30 answered as a duplicate (attempts ${tries})`);
+    assert.equal(flakyTries.get("3"), 3, `call 3 refused twice, then stored (attempts ${tries})`);
     assert.ok((w.innerErrors.get("OUT_OF_ORDER_SEQUENCE") ?? 0) >= 1, `gap refusals at the broker: ${JSON.stringify([...w.innerErrors])}`);
   });
 });

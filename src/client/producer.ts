@@ -166,8 +166,6 @@ export class Producer {
   private buffered = 0;
   private spaceWaiters: (() => void)[] = [];
   private rr = 0;
-  /** Producer ids obtained (tests and diagnostics: a renewal is a rare event). */
-  identitiesObtained = 0;
 
   constructor(
     private readonly transport: Transport,
@@ -226,13 +224,6 @@ export class Producer {
     }
   }
 
-  /** Batches sent and not yet answered, over all partitions (tests, diagnostics). */
-  get inFlightBatches(): number {
-    let n = 0;
-    for (const arr of this.parts.values()) for (const p of arr) if (p) n += p.inFlight;
-    return n;
-  }
-
   private async ensureIdentity(): Promise<void> {
     if (this.identity) return;
     if (!this.identityLoading) {
@@ -240,7 +231,6 @@ export class Producer {
         // Safe to retry: a lost reply only wastes a producer id.
         const f = await this.transport.request(Op.InitProducer, {}, null, { retry: true });
         this.identity = { producerId: Number(f.meta.producerId), producerEpoch: Number(f.meta.producerEpoch) };
-        this.identitiesObtained++;
       })().finally(() => (this.identityLoading = null));
     }
     await this.identityLoading;
@@ -729,7 +719,6 @@ export class Producer {
         this.renewing = false;
         this.renewBackoffMs = 0;
         this.identity = { producerId: Number(f.meta.producerId), producerEpoch: Number(f.meta.producerEpoch) };
-        this.identitiesObtained++;
         this.renewNeeded = false;
         for (const arr of this.parts.values()) for (const p of arr) if (p) p.nextSeq = 0;
         for (const arr of this.parts.values()) for (const p of arr) if (p) this.pump(p);
