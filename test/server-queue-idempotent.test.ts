@@ -17,6 +17,7 @@ import { ENQUEUE_REQUESTS_KEPT } from "../src/queues/idempotence.js";
 import type { EnqueueResult, Queue } from "../src/queues/types.js";
 import { encodePublishRecords, Op } from "../src/server/protocol.js";
 import { startServer } from "../src/server/index.js";
+import { FaultyFileSystem } from "../src/testing/faulty-fs.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";
 import type { Broker } from "../src/types.js";
 
@@ -396,4 +397,38 @@ test("drainEnqueues waits until every enqueue of the connection is answered (for
       await client.close();
     }
   });
+});
+
+test("an enqueue answered STORAGE_ERROR is retried under its identity until the queue is back (server restarted)", { timeout: 60_000 }, async () => {
+  using tmp = tempDir("sluice-srv-idem-storage-");
+  const fs = new FaultyFileSystem();
+  let broker = (await openBroker({ dataDir: tmp.dir, fs, retentionCheckIntervalMs: 0 })) as Broker & { queue<T>(n: string): Queue<T> };
+  let srv = await startServer({ broker, port: 0, httpPort: null });
+  const port = Number(new URL(srv.url).port);
+  const client = await connect({ url: srv.url, reconnectMinDelayMs: 10, reconnectMaxDelayMs: 50 });
+  try {
+    const q = client.queue<string>("disk");
+    await q.enqueue("before");
+    fs.failNext("write", "EIO", { pathIncludes: "/msgs/" });
+    let settled = false;
+    const p = q.enqueue("during").then((r) => ((settled = true), r));
+    // The queue refused it (STORAGE_ERROR) and is unusable until reopened: the call keeps retrying.
+    await waitUntil(async () => (await broker.queue<string>("disk").stats().catch((e: Error) => e)) instanceof Error, "the queue failed", 10_000);
+    assert.equal(settled, false, "no error reaches the caller: the outcome is not final yet");
+    await srv.close({ graceMs: 200 });
+    await broker.close();
+    await fs.powerLoss();
+    broker = (await openBroker({ dataDir: tmp.dir, retentionCheckIntervalMs: 0 })) as Broker & { queue<T>(n: string): Queue<T> };
+    srv = await startServer({ broker, port, httpPort: null });
+    assert.deepEqual(await p, { id: "1", duplicate: false });
+    const stored = await storedJobs(broker.queue<string>("disk"), 2);
+    assert.deepEqual([...stored].sort(), [
+      ["before", ["0"]],
+      ["during", ["1"]],
+    ]);
+  } finally {
+    await client.close();
+    await srv.close({ graceMs: 200 });
+    await broker.close();
+  }
 });

@@ -806,13 +806,15 @@ const RETRY_BACKOFF_MAX_MS = 2000;
  * its connection (the transport re-sends it once reconnected) or timed out; "backoff" for an
  * answer that stored nothing now but may be an outcome the broker cannot yet vouch for
  * (STORAGE_ERROR: a write whose fdatasync failed may still surface on reopen) or that the
- * next server process will not give (BROKER_CLOSED while it shuts down); null for a final
+ * next server process will not give (BROKER_CLOSED, ABORTED while it shuts down); null for a final
  * answer (the jobs are certainly not stored: validation, QUEUE_FULL, not found...).
  */
 function retryKind(err: unknown): "now" | "backoff" | null {
   const code = (err as { code?: string } | null)?.code;
   if (code === "CONNECTION_CLOSED" || code === "TIMEOUT") return "now";
-  if (code === "STORAGE_ERROR" || code === "STORAGE_FULL" || code === "BROKER_CLOSED") return "backoff";
+  // ABORTED: the server gave up a blocked enqueue of a connection it is closing (this client
+  // passes no signal once a request is sent, so it never comes from here).
+  if (code === "STORAGE_ERROR" || code === "STORAGE_FULL" || code === "BROKER_CLOSED" || code === "ABORTED") return "backoff";
   return null;
 }
 
