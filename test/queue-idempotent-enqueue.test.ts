@@ -377,3 +377,40 @@ test(`at most ${MAX_ENQUEUE_PRODUCERS} producers per queue: the least recently a
     await m.close();
   }
 });
+
+for (const torn of [0, 7, 300, 5000]) {
+  test(`a crash mid-stream (writes stop, power loss keeping ${torn} torn bytes): acknowledged requests keep their ids, nothing is stored twice`, async () => {
+    using tmp = tempDir();
+    const fs = new FaultyFileSystem();
+    const m = await open(tmp.dir, fs);
+    const q = handle(m, "q", { segmentBytes: 16 * 1024 });
+    const payload = (s: number): RawItem => item(`j${s}`.padEnd(300, "."));
+    const acked = new Map<number, string>();
+    const inflight: Promise<unknown>[] = [];
+    const N = 200;
+    for (let s = 0; s < N; s++) {
+      inflight.push(send(q, [payload(s)], 1, s).then((r) => acked.set(s, r[0].id), () => {}));
+      // Up to the client's window outstanding, like the network client.
+      if (inflight.length >= ENQUEUE_REQUESTS_KEPT) await Promise.race(inflight.splice(0, 1));
+    }
+    // The crash: from here nothing reaches the disk; then what was not synced is lost.
+    for (const op of ["write", "datasync", "truncate", "rename", "fsyncDir", "open"] as const) fs.failAlways(op, "EIO");
+    await Promise.allSettled(inflight);
+    await fs.powerLoss(torn);
+    const m2 = await open(tmp.dir);
+    try {
+      const q2 = handle(m2, "q", { segmentBytes: 16 * 1024 });
+      // The client re-sends what it has unanswered: at most the last window of sequences.
+      for (let s = N - ENQUEUE_REQUESTS_KEPT; s < N; s++) {
+        const r = await send(q2, [payload(s)], 1, s);
+        if (acked.has(s)) assert.deepEqual(r, [{ id: acked.get(s)!, duplicate: false }], `acknowledged sequence ${s}`);
+        else acked.set(s, r[0].id);
+      }
+      const stored = await drain(q2, acked.size);
+      assert.equal(stored.size, acked.size, "each request stored once");
+      for (const [s, id] of acked) assert.equal(stored.get(id)?.trim(), `j${s}`.padEnd(300, ".").trim(), `sequence ${s} under id ${id}`);
+    } finally {
+      await m2.close();
+    }
+  });
+}
