@@ -98,9 +98,19 @@ export class LogWriter {
     private readonly onRoll: (sealed: Segment) => void,
   ) {}
 
-  /** True while appends wait for room (MAX_PENDING_BYTES); resolves when there may be room. */
+  /**
+   * Whether a batch of `bytes` fits under MAX_PENDING_BYTES now (a batch is always admitted
+   * when nothing is pending). Synchronous on purpose: the caller's sequence check and its
+   * enqueue must not be separated by a yield when there is room, or pipelined batches of one
+   * producer would be checked before the earlier ones are recorded (PROD-1).
+   */
+  hasRoom(bytes: number): boolean {
+    return this.pendingBytes + bytes <= MAX_PENDING_BYTES || this.pendingBytes === 0;
+  }
+
+  /** Waits until a batch of `bytes` fits (back-pressure); the caller checks again afterwards. */
   async waitForRoom(bytes: number): Promise<void> {
-    while (this.pendingBytes + bytes > MAX_PENDING_BYTES && this.pendingBytes > 0) {
+    while (!this.hasRoom(bytes)) {
       await new Promise<void>((r) => this.spaceWaiters.push(r));
       this.st.checkWritable();
     }

@@ -139,11 +139,15 @@ export class PartitionLog {
       const c = producers.check(producer, count);
       if (c.duplicate) return this.duplicateOf(c.batch, signal);
     }
-    await this.writer.waitForRoom(buf.length);
-    if (producer) {
-      // Re-check after waiting: another append of the same producer may have gone first.
-      const c = producers.check(producer, count);
-      if (c.duplicate) return this.duplicateOf(c.batch, signal);
+    // No await between the sequence check and the enqueue unless the batch must wait for
+    // room: pipelined batches of one producer are checked and recorded in arrival order.
+    if (!this.writer.hasRoom(buf.length)) {
+      await this.writer.waitForRoom(buf.length);
+      if (producer) {
+        // Re-check after waiting: another append of the same producer may have gone first.
+        const c = producers.check(producer, count);
+        if (c.duplicate) return this.duplicateOf(c.batch, signal);
+      }
     }
     return this.writer.enqueue(buf, count, producer ?? null, crcValid);
   }

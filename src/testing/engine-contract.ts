@@ -139,12 +139,16 @@ export function defineEngineContract(name: string, factory: () => Promise<Engine
     assert.equal(dup.duplicate, true);
     assert.equal(dup.baseOffset, a.baseOffset);
     await assert.rejects(e.append("t", 0, [rec("x")], { ...p, baseSequence: 5 }), OutOfOrderSequenceError);
+    // Pipelined batches of one producer (sent before the earlier ones are answered) are
+    // checked and stored in arrival order: none is refused as out of sequence.
+    const piped = await Promise.all([2, 3, 4].map((seq) => e.append("t", 0, [rec(`p${seq}`)], { ...p, baseSequence: seq })));
+    assert.deepEqual(piped.map((r) => [r.baseOffset, r.duplicate]), [[a.baseOffset + 2, false], [a.baseOffset + 3, false], [a.baseOffset + 4, false]]);
     e = await f.reopen();
     const again = await e.append("t", 0, [rec("1"), rec("2")], { ...p, baseSequence: 0 });
     assert.equal(again.duplicate, true);
     const bumped = await e.allocateProducer(p.producerId);
     assert.equal(bumped.producerEpoch, p.producerEpoch + 1);
-    await assert.rejects(e.append("t", 0, [rec("3")], { ...p, baseSequence: 2 }), ProducerFencedError);
-    assert.equal(e.offsets("t", 0).highWatermark, 2);
+    await assert.rejects(e.append("t", 0, [rec("3")], { ...p, baseSequence: 5 }), ProducerFencedError);
+    assert.equal(e.offsets("t", 0).highWatermark, 5);
   });
 }
