@@ -334,7 +334,7 @@ test("server: pipelined requests are answered by correlation id; errors are type
     const client = await connect({ url: srv.url });
     await assert.rejects(client.describeTopic("missing"), TopicNotFoundError);
     await assert.rejects(client.publish("t", "x".repeat(2000), { partition: 0 }), RecordTooLargeError);
-    // After a failed idempotent batch the producer recovers (epoch bump) and keeps publishing.
+    // After a batch refused for good the producer renumbers what follows and keeps publishing.
     const ok = await client.publish("t", "fine", { partition: 0 });
     assert.equal(ok.partition, 0);
     await client.close();

@@ -81,6 +81,8 @@ export class Transport {
   private connecting: Promise<void> | null = null;
   private disconnectedSince = 0;
   private slotWaiters: (() => void)[] = [];
+  /** Slots freed and handed to a waiter that has not resumed yet (counted as taken). */
+  private reservedSlots = 0;
   private timer: NodeJS.Timeout;
   private heartbeatTimer: NodeJS.Timeout | null = null;
   private fatal: BrokerError | null = null;
@@ -242,7 +244,12 @@ export class Transport {
     this.pending.delete(p.id);
     if (p.onAbort) p.signal?.removeEventListener("abort", p.onAbort);
     const w = this.slotWaiters.shift();
-    w?.();
+    if (w) {
+      // The freed slot is handed to the oldest waiter, so requests go out in call order (an
+      // idempotent producer's batches of one partition must not overtake each other).
+      this.reservedSlots++;
+      w();
+    }
   }
 
   private onClose(socket: Socket): void {
@@ -318,8 +325,10 @@ export class Transport {
   ): Promise<Frame> {
     if (this.closed) throw new BrokerClosedError("client is closed");
     if (o.signal?.aborted) throw new AbortedError("operation aborted", o.signal.reason);
-    while (this.pending.size >= this.opts.maxPendingRequests) {
+    if (this.pending.size + this.reservedSlots >= this.opts.maxPendingRequests || this.slotWaiters.length > 0) {
+      // First come, first served: wait behind earlier callers for a slot handed over by settle().
       await new Promise<void>((r) => this.slotWaiters.push(r));
+      this.reservedSlots--;
       if (this.closed) throw new BrokerClosedError("client is closed");
     }
     const id = this.nextId++;
@@ -396,7 +405,10 @@ export class Transport {
     clearInterval(this.timer);
     if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
     this.failAll(new BrokerClosedError("client is closed"));
-    for (const w of this.slotWaiters.splice(0)) w();
+    for (const w of this.slotWaiters.splice(0)) {
+      this.reservedSlots++;
+      w();
+    }
     const s = this.socket;
     this.socket = null;
     this.ready = false;
