@@ -29,7 +29,7 @@ import type {
 import { Op, Reader, decodeConsumedRecords, encodePublishRecords, type Frame } from "../server/protocol.js";
 import { Producer } from "./producer.js";
 import { RemoteSubscription } from "./subscription.js";
-import { RemoteQueue, RemoteWorker } from "./queue.js";
+import { drainEnqueues, RemoteQueue, RemoteWorker } from "./queue.js";
 import type { Queue, QueueConfig } from "../queues/types.js";
 import { Transport } from "./transport.js";
 
@@ -217,7 +217,7 @@ class RemoteBroker implements Broker {
   /** A work queue on the server (same API as the embedded `broker.queue()`). */
   queue<T = unknown>(name: string, config?: QueueConfig): Queue<T> {
     if (typeof name !== "string" || name.length === 0) throw new ValidationError("queue name must be a non-empty string");
-    return new RemoteQueue<T>(this.transport, this.workers, name, config);
+    return new RemoteQueue<T>(this.transport, this.workers, name, config, { deliveryTimeoutMs: this.o.deliveryTimeoutMs });
   }
 
   async listQueues(): Promise<string[]> {
@@ -240,8 +240,9 @@ class RemoteBroker implements Broker {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    // Publishes already accepted are sent and answered before the connection closes.
-    await this.producer.drain(10_000);
+    // Publishes and enqueues already accepted are sent and answered before the connection
+    // closes (cutting them off would leave their outcome unknown).
+    await Promise.all([this.producer.drain(10_000), drainEnqueues(this.transport, 10_000)]);
     await Promise.all([...this.allSubs].map((s) => s.close().catch(() => {})));
     await Promise.all([...this.workers.values()].map((w) => w.close().catch(() => {})));
     await this.transport.close();
