@@ -59,25 +59,25 @@ test("readRaw returns whole verified batches from the one holding the offset, bo
   const e = await engineWithBatches(tmp.dir, [10, 10, 10, 10, 10]);
   try {
     // From inside the second batch: that whole batch comes back, records counts from 13.
-    const all = await e.readRaw("t", 0, 13, 1 << 20);
+    const all = await e.encoded.readRaw("t", 0, 13, 1 << 20);
     assert.deepEqual(batchesOf(all.data).map((b) => b.base), [10, 20, 30, 40]);
     assert.equal(all.records, 37);
     assert.equal(all.nextOffset, 50);
     const one = batchesOf(all.data)[0].length;
     // maxBytes: whole batches only, but always at least one.
-    const two = await e.readRaw("t", 0, 0, 2 * one + 10);
+    const two = await e.encoded.readRaw("t", 0, 0, 2 * one + 10);
     assert.deepEqual(batchesOf(two.data).map((b) => b.base), [0, 10]);
     assert.equal(two.nextOffset, 20);
-    const tiny = await e.readRaw("t", 0, 25, 1);
+    const tiny = await e.encoded.readRaw("t", 0, 25, 1);
     assert.deepEqual(batchesOf(tiny.data).map((b) => b.base), [20]);
     assert.equal(tiny.records, 5);
     assert.equal(tiny.nextOffset, 30);
     // maxRecords: no batch past the one that reaches it.
-    const counted = await e.readRaw("t", 0, 5, 1 << 20, 6);
+    const counted = await e.encoded.readRaw("t", 0, 5, 1 << 20, 6);
     assert.deepEqual(batchesOf(counted.data).map((b) => b.base), [0, 10]);
     assert.equal(counted.records, 15);
     // At the end: nothing.
-    const end = await e.readRaw("t", 0, 50, 1 << 20);
+    const end = await e.encoded.readRaw("t", 0, 50, 1 << 20);
     assert.equal(end.data.length, 0);
     assert.equal(end.nextOffset, 50);
   } finally {
@@ -88,7 +88,7 @@ test("readRaw returns whole verified batches from the one holding the offset, bo
 test("readRaw never returns a damaged batch: damage at the offset is a CorruptRecordError, later damage ends the result", async () => {
   using tmp = tempDir();
   let e = await engineWithBatches(tmp.dir, [10, 10, 10]);
-  const lengths = batchesOf((await e.readRaw("t", 0, 0, 1 << 20)).data).map((b) => b.length);
+  const lengths = batchesOf((await e.encoded.readRaw("t", 0, 0, 1 << 20)).data).map((b) => b.length);
   await e.close();
   const dir = join(tmp.dir, "topics", "t", "0");
   const file = join(dir, readdirSync(dir).find((n) => n.endsWith(".log"))!);
@@ -98,11 +98,11 @@ test("readRaw never returns a damaged batch: damage at the offset is a CorruptRe
   e = new DiskEngine({ dataDir: tmp.dir, fs: new NodeFileSystem() });
   await e.open();
   try {
-    const head = await e.readRaw("t", 0, 0, 1 << 20);
+    const head = await e.encoded.readRaw("t", 0, 0, 1 << 20);
     assert.deepEqual(batchesOf(head.data).map((b) => b.base), [0], "only the intact batch before the damage");
     assert.equal(head.nextOffset, 10);
-    await assert.rejects(e.readRaw("t", 0, 10, 1 << 20), (err: unknown) => err instanceof CorruptRecordError && err.nextOffset === 20);
-    const tail = await e.readRaw("t", 0, 20, 1 << 20);
+    await assert.rejects(e.encoded.readRaw("t", 0, 10, 1 << 20), (err: unknown) => err instanceof CorruptRecordError && err.nextOffset === 20);
+    const tail = await e.encoded.readRaw("t", 0, 20, 1 << 20);
     assert.deepEqual(batchesOf(tail.data).map((b) => b.base), [20]);
   } finally {
     await e.close();
@@ -112,7 +112,7 @@ test("readRaw never returns a damaged batch: damage at the offset is a CorruptRe
 test("client decoding of pushed batches skips offsets below the requested one and rejects damaged bodies", async () => {
   using tmp = tempDir();
   const e = await engineWithBatches(tmp.dir, [7, 7]);
-  const raw = await e.readRaw("t", 0, 4, 1 << 20);
+  const raw = await e.encoded.readRaw("t", 0, 4, 1 << 20);
   await e.close();
   const table = scanPushedBatches(raw.data, 4);
   assert.equal(table.count, 10);
@@ -320,7 +320,7 @@ test("commits are fenced by generation: records of an earlier ownership period c
 async function openEngine(dir: string, fs: NodeFileSystem | FaultyFileSystem = new NodeFileSystem(), compact?: number): Promise<DiskEngine> {
   const e = new DiskEngine({ dataDir: dir, fs, offsetsLogCompactBytes: compact });
   await e.open();
-  if (!e.listTopics().includes("t")) {
+  if (!(await e.listTopics()).includes("t")) {
     await e.createTopic("t", { ...TOPIC_DEFAULTS, partitions: 4 });
     // Commits may not point past the log (META-3): give every partition records to commit.
     const recs = Array.from({ length: 200 }, () => ({ key: null, value: Buffer.from("r"), valueKind: 0 as const, timestamp: Date.now(), headers: null }));
@@ -329,17 +329,17 @@ async function openEngine(dir: string, fs: NodeFileSystem | FaultyFileSystem = n
   return e;
 }
 
-function committed(e: DiskEngine, group = "g"): Record<number, number> {
-  return Object.fromEntries([...e.getCommitted(group, "t")].map(([p, c]) => [p, c.offset]));
+async function committed(e: DiskEngine, group = "g"): Promise<Record<number, number>> {
+  return Object.fromEntries([...(await e.getCommitted(group, "t"))].map(([p, c]) => [p, c.offset]));
 }
 
 test("a commit past the high watermark is refused: committed offsets never claim more than the log holds", async () => {
   using tmp = tempDir();
   const e = await openEngine(tmp.dir);
   await assert.rejects(e.commitOffsets("g", "t", new Map([[0, 201]])), (err: unknown) => err instanceof OffsetOutOfRangeError);
-  assert.deepEqual(committed(e), {}, "nothing committed");
+  assert.deepEqual((await committed(e)), {}, "nothing committed");
   await e.commitOffsets("g", "t", new Map([[0, 200]]));
-  assert.deepEqual(committed(e), { 0: 200 });
+  assert.deepEqual((await committed(e)), { 0: 200 });
   await e.close();
 });
 
@@ -349,7 +349,7 @@ test("offsets log: every commit is durable on its own, replayed on open, and fol
   for (let i = 1; i <= 100; i++) await e.commitOffsets("g", "t", new Map([[i % 4, i]]));
   // Concurrent commits share appends and all land.
   await Promise.all(Array.from({ length: 50 }, (_, i) => e.commitOffsets("g", "t", new Map([[i % 4, 100 + i + 1]]))));
-  const want = committed(e);
+  const want = (await committed(e));
   assert.deepEqual(want, { 0: 149, 1: 150, 2: 147, 3: 148 });
   const logSize = statSync(join(tmp.dir, "groups", "g.log")).size;
   // 150 records of ~100 bytes were logged: far more than what is left after compactions
@@ -358,7 +358,7 @@ test("offsets log: every commit is durable on its own, replayed on open, and fol
   assert.ok(statSync(join(tmp.dir, "groups", "g.json")).size > 0, "a snapshot exists");
   // Abandon without close (no final snapshot): reopen replays snapshot + log.
   e = await openEngine(tmp.dir);
-  assert.deepEqual(committed(e), want);
+  assert.deepEqual((await committed(e)), want);
   await e.close();
 });
 
@@ -370,23 +370,23 @@ test("offsets log: a torn tail is cut off on open; a failed append makes the nex
   // A torn append (crash mid-write): half a record at the end.
   appendFileSync(join(tmp.dir, "groups", "g.log"), Buffer.from([0, 0, 0, 40, 1, 2, 3, 4, 5]));
   e = await openEngine(tmp.dir);
-  assert.deepEqual(committed(e), { 0: 5, 1: 7 });
+  assert.deepEqual((await committed(e)), { 0: 5, 1: 7 });
   await e.commitOffsets("g", "t", new Map([[2, 9]]));
   e = await openEngine(tmp.dir);
-  assert.deepEqual(committed(e), { 0: 5, 1: 7, 2: 9 }, "appends continue where the valid log ends");
+  assert.deepEqual((await committed(e)), { 0: 5, 1: 7, 2: 9 }, "appends continue where the valid log ends");
   await e.close();
 
   const fs = new FaultyFileSystem();
   e = await openEngine(tmp.dir, fs);
   fs.failNext("write", "EIO", { pathIncludes: "g.log", tornBytes: 6 });
   await assert.rejects(e.commitOffsets("g", "t", new Map([[3, 11]])));
-  assert.deepEqual(committed(e), { 0: 5, 1: 7, 2: 9 }, "a failed commit is not visible");
+  assert.deepEqual((await committed(e)), { 0: 5, 1: 7, 2: 9 }, "a failed commit is not visible");
   await e.commitOffsets("g", "t", new Map([[0, 12]]));
   // The ambiguous commit may be saved by the later write (as in Kafka); the later one is.
-  const after = committed(e);
+  const after = (await committed(e));
   assert.equal(after[0], 12);
   e = await openEngine(tmp.dir);
-  assert.deepEqual(committed(e), after);
+  assert.deepEqual((await committed(e)), after);
   await e.close();
 });
 
@@ -406,13 +406,13 @@ test("offsets log: power loss after a commit resolved never loses it; a crash be
     }
   }
   assert.ok(failed, "the injected truncate failure was hit by a compaction");
-  const before = committed(e);
+  const before = (await committed(e));
   await fs.powerLoss(3);
   e = await openEngine(tmp.dir);
-  for (const [p, o] of Object.entries(before)) assert.ok(committed(e)[Number(p)] >= o, `partition ${p}: ${committed(e)[Number(p)]} >= ${o}`);
+  for (const [p, o] of Object.entries(before)) assert.ok((await committed(e))[Number(p)] >= o, `partition ${p}: ${(await committed(e))[Number(p)]} >= ${o}`);
   await e.commitOffsets("g", "t", new Map([[0, 199]]));
   e = await openEngine(tmp.dir);
-  assert.equal(committed(e)[0], 199);
+  assert.equal((await committed(e))[0], 199);
   await e.close();
 });
 
@@ -426,17 +426,17 @@ test("offsets log: a commit resolves only once its O_DSYNC write is durable; a f
   // must not become visible.
   fs.failNext("datasync", "EIO", { pathIncludes: "g.log" });
   await assert.rejects(e.commitOffsets("g", "t", new Map([[2, 5]])));
-  assert.deepEqual(committed(e), { 0: 3, 1: 4 }, "a commit whose sync failed is not visible");
+  assert.deepEqual((await committed(e)), { 0: 3, 1: 4 }, "a commit whose sync failed is not visible");
   // After a failure the next write is a snapshot; the ones after it are log appends again.
   await e.commitOffsets("g", "t", new Map([[3, 6]]));
   await e.commitOffsets("g", "t", new Map([[0, 10]]));
   await e.commitOffsets("g", "t", new Map([[1, 11]]));
-  const resolved = committed(e);
+  const resolved = (await committed(e));
   assert.deepEqual([resolved[0], resolved[1], resolved[3]], [10, 11, 6]);
   // Power loss drops whatever was not durable; every resolved commit is durable.
   await fs.powerLoss();
   e = await openEngine(tmp.dir);
-  const after = committed(e);
+  const after = (await committed(e));
   for (const [p, o] of Object.entries(resolved)) assert.equal(after[Number(p)], o, `partition ${p} kept its resolved commit`);
   await e.close();
 });

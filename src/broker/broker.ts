@@ -8,7 +8,7 @@ import { Buffer } from "node:buffer";
 import { BrokerClosedError, GroupActiveError, ValidationError, CorruptRecordError, RecordTooLargeError } from "../errors.js";
 import { NodeFileSystem, type FileSystem } from "../log/io.js";
 import { silentLogger, type Logger } from "../log/logger.js";
-import { prepareValue, recordSize, type PreparedRecord } from "../log/record-batch.js";
+import { decodeRecords, prepareValue, recordSize, validateEncodedBatch, type PreparedRecord } from "../log/record-batch.js";
 import { DiskEngine, resolveTopicConfig } from "../store/disk-engine.js";
 import type { StorageEngine } from "../store/engine.js";
 import { validateName } from "../store/names.js";
@@ -151,7 +151,7 @@ export class EmbeddedBroker implements Broker {
   async publishBatch(topic: string, records: PublishRecord[], opts: PublishBatchOptions = {}): Promise<PublishReceipt[]> {
     this.check();
     if (!Array.isArray(records) || records.length === 0) throw new ValidationError("publishBatch needs a non-empty array of records");
-    const t = this.engine.getTopic(topic);
+    const t = await this.engine.getTopic(topic);
     const n = t.config.partitions;
     const now = Date.now();
     const parts = new Int32Array(records.length);
@@ -220,10 +220,16 @@ export class EmbeddedBroker implements Broker {
    */
   async publishEncoded(topic: string, partition: number, batch: Buffer, signal?: AbortSignal): Promise<{ baseOffset: number; count: number; duplicate: boolean; synced: boolean }> {
     this.check();
-    const t = this.engine.getTopic(topic);
+    const t = await this.engine.getTopic(topic);
     if (!Number.isInteger(partition) || partition < 0 || partition >= t.config.partitions)
       throw new ValidationError(`partition ${partition} out of range for ${topic} (0..${t.config.partitions - 1})`);
-    return this.engine.appendEncoded(topic, partition, batch, signal);
+    if (this.engine.encoded) return this.engine.encoded.appendEncoded(topic, partition, batch, signal);
+    // An engine without the encoded-batch capability: verify and decode, then append records.
+    const { header: h } = validateEncodedBatch(batch, t.config.maxMessageBytes);
+    const records: PreparedRecord[] = decodeRecords(batch, 0, h).map((r) => ({ key: r.key, value: r.value, valueKind: r.valueKind, timestamp: r.timestamp, headers: r.headers }));
+    const producer = h.producerId >= 0 ? { producerId: h.producerId, producerEpoch: h.producerEpoch, baseSequence: h.baseSequence } : undefined;
+    const r = await this.engine.append(topic, partition, records, producer, signal);
+    return { ...r, count: h.count };
   }
 
   async fetch(topic: string, partition: number, offset: number, opts: FetchOptions = {}): Promise<FetchResult> {
@@ -232,10 +238,10 @@ export class EmbeddedBroker implements Broker {
     const maxWaitMs = opts.maxWaitMs ?? 0;
     if (!Number.isInteger(maxBytes) || maxBytes < 1 || maxBytes > MAX_FETCH_BYTES) throw new ValidationError(`maxBytes must be in [1, ${MAX_FETCH_BYTES}]`);
     if (!Number.isInteger(maxWaitMs) || maxWaitMs < 0 || maxWaitMs > MAX_WAIT_MS) throw new ValidationError(`maxWaitMs must be in [0, ${MAX_WAIT_MS}]`);
-    const o = this.engine.offsets(topic, partition);
+    const o = await this.engine.offsets(topic, partition);
     if (offset === o.highWatermark && maxWaitMs > 0) await this.engine.waitFor(topic, partition, offset, maxWaitMs, opts.signal);
     const res = await this.engine.read(topic, partition, offset, maxBytes);
-    const after = this.engine.offsets(topic, partition);
+    const after = await this.engine.offsets(topic, partition);
     return {
       records: res.records.map((r) => toConsumed(topic, partition, r)),
       nextOffset: res.nextOffset,
@@ -261,14 +267,14 @@ export class EmbeddedBroker implements Broker {
   async resetGroup(group: string, topic: string, to: ResetTarget, opts: { dryRun?: boolean } = {}): Promise<ResetResult> {
     this.check();
     validateName("group", group);
-    const t = this.engine.getTopic(topic);
+    const t = await this.engine.getTopic(topic);
     const dryRun = opts.dryRun ?? false;
     if (!dryRun && this.coordinator.hasMembers(group, topic)) throw new GroupActiveError(group);
-    const committed = this.engine.getCommitted(group, topic);
+    const committed = await this.engine.getCommitted(group, topic);
     const partitions: ResetResult["partitions"] = [];
     const next = new Map<number, number>();
     for (let p = 0; p < t.config.partitions; p++) {
-      const { logStartOffset: start, highWatermark: end } = this.engine.offsets(topic, p);
+      const { logStartOffset: start, highWatermark: end } = await this.engine.offsets(topic, p);
       const prev = committed.get(p)?.offset ?? null;
       let target: number;
       if (to === "earliest") target = start;
@@ -290,12 +296,12 @@ export class EmbeddedBroker implements Broker {
   async groupLag(group: string, topic: string): Promise<GroupLag> {
     this.check();
     validateName("group", group);
-    const t = this.engine.getTopic(topic);
-    const committed = this.engine.getCommitted(group, topic);
+    const t = await this.engine.getTopic(topic);
+    const committed = await this.engine.getCommitted(group, topic);
     const now = Date.now();
     const partitions: GroupLag["partitions"] = [];
     for (let p = 0; p < t.config.partitions; p++) {
-      const { logStartOffset, highWatermark } = this.engine.offsets(topic, p);
+      const { logStartOffset, highWatermark } = await this.engine.offsets(topic, p);
       const c = committed.get(p)?.offset ?? null;
       const from = Math.min(Math.max(c ?? logStartOffset, logStartOffset), highWatermark);
       const lagRecords = highWatermark - from;

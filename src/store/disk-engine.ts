@@ -21,7 +21,7 @@ import { silentLogger, type Logger } from "../log/logger.js";
 import { PartitionLog } from "../log/partition-log.js";
 import { HEADER_SIZE, readHeader, type PreparedRecord, type ProducerInfo, type StoredRecord } from "../log/record-batch.js";
 import type { TopicConfig, TopicDescription } from "../types.js";
-import type { CommittedOffset, EngineTopic, StorageEngine } from "./engine.js";
+import type { AppendResult, CommittedOffset, EncodedBatches, EngineTopic, PartitionOffsets, StorageEngine } from "./engine.js";
 import { validateName } from "./names.js";
 import { crc32c } from "../log/crc32c.js";
 import type { FileHandle } from "../log/io.js";
@@ -302,6 +302,12 @@ export interface DiskEngineOptions {
 }
 
 export class DiskEngine implements StorageEngine {
+  readonly kind = "disk";
+  /** The encoded-batch capability: client batches stored as sent, raw reads for the server's push. */
+  readonly encoded: EncodedBatches = {
+    appendEncoded: (topic, partition, batch, signal) => this.appendEncoded(topic, partition, batch, signal),
+    readRaw: (topic, partition, offset, maxBytes, maxRecords) => this.log(topic, partition).readRaw(offset, maxBytes, maxRecords),
+  };
   private readonly dataDir: string;
   private readonly fs: FileSystem;
   private readonly logger: Logger;
@@ -466,7 +472,7 @@ export class DiskEngine implements StorageEngine {
     });
   }
 
-  listTopics(): string[] {
+  async listTopics(): Promise<string[]> {
     return [...this.topics.keys()].sort();
   }
 
@@ -479,7 +485,7 @@ export class DiskEngine implements StorageEngine {
     return t;
   }
 
-  getTopic(name: string): EngineTopic {
+  async getTopic(name: string): Promise<EngineTopic> {
     const t = this.topic(name);
     return { name: t.name, topicId: t.topicId, createdAt: t.createdAt, config: t.config };
   }
@@ -490,7 +496,7 @@ export class DiskEngine implements StorageEngine {
     return t.logs[partition];
   }
 
-  describeTopic(name: string): TopicDescription {
+  async describeTopic(name: string): Promise<TopicDescription> {
     const t = this.topic(name);
     return {
       name: t.name,
@@ -514,7 +520,7 @@ export class DiskEngine implements StorageEngine {
     return this.log(topic, partition).append(records, producer, signal);
   }
 
-  async appendEncoded(topic: string, partition: number, batch: Buffer, signal?: AbortSignal) {
+  private async appendEncoded(topic: string, partition: number, batch: Buffer, signal?: AbortSignal): Promise<AppendResult & { count: number }> {
     this.check();
     if (batch.length < HEADER_SIZE) throw new InvalidBatchError(`batch of ${batch.length} bytes is shorter than a batch header`);
     const h = readHeader(batch, 0);
@@ -527,15 +533,11 @@ export class DiskEngine implements StorageEngine {
     return this.log(topic, partition).read(offset, maxBytes);
   }
 
-  readRaw(topic: string, partition: number, offset: number, maxBytes: number, maxRecords?: number): Promise<{ data: Buffer; nextOffset: number; records: number }> {
-    return this.log(topic, partition).readRaw(offset, maxBytes, maxRecords);
-  }
-
   waitFor(topic: string, partition: number, offset: number, maxWaitMs: number, signal?: AbortSignal): Promise<boolean> {
     return this.log(topic, partition).waitFor(offset, maxWaitMs, signal);
   }
 
-  offsets(topic: string, partition: number) {
+  async offsets(topic: string, partition: number): Promise<PartitionOffsets> {
     const l = this.log(topic, partition);
     return { logStartOffset: l.logStartOffset, highWatermark: l.highWatermark, logEndOffset: l.logEndOffset };
   }
@@ -593,7 +595,7 @@ export class DiskEngine implements StorageEngine {
     return g;
   }
 
-  getCommitted(group: string, topic: string): Map<number, CommittedOffset> {
+  async getCommitted(group: string, topic: string): Promise<Map<number, CommittedOffset>> {
     const t = this.topic(topic);
     const g = this.groups.get(validateName("group", group));
     return g ? g.get(topic, t.topicId) : new Map();

@@ -1,15 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * The storage engine contract under the broker. The embedded broker runs on DiskEngine
- * (src/store/disk-engine.ts); a PostgreSQL engine for multi-node deployments is planned and
- * must pass the same contract tests (test/engine-contract.test.ts runs `defineEngineContract` from src/testing/engine-contract.ts
- * against every engine).
+ * The storage engine contract: everything durable goes through it (topics and their
+ * partitions, appends and reads, idempotent-producer state, group offsets, work queues), so
+ * the broker above it (src/broker, src/streams, src/queues policy) runs unchanged on any
+ * engine. The disk engine (src/store/disk-engine.ts) is the default; a PostgreSQL engine for
+ * multi-node deployments must pass the same contract tests (`defineEngineContract` in
+ * src/testing/engine-contract.ts) and the broker conformance suite through
+ * `openBroker({ engine })` (test/engine-interface.test.ts runs it on a wrapper that only
+ * delegates, which proves nothing reaches around this interface).
+ *
+ * Types are neutral: records in and out (`PreparedRecord`, `StoredRecord`), not the disk
+ * format. Calls a database engine would need to make asynchronous are asynchronous. The disk
+ * engine's encoded-batch fast path is an optional capability (`encoded`), with a fallback in
+ * the broker for engines without it.
  */
 import type { PreparedRecord, StoredRecord, ProducerInfo } from "../log/record-batch.js";
 import type { TopicConfig, TopicDescription } from "../types.js";
 
+export type { PreparedRecord, StoredRecord, ProducerInfo };
+
 export interface EngineTopic {
   name: string;
+  /** Identifies this incarnation of the name: offsets and commits are keyed by it. */
   topicId: string;
   createdAt: number;
   config: Required<TopicConfig>;
@@ -21,40 +33,73 @@ export interface CommittedOffset {
   metadata?: string;
 }
 
+export interface PartitionOffsets {
+  logStartOffset: number;
+  /** Readable (durable, with durability "always") end: readers never see past it. */
+  highWatermark: number;
+  logEndOffset: number;
+}
+
+export interface AppendResult {
+  baseOffset: number;
+  /** An idempotent retry of a stored batch: `baseOffset` is the original's. */
+  duplicate: boolean;
+  /** True once an fdatasync (or the engine's equivalent) covered the batch. */
+  synced: boolean;
+}
+
+/**
+ * Optional capability: batches in the disk engine's storage format (src/log/record-batch.ts),
+ * built by the network client and forwarded to remote consumers without decoding.
+ */
+export interface EncodedBatches {
+  /**
+   * Appends one batch already encoded in the storage format with base offset 0. The engine
+   * validates it completely (CRC, structure, record sizes) before storing; producer
+   * id/epoch/sequence come from the batch header.
+   */
+  appendEncoded(topic: string, partition: number, batch: Buffer, signal?: AbortSignal): Promise<AppendResult & { count: number }>;
+  /**
+   * Stored batches from `offset` as bytes, without decoding records: whole batches, each
+   * verified like `read` verifies it, at most `maxBytes` and none past the batch that reaches
+   * `maxRecords`, but at least one batch. The first batch may start below `offset`; `records`
+   * counts those at or after it. Damage at `offset` raises CorruptRecordError (as `read`).
+   */
+  readRaw(topic: string, partition: number, offset: number, maxBytes: number, maxRecords?: number): Promise<{ data: Buffer; nextOffset: number; records: number }>;
+}
+
 export interface StorageEngine {
+  /** A short name for logs and errors ("disk", ...). */
+  readonly kind: string;
   open(): Promise<void>;
   close(): Promise<void>;
 
+  // ── topics ──
   createTopic(name: string, config: Required<TopicConfig>): Promise<EngineTopic>;
   deleteTopic(name: string): Promise<void>;
-  listTopics(): string[];
-  getTopic(name: string): EngineTopic;
-  describeTopic(name: string): TopicDescription;
+  listTopics(): Promise<string[]>;
+  /** Throws TopicNotFoundError (or InvalidNameError) for a missing topic. */
+  getTopic(name: string): Promise<EngineTopic>;
+  describeTopic(name: string): Promise<TopicDescription>;
 
-  append(topic: string, partition: number, records: PreparedRecord[], producer?: ProducerInfo, signal?: AbortSignal): Promise<{ baseOffset: number; duplicate: boolean; synced: boolean }>;
-  /**
-   * Appends one batch already encoded in the storage format with base offset 0 (built by a
-   * client). The engine validates it completely (CRC, structure, record sizes) before storing;
-   * producer id/epoch/sequence come from the batch header.
-   */
-  appendEncoded(topic: string, partition: number, batch: Buffer, signal?: AbortSignal): Promise<{ baseOffset: number; duplicate: boolean; synced: boolean; count: number }>;
+  // ── partitions ──
+  append(topic: string, partition: number, records: PreparedRecord[], producer?: ProducerInfo, signal?: AbortSignal): Promise<AppendResult>;
   read(topic: string, partition: number, offset: number, maxBytes: number): Promise<{ records: StoredRecord[]; nextOffset: number }>;
-  /**
-   * Stored batches from `offset` as bytes, without decoding records (the server forwards them
-   * to remote consumers): whole batches, each verified like `read` verifies it, at most
-   * `maxBytes` and none past the batch that reaches `maxRecords`, but at least one batch. The
-   * first batch may start below `offset`; `records` counts those at or after it. Damage at
-   * `offset` raises CorruptRecordError (as `read`).
-   */
-  readRaw(topic: string, partition: number, offset: number, maxBytes: number, maxRecords?: number): Promise<{ data: Buffer; nextOffset: number; records: number }>;
+  /** Resolves true once a record at `offset` is readable, false on timeout, abort or close. */
   waitFor(topic: string, partition: number, offset: number, maxWaitMs: number, signal?: AbortSignal): Promise<boolean>;
-  offsets(topic: string, partition: number): { logStartOffset: number; highWatermark: number; logEndOffset: number };
+  offsets(topic: string, partition: number): Promise<PartitionOffsets>;
   offsetForTimestamp(topic: string, partition: number, ts: number): Promise<number>;
   enforceRetention(now?: number): Promise<void>;
+  /** Present when the engine stores batches in the disk format (see EncodedBatches). */
+  readonly encoded?: EncodedBatches;
 
+  // ── idempotent producers ──
+  /** A new producer id (epoch 0), or the next epoch of an existing one (fencing older ones). */
   allocateProducer(producerId?: number): Promise<{ producerId: number; producerEpoch: number }>;
 
-  /** Committed offsets of a group for a topic incarnation (stored value = next offset to read). */
-  getCommitted(group: string, topic: string): Map<number, CommittedOffset>;
+  // ── group offsets ──
+  /** Committed offsets of a group for the current incarnation of a topic (value = next offset to read). */
+  getCommitted(group: string, topic: string): Promise<Map<number, CommittedOffset>>;
+  /** Durable once resolved; refuses offsets beyond a partition's high watermark (META-3). */
   commitOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void>;
 }

@@ -10,6 +10,7 @@ import type { StorageEngine } from "../store/engine.js";
 import type { Message, MessageBatch, SubscribeOptions, Subscription } from "../types.js";
 import { newMemberId, type GroupCoordinator, type GroupMember } from "./group-coordinator.js";
 import { toConsumed } from "./records.js";
+import { encodeBatch, stampBatch } from "../log/record-batch.js";
 import { validateName } from "../store/names.js";
 
 interface Assigned {
@@ -62,7 +63,7 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
   constructor(private deps: SubscriptionDeps, topic: string, private opts: SubscribeOptions & { onCorrupt?: "error" | "skip" }) {
     this.topic = topic;
     this.group = validateName("group", opts.group);
-    deps.engine.getTopic(topic); // throws TopicNotFoundError early
+    validateName("topic", topic); // a missing topic is reported by the first read (join)
     if (opts.start !== undefined && opts.start !== "earliest" && opts.start !== "latest") throw new ValidationError(`start must be "earliest" or "latest"`);
     if (opts.maxBytes !== undefined && (!Number.isInteger(opts.maxBytes) || opts.maxBytes < 1 || opts.maxBytes > 64 * 1024 * 1024))
       throw new ValidationError("maxBytes must be an integer in [1, 67108864]");
@@ -97,25 +98,34 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
 
   private ensureJoined(): Promise<void> {
     if (!this.joined) {
-      const t = this.deps.engine.getTopic(this.topic);
-      this.joined = this.deps.coordinator.join(this.group, this.topic, t.config.partitions, this.opts.assignment ?? "range", this);
+      this.joined = this.deps.engine
+        .getTopic(this.topic)
+        .then((t) => this.deps.coordinator.join(this.group, this.topic, t.config.partitions, this.opts.assignment ?? "range", this));
     }
     return this.joined;
   }
 
-  private resolvePosition(p: number, a: Assigned): number {
-    const { logStartOffset, highWatermark } = this.deps.engine.offsets(this.topic, p);
-    if (a.position === null) {
-      const c = this.deps.engine.getCommitted(this.group, this.topic).get(p);
-      a.position = c ? c.offset : (this.opts.start ?? "latest") === "earliest" ? logStartOffset : highWatermark;
+  /**
+   * Where to read partition `p` next: the position already reached, else the committed offset,
+   * else the start policy; clamped into [log start, high watermark] (offsetReset below the
+   * start). Also returns the high watermark read for it.
+   */
+  private async resolvePosition(p: number, a: Assigned): Promise<{ pos: number; highWatermark: number }> {
+    const { logStartOffset, highWatermark } = await this.deps.engine.offsets(this.topic, p);
+    let pos = a.position;
+    if (pos === null) {
+      const c = (await this.deps.engine.getCommitted(this.group, this.topic)).get(p);
+      pos = c ? c.offset : (this.opts.start ?? "latest") === "earliest" ? logStartOffset : highWatermark;
     }
-    if (a.position < logStartOffset) {
+    if (pos < logStartOffset) {
       const policy = this.opts.offsetReset ?? "earliest";
-      if (policy === "error") throw new OffsetOutOfRangeError(this.topic, p, a.position, logStartOffset, highWatermark);
-      this.deps.logger.warn({ group: this.group, topic: this.topic, partition: p, from: a.position, policy }, "offset below log start; resetting");
-      a.position = policy === "earliest" ? logStartOffset : highWatermark;
-    } else if (a.position > highWatermark) a.position = highWatermark;
-    return a.position;
+      if (policy === "error") throw new OffsetOutOfRangeError(this.topic, p, pos, logStartOffset, highWatermark);
+      this.deps.logger.warn({ group: this.group, topic: this.topic, partition: p, from: pos, policy }, "offset below log start; resetting");
+      pos = policy === "earliest" ? logStartOffset : highWatermark;
+    } else if (pos > highWatermark) pos = highWatermark;
+    // Still the same ownership period (not revoked while we awaited): keep the position.
+    if (this.assigned.get(p) === a) a.position = pos;
+    return { pos, highWatermark };
   }
 
   /** One fetch from the next partition with data; false when all are caught up. */
@@ -125,8 +135,8 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
       const p = parts[(this.rr + i) % parts.length];
       const a = this.assigned.get(p);
       if (!a) continue;
-      const pos = this.resolvePosition(p, a);
-      if (pos >= this.deps.engine.offsets(this.topic, p).highWatermark) continue;
+      const { pos, highWatermark } = await this.resolvePosition(p, a);
+      if (pos >= highWatermark || this.assigned.get(p) !== a) continue;
       let res;
       try {
         res = await this.deps.engine.read(this.topic, p, pos, this.opts.maxBytes ?? 1024 * 1024);
@@ -170,11 +180,11 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
       const p = parts[(this.rr + i) % parts.length];
       const a = this.assigned.get(p);
       if (!a) continue;
-      const pos = this.resolvePosition(p, a);
-      if (pos >= this.deps.engine.offsets(this.topic, p).highWatermark) continue;
+      const { pos, highWatermark } = await this.resolvePosition(p, a);
+      if (pos >= highWatermark || this.assigned.get(p) !== a) continue;
       let res;
       try {
-        res = await this.deps.engine.readRaw(this.topic, p, pos, maxBytes, maxRecords);
+        res = await this.readRaw(p, pos, maxBytes, maxRecords);
       } catch (e) {
         if (e instanceof CorruptRecordError && this.opts.onCorrupt === "skip" && e.nextOffset !== undefined) {
           this.deps.logger.error({ err: e }, "skipping corrupt records");
@@ -192,6 +202,22 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
       }
     }
     return null;
+  }
+
+  /**
+   * Stored batches as bytes: the engine's encoded capability, or (an engine without it) the
+   * records read and encoded into one batch at their offsets, so the server's push path is the
+   * same for every engine.
+   */
+  private async readRaw(p: number, pos: number, maxBytes: number, maxRecords: number): Promise<{ data: Buffer; nextOffset: number; records: number }> {
+    const enc = this.deps.engine.encoded;
+    if (enc) return enc.readRaw(this.topic, p, pos, maxBytes, maxRecords);
+    const r = await this.deps.engine.read(this.topic, p, pos, maxBytes);
+    const recs = Number.isFinite(maxRecords) ? r.records.slice(0, maxRecords) : r.records;
+    if (recs.length === 0) return { data: Buffer.alloc(0), nextOffset: r.nextOffset, records: 0 };
+    const batch = encodeBatch(recs);
+    stampBatch(batch, recs[0].offset);
+    return { data: batch, nextOffset: recs[recs.length - 1].offset + 1, records: recs.length };
   }
 
   private makeMessage(p: number, a: Assigned, r: Parameters<typeof toConsumed>[2]): Message<T> {
@@ -222,8 +248,8 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     const ac = new AbortController();
     const signal = ac.signal;
     if (this.closeAc.signal.aborted) return;
-    for (const [p, a] of this.assigned) {
-      const pos = a.position ?? this.resolvePosition(p, a);
+    for (const [p, a] of [...this.assigned]) {
+      const pos = a.position ?? (await this.resolvePosition(p, a)).pos;
       waits.push(this.deps.engine.waitFor(this.topic, p, pos, maxWaitMs, signal));
     }
     waits.push(new Promise<void>((r) => (this.wake = r)));
