@@ -38,8 +38,16 @@ import type {
 } from "../types.js";
 
 export interface BrokerOptions {
-  /** Directory holding all data. Created if missing. */
-  dataDir: string;
+  /**
+   * Directory holding all data, created if missing: the default disk engine's home. Required
+   * unless `engine` is given.
+   */
+  dataDir?: string;
+  /**
+   * The storage engine (default: the disk engine on `dataDir`). The broker opens it, uses it
+   * for everything durable, and closes it on `close()`.
+   */
+  engine?: StorageEngine;
   /** Any pino-compatible logger; default silent. */
   logger?: Logger;
   /** File I/O layer; tests inject faults here. Default: node:fs. */
@@ -87,17 +95,18 @@ export class EmbeddedBroker implements Broker {
 
   private constructor(opts: BrokerOptions) {
     this.logger = opts.logger ?? silentLogger;
-    this.dataDir = opts.dataDir;
+    this.dataDir = opts.dataDir ?? "";
     this.fs = opts.fs ?? new NodeFileSystem();
-    this.engine = new DiskEngine({ dataDir: opts.dataDir, fs: this.fs, logger: this.logger });
+    this.engine = opts.engine ?? new DiskEngine({ dataDir: this.dataDir, fs: this.fs, logger: this.logger });
   }
 
   static async open(opts: BrokerOptions): Promise<EmbeddedBroker> {
-    if (!opts || typeof opts.dataDir !== "string" || opts.dataDir.length === 0) throw new ValidationError("openBroker needs a dataDir");
+    if (!opts || (opts.engine === undefined && (typeof opts.dataDir !== "string" || opts.dataDir.length === 0)))
+      throw new ValidationError("openBroker needs a dataDir (or an engine)");
     const b = new EmbeddedBroker(opts);
     await b.engine.open();
     try {
-      b.queues = await QueueManager.open({ dataDir: opts.dataDir, fs: b.fs, logger: b.logger });
+      b.queues = await QueueManager.open({ dataDir: b.dataDir, fs: b.fs, logger: b.logger });
     } catch (e) {
       await b.engine.close();
       throw e;
