@@ -6,13 +6,9 @@
 
 import type { Queue, QueueConfig } from "./queues/types.js";
 
-export type Durability = "always" | "interval" | "never";
+import type { Durability, Headers, PublishValue } from "./value-types.js";
 
-/** A value as the producer hands it over. Buffers/Uint8Arrays are stored as raw bytes,
- * strings as UTF-8, anything else as JSON; the consumer gets back the same kind. */
-export type PublishValue = Uint8Array | string | number | boolean | null | object;
-
-export type Headers = Record<string, string | Uint8Array>;
+export type { Durability, Headers, PublishValue };
 
 export interface TopicConfig {
   /** Number of partitions (1..10_000). Default 1. */

@@ -4,7 +4,7 @@
  * client implement the same `Queue<T>` interface, so nothing here may reference storage types.
  */
 
-import type { Durability, Headers, PublishValue } from "../types.js";
+import type { Durability, Headers, PublishValue } from "../value-types.js";
 
 export type { Durability, Headers, PublishValue };
 
