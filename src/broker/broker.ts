@@ -5,9 +5,9 @@
  * `sluice serve` puts the same object behind the wire protocol.
  */
 import { Buffer } from "node:buffer";
-import { BrokerClosedError, GroupActiveError, ValidationError, CorruptRecordError, RecordTooLargeError } from "../errors.js";
+import { BrokerClosedError, GroupActiveError, NotFoundError, QueueNotFoundError, ValidationError, CorruptRecordError, RecordTooLargeError } from "../errors.js";
 import { NodeFileSystem, type FileSystem } from "../log/io.js";
-import { silentLogger, type Logger } from "../log/logger.js";
+import { telemetry, type Logger, type Telemetry } from "../observability/telemetry.js";
 import { decodeRecords, prepareValue, recordSize, validateEncodedBatch, type PreparedRecord } from "../log/record-batch.js";
 import { DiskEngine, resolveTopicConfig } from "../store/disk-engine.js";
 import type { StorageEngine } from "../store/engine.js";
@@ -18,6 +18,7 @@ import type { Queue, QueueConfig } from "../queues/types.js";
 import { partitionForKey } from "../streams/murmur2.js";
 import { toConsumed } from "../streams/records.js";
 import { GroupSubscription } from "../streams/subscription.js";
+import type { BrokerHost, EncodedAppend, MemberListener, MemberSubscription } from "./host.js";
 import type {
   Broker,
   FetchOptions,
@@ -48,8 +49,14 @@ export interface BrokerOptions {
    * for everything durable, and closes it on `close()`.
    */
   engine?: StorageEngine;
-  /** Any pino-compatible logger; default silent. */
+  /** Any pino-compatible logger; default silent (shorthand for `telemetry.logger`). */
   logger?: Logger;
+  /**
+   * Logger, metrics sink and clock, handed down to the engine, partitions and queues
+   * (src/observability/telemetry.ts). Missing parts are no-ops; the clock defaults to the
+   * system's.
+   */
+  telemetry?: Partial<Telemetry>;
   /** File I/O layer; tests inject faults here. Default: node:fs. */
   fs?: FileSystem;
   /** How often retention runs. Default 5 minutes; 0 disables the timer (call enforceRetention()). */
@@ -80,10 +87,11 @@ function toHeaders(h: unknown): [string, Buffer][] | null {
   return out.length > 0 ? out : null;
 }
 
-export class EmbeddedBroker implements Broker {
+export class EmbeddedBroker implements Broker, BrokerHost {
   readonly engine: StorageEngine;
   readonly coordinator = new GroupCoordinator();
   readonly logger: Logger;
+  readonly telemetry: Telemetry;
   readonly dataDir: string;
   readonly fs: FileSystem;
   private subs = new Set<GroupSubscription<unknown>>();
@@ -94,10 +102,11 @@ export class EmbeddedBroker implements Broker {
   private closing: Promise<void> | null = null;
 
   private constructor(opts: BrokerOptions) {
-    this.logger = opts.logger ?? silentLogger;
+    this.telemetry = telemetry({ ...opts.telemetry, logger: opts.logger ?? opts.telemetry?.logger });
+    this.logger = this.telemetry.logger;
     this.dataDir = opts.dataDir ?? "";
     this.fs = opts.fs ?? new NodeFileSystem();
-    this.engine = opts.engine ?? new DiskEngine({ dataDir: this.dataDir, fs: this.fs, logger: this.logger });
+    this.engine = opts.engine ?? new DiskEngine({ dataDir: this.dataDir, fs: this.fs, telemetry: this.telemetry });
   }
 
   static async open(opts: BrokerOptions): Promise<EmbeddedBroker> {
@@ -227,7 +236,7 @@ export class EmbeddedBroker implements Broker {
    * batch header. Resolves with the batch's base offset once durable (per the topic's
    * durability).
    */
-  async publishEncoded(topic: string, partition: number, batch: Buffer, signal?: AbortSignal): Promise<{ baseOffset: number; count: number; duplicate: boolean; synced: boolean }> {
+  async publishEncoded(topic: string, partition: number, batch: Buffer, signal?: AbortSignal): Promise<EncodedAppend> {
     this.check();
     const t = await this.engine.getTopic(topic);
     if (!Number.isInteger(partition) || partition < 0 || partition >= t.config.partitions)
@@ -266,9 +275,18 @@ export class EmbeddedBroker implements Broker {
   }
 
   subscribe<T = unknown>(topic: string, opts: SubscribeOptions): Subscription<T> {
+    return this.join<T>(topic, opts);
+  }
+
+  /** A member for a consumer in another process (the server's remote members). */
+  subscribeMember(topic: string, opts: SubscribeOptions, listener: MemberListener): MemberSubscription {
+    return this.join<unknown>(topic, opts, listener);
+  }
+
+  private join<T>(topic: string, opts: SubscribeOptions, listener?: MemberListener): GroupSubscription<T> {
     this.check();
     if (!opts || typeof opts.group !== "string") throw new ValidationError("subscribe needs { group }");
-    const sub = new GroupSubscription<T>({ engine: this.engine, coordinator: this.coordinator, logger: this.logger, onClose: (s) => this.subs.delete(s) }, topic, opts);
+    const sub = new GroupSubscription<T>({ engine: this.engine, coordinator: this.coordinator, logger: this.logger, onClose: (s) => this.subs.delete(s) }, topic, opts, listener);
     this.subs.add(sub as GroupSubscription<unknown>);
     return sub;
   }
@@ -353,7 +371,14 @@ export class EmbeddedBroker implements Broker {
 
   async deleteQueue(name: string): Promise<void> {
     this.check();
-    return this.queues.deleteQueue(name);
+    try {
+      await this.queues.deleteQueue(name);
+    } catch (e) {
+      // The queue manager raises a plain NotFoundError with this code; the typed class is what
+      // remote and HTTP callers get. Remove once src/queues raises QueueNotFoundError itself.
+      if (e instanceof NotFoundError && e.code === "QUEUE_NOT_FOUND" && !(e instanceof QueueNotFoundError)) throw new QueueNotFoundError(name);
+      throw e;
+    }
   }
 
   /** Runs retention now (it also runs on a timer). */

@@ -20,6 +20,8 @@ import type { Preallocator } from "./preallocator.js";
 import type { ProducerSnapshot } from "./producer-state.js";
 import { stampBatch, restampBatch, type ProducerInfo } from "./record-batch.js";
 import { Segment } from "./segment.js";
+import { METRICS } from "../observability/metrics.js";
+import type { Clock, MetricLabels } from "../observability/telemetry.js";
 
 export interface AppendResult {
   baseOffset: number;
@@ -33,6 +35,8 @@ interface PendingAppend {
   count: number;
   maxTs: number;
   producer: ProducerInfo | null;
+  /** Monotonic ms when the append was queued (append latency metric). */
+  queuedAt: number;
   resolve(r: AppendResult): void;
   reject(e: unknown): void;
 }
@@ -92,11 +96,17 @@ export class LogWriter {
   /**
    * @param onRoll called with a segment just sealed (the readers' index and handle caches)
    */
+  private readonly clock: Clock;
+  private readonly labels: MetricLabels;
+
   constructor(
     private readonly st: LogState,
     private readonly prealloc: Preallocator,
     private readonly onRoll: (sealed: Segment) => void,
-  ) {}
+  ) {
+    this.clock = st.ctx.telemetry.clock;
+    this.labels = { topic: st.ctx.topic };
+  }
 
   /**
    * Whether a batch of `bytes` fits under MAX_PENDING_BYTES now (a batch is always admitted
@@ -141,7 +151,7 @@ export class LogWriter {
     this.st.nextOffset += count;
     const maxTs = buf.readInt32BE(32) * 4294967296 + buf.readUInt32BE(36);
     const done = new Promise<AppendResult>((resolve, reject) => {
-      this.pending.push({ buf, baseOffset, count, maxTs, producer, resolve, reject });
+      this.pending.push({ buf, baseOffset, count, maxTs, producer, queuedAt: this.clock.monotonicMs(), resolve, reject });
       this.pendingBytes += buf.length;
       if (!this.flushing) {
         this.flushing = true;
@@ -295,9 +305,11 @@ export class LogWriter {
     const busy = this.slotBusy[k];
     if (busy) await busy;
     const s: InflightSync = { items, endPos, fh, state: "running", err: null, promise: Promise.resolve() };
+    const started = this.clock.monotonicMs();
     s.promise = fh.datasync().then(
       () => {
         s.state = "ok";
+        this.st.ctx.telemetry.metrics.observe(METRICS.fsyncDuration.name, (this.clock.monotonicMs() - started) / 1000, this.labels);
       },
       (e: unknown) => {
         s.state = "failed";
@@ -376,7 +388,7 @@ export class LogWriter {
     let size = seg.size;
     for (const b of chunk) size += b.length;
     if (size === 0) return false;
-    return size + incoming > this.st.ctx.config.segmentBytes || (seg.createdAtMs !== null && Date.now() - seg.createdAtMs >= this.st.ctx.config.segmentMs);
+    return size + incoming > this.st.ctx.config.segmentBytes || (seg.createdAtMs !== null && this.clock.now() - seg.createdAtMs >= this.st.ctx.config.segmentMs);
   }
 
   private async writeChunk(seg: Segment, items: PendingAppend[], bufs: Buffer[]): Promise<void> {
@@ -391,6 +403,8 @@ export class LogWriter {
     if (pos + bytes > seg.fileEnd) seg.fileEnd = pos + bytes;
     this.prealloc.noteAppended(bytes);
     await seg.handle!.write(bufs, pos);
+    // Segment age (segmentMs) counts from its first record, on the telemetry clock.
+    if (seg.createdAtMs === null) seg.createdAtMs = this.clock.now();
     for (const it of items) {
       seg.noteBatch(it.baseOffset, it.count, pos, it.buf.length, it.maxTs);
       pos += it.buf.length;
@@ -417,9 +431,17 @@ export class LogWriter {
     if (readableEnd > this.st.active.size) throw new Error("invariant: readable end beyond written data");
     this.st.hwm = hwm;
     this.st.readableSize = readableEnd;
-    this.st.publishedAtMs = performance.now();
+    this.st.publishedAtMs = this.clock.monotonicMs();
     for (const it of items) if (it.producer !== null) this.st.producers.publish(it.producer, it.count, it.baseOffset, it.maxTs, hwm);
-    for (const it of items) it.resolve({ baseOffset: it.baseOffset, duplicate: false, synced });
+    const metrics = this.st.ctx.telemetry.metrics;
+    const now = this.st.publishedAtMs;
+    let records = 0;
+    for (const it of items) {
+      records += it.count;
+      metrics.observe(METRICS.appendDuration.name, (now - it.queuedAt) / 1000, this.labels);
+      it.resolve({ baseOffset: it.baseOffset, duplicate: false, synced });
+    }
+    metrics.count(METRICS.appendedRecords.name, records, this.labels);
     this.st.wakeWaiters();
   }
 
@@ -513,13 +535,13 @@ export class LogWriter {
     }
     // Invariant LOG-4: `old` was truncated and fdatasync'ed (sealActive) before its successor exists.
     old.sealed = true;
-    old.lastUsed = Date.now();
+    old.lastUsed = this.clock.monotonicMs();
     this.st.segments.push(seg);
     this.st.syncedSize = 0;
     this.st.readableSize = 0;
     // Captured now, at the high watermark (PROD-1: only published batches, all in the sealed,
     // durable segment), although written after the index files.
-    const snap = this.st.producers.snapshot(this.st.hwm);
+    const snap = this.st.producers.snapshot(this.st.hwm, this.clock.now());
     await old.writeIndexes().catch((e) => this.st.ctx.logger.warn({ err: e, file: old.indexPath }, "could not write index"));
     await this.writeProducerSnapshot(snap).catch((e) => this.st.ctx.logger.warn({ err: e }, "could not write producer snapshot"));
     this.onRoll(old);

@@ -66,7 +66,7 @@ export async function loadLog(ctx: LogContext, onFault: ((err: StorageError) => 
   active.fileEnd = active.size;
   // The age of a recovered segment counts from its first record (as Kafka's segment.ms),
   // not from this open, so restarts cannot keep a segment (and its data) alive forever.
-  active.createdAtMs = active.size > 0 ? await firstTimestamp(active) : null;
+  active.createdAtMs = active.size > 0 ? await firstTimestamp(active, ctx.telemetry.clock.now()) : null;
   active.bytesSinceIndex = active.index && active.index.n > 0 ? active.size - active.index.pos[active.index.n - 1] : active.size;
   st.nextOffset = st.hwm = active.endOffset;
   st.readableSize = st.syncedSize = active.size;
@@ -75,11 +75,11 @@ export async function loadLog(ctx: LogContext, onFault: ((err: StorageError) => 
   return st;
 }
 
-async function firstTimestamp(seg: Segment): Promise<number> {
+async function firstTimestamp(seg: Segment, now: number): Promise<number> {
   const head = Buffer.alloc(HEADER_SIZE);
-  if ((await readFully(seg.handle!, head, HEADER_SIZE, 0)) < HEADER_SIZE) return Date.now();
+  if ((await readFully(seg.handle!, head, HEADER_SIZE, 0)) < HEADER_SIZE) return now;
   const ts = head.readInt32BE(24) * 4294967296 + head.readUInt32BE(28);
-  return Math.min(ts, Date.now());
+  return Math.min(ts, now);
 }
 
 /** Scans the active segment after an unclean shutdown, truncating a torn tail (LOG-7). */

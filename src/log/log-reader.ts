@@ -72,7 +72,7 @@ export class LogReader {
    */
   async acquire(seg: Segment): Promise<FileHandle> {
     seg.refs++;
-    seg.lastUsed = Date.now();
+    seg.lastUsed = this.st.ctx.telemetry.clock.monotonicMs();
     if (seg.handle !== null) return seg.handle;
     try {
       if (seg.opening === null) {
@@ -121,7 +121,7 @@ export class LogReader {
 
   /** A segment was just sealed by the writer: its index joins the LRU, handles are trimmed. */
   sealed(seg: Segment): void {
-    seg.lastUsed = Date.now();
+    seg.lastUsed = this.st.ctx.telemetry.clock.monotonicMs();
     this.touchIndex(seg);
     this.trimOpenHandles();
   }
@@ -188,7 +188,7 @@ export class LogReader {
   /** readFully, or a synchronous pread for a small read of the live end (LOG-10). */
   private readAt(seg: Segment, fh: FileHandle, buf: Buffer, length: number, pos: number): Promise<number> | number {
     const st = this.st;
-    if (seg === st.active && st.readableSize - pos <= TAIL_READ_SYNC_BYTES && performance.now() - st.publishedAtMs < TAIL_READ_SYNC_MS) {
+    if (seg === st.active && st.readableSize - pos <= TAIL_READ_SYNC_BYTES && st.ctx.telemetry.clock.monotonicMs() - st.publishedAtMs < TAIL_READ_SYNC_MS) {
       // The whole range is below readableSize (the caller's limit), so it was written and
       // published; a short read can only mean the file is shorter than our bookkeeping.
       const n = fh.readSync(buf, 0, length, pos);

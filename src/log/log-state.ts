@@ -8,7 +8,8 @@
  */
 import { StorageError, type StorageFullError } from "../errors.js";
 import type { FileSystem } from "./io.js";
-import type { Logger } from "./logger.js";
+import type { Logger, Telemetry } from "../observability/telemetry.js";
+import { METRICS } from "../observability/metrics.js";
 import { ProducerStateManager } from "./producer-state.js";
 import type { Segment } from "./segment.js";
 
@@ -32,6 +33,8 @@ export interface LogContext {
   readonly partition: number;
   readonly config: LogConfig;
   readonly logger: Logger;
+  /** Metrics and clock (the logger above is the telemetry's, or a test's own). */
+  readonly telemetry: Telemetry;
 }
 
 export class LogState {
@@ -46,7 +49,7 @@ export class LogState {
   readableSize = 0;
   /** Bytes in the active segment known to be on disk (fdatasync'ed). */
   syncedSize = 0;
-  /** performance.now() of the last publish (LOG-10: recent tail bytes are in the page cache). */
+  /** Monotonic ms (telemetry clock) of the last publish (LOG-10: recent tail bytes are in the page cache). */
   publishedAtMs = 0;
   readonly producers = new ProducerStateManager();
   /** Set once an I/O error leaves the files in doubt: refuses appends until reopened (see `fault`). */
@@ -97,6 +100,7 @@ export class LogState {
     );
     this.faulted = err;
     logger.error({ err: cause, topic, partition }, `${what}; partition is read-only until it is recovered from disk`);
+    this.ctx.telemetry.metrics.count(METRICS.partitionFaults.name, 1, { topic });
     this.onFault?.(err);
   }
 

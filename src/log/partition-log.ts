@@ -18,7 +18,7 @@
  *        saw can never vanish in a crash and its offset is never reused.
  */
 import { AbortedError, RecordTooLargeError, ValidationError, type StorageError } from "../errors.js";
-import { silentLogger, type Logger } from "./logger.js";
+import { noopTelemetry, type Logger, type Telemetry } from "../observability/telemetry.js";
 import type { FileSystem } from "./io.js";
 import { LogWriter, type AppendResult } from "./group-commit.js";
 import { CLEAN_MARKER, loadLog, PRODUCER_SNAPSHOT_FILE } from "./log-loader.js";
@@ -44,6 +44,9 @@ export interface PartitionLogOptions {
   topic: string;
   partition: number;
   config: LogConfig;
+  /** Logger, metrics sink and clock (default: no-ops and the system clock). */
+  telemetry?: Telemetry;
+  /** Overrides the telemetry's logger (tests). */
   logger?: Logger;
   /** Default "auto". */
   preallocate?: PreallocateMode;
@@ -72,7 +75,8 @@ export class PartitionLog {
   }
 
   static async open(opts: PartitionLogOptions): Promise<PartitionLog> {
-    const ctx = { fs: opts.fs, dir: opts.dir, topic: opts.topic, partition: opts.partition, config: opts.config, logger: opts.logger ?? silentLogger };
+    const telemetry = opts.telemetry ?? noopTelemetry;
+    const ctx = { fs: opts.fs, dir: opts.dir, topic: opts.topic, partition: opts.partition, config: opts.config, logger: opts.logger ?? telemetry.logger, telemetry };
     const st = await loadLog(ctx, opts.onFault ?? null);
     const reader = new LogReader(st);
     const prealloc = new Preallocator(st, opts.preallocate ?? "auto");
@@ -207,7 +211,7 @@ export class PartitionLog {
   }
 
   /** Deletes whole sealed segments past retention by time or size; never the active one. */
-  enforceRetention(now = Date.now()): Promise<number> {
+  enforceRetention(now = this.st.ctx.telemetry.clock.now()): Promise<number> {
     return this.retention.enforce(now);
   }
 
@@ -233,7 +237,7 @@ export class PartitionLog {
         }
         await active.handle!.datasync();
         await active.writeIndexes();
-        await writeFileAtomic(this.fs, join(this.dir, PRODUCER_SNAPSHOT_FILE), JSON.stringify(st.producers.snapshot(st.hwm)));
+        await writeFileAtomic(this.fs, join(this.dir, PRODUCER_SNAPSHOT_FILE), JSON.stringify(st.producers.snapshot(st.hwm, st.ctx.telemetry.clock.now())));
         const fh = await this.fs.open(join(this.dir, CLEAN_MARKER), "create");
         await fh.close();
         await this.fs.fsyncDir(this.dir);

@@ -39,13 +39,15 @@ export class Preallocator {
   /** Append rate (bytes/s) of the last complete window, and the window being counted. */
   private appendRate = 0;
   private rateBytes = 0;
-  private rateSince = performance.now();
+  private rateSince: number;
   private retryAt = 0;
 
   constructor(
     private readonly st: LogState,
     private readonly mode: PreallocateMode,
-  ) {}
+  ) {
+    this.rateSince = st.ctx.telemetry.clock.monotonicMs();
+  }
 
   /** Counts appended bytes for the rate window. */
   noteAppended(bytes: number): void {
@@ -62,7 +64,7 @@ export class Preallocator {
     const seg = st.active;
     if (this.mode === "off" || st.ctx.config.durability !== "always" || st.closed || st.faulted) return;
     if (seg.sealed || seg.noFill || seg.fill !== null) return;
-    const now = performance.now(); // monotonic: a wall clock step must not skew the rate
+    const now = st.ctx.telemetry.clock.monotonicMs(); // a wall clock step must not skew the rate
     if (now - this.rateSince >= RATE_WINDOW_MS) {
       this.appendRate = (this.rateBytes * 1000) / (now - this.rateSince);
       this.rateBytes = 0;
@@ -116,7 +118,7 @@ export class Preallocator {
         // The zeros' fdatasync failed: what is on disk is unknown. Same rule as for appends.
         this.st.fault(e, `fdatasync of preallocated space in ${seg.logPath} failed`);
       } else {
-        this.retryAt = performance.now() + PREALLOC_RETRY_MS;
+        this.retryAt = this.st.ctx.telemetry.clock.monotonicMs() + PREALLOC_RETRY_MS;
         logger.warn({ err: e, file: seg.logPath }, "could not preallocate segment space; appends extend the file");
       }
     } finally {

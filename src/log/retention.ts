@@ -55,7 +55,7 @@ export class Retention {
   }
 
   /** Deletes whole sealed segments past retention by time or size; never the active one. */
-  async enforce(now = Date.now()): Promise<number> {
+  async enforce(now = this.st.ctx.telemetry.clock.now()): Promise<number> {
     const st = this.st;
     const { retentionMs, retentionBytes } = st.ctx.config;
     let newStart = st.logStart;

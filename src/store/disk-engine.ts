@@ -17,7 +17,8 @@ import { randomUUID } from "node:crypto";
 import { join, resolve, sep } from "node:path";
 import { OffsetOutOfRangeError, PartitionNotFoundError, ProducerFencedError, TopicExistsError, TopicNotFoundError, ValidationError, BrokerClosedError, InvalidBatchError } from "../errors.js";
 import { readJsonFile, writeFileAtomic, type FileSystem } from "../log/io.js";
-import { silentLogger, type Logger } from "../log/logger.js";
+import { noopTelemetry, type Logger, type Telemetry } from "../observability/telemetry.js";
+import { METRICS } from "../observability/metrics.js";
 import { PartitionLog } from "../log/partition-log.js";
 import { HEADER_SIZE, readHeader, type PreparedRecord, type ProducerInfo, type StoredRecord } from "../log/record-batch.js";
 import type { TopicConfig, TopicDescription } from "../types.js";
@@ -296,6 +297,9 @@ interface Topic extends EngineTopic {
 export interface DiskEngineOptions {
   dataDir: string;
   fs: FileSystem;
+  /** Logger, metrics sink and clock (default: no-ops, system clock). */
+  telemetry?: Telemetry;
+  /** Overrides the telemetry's logger. */
   logger?: Logger;
   /** Length at which a group's offsets log is folded into its snapshot (tests lower it). */
   offsetsLogCompactBytes?: number;
@@ -311,6 +315,7 @@ export class DiskEngine implements StorageEngine {
   private readonly dataDir: string;
   private readonly fs: FileSystem;
   private readonly logger: Logger;
+  private readonly telemetry: Telemetry;
   private readonly offsetsLogCompactBytes: number;
   private topics = new Map<string, Topic>();
   private groups = new Map<string, GroupOffsets>();
@@ -325,7 +330,8 @@ export class DiskEngine implements StorageEngine {
   constructor(opts: DiskEngineOptions) {
     this.dataDir = resolve(opts.dataDir);
     this.fs = opts.fs;
-    this.logger = opts.logger ?? silentLogger;
+    this.telemetry = opts.telemetry ?? noopTelemetry;
+    this.logger = opts.logger ?? this.telemetry.logger;
     this.offsetsLogCompactBytes = opts.offsetsLogCompactBytes ?? OFFSETS_LOG_COMPACT_BYTES;
   }
 
@@ -371,6 +377,7 @@ export class DiskEngine implements StorageEngine {
       partition: p,
       config: t.config,
       logger: this.logger,
+      telemetry: this.telemetry,
       onFault: () => this.scheduleRecovery(t, p),
     });
   }
@@ -405,6 +412,7 @@ export class DiskEngine implements StorageEngine {
         }
         t.logs[p] = fresh;
         this.logger.info({ topic: t.name, partition: p, highWatermark: fresh.highWatermark }, "partition recovered from disk after an I/O error");
+        this.telemetry.metrics.count(METRICS.partitionRecoveries.name, 1, { topic: t.name });
       } catch (e) {
         this.logger.error({ err: e, topic: t.name, partition: p }, "partition recovery failed; retrying");
         this.recovering.delete(key);
@@ -440,7 +448,7 @@ export class DiskEngine implements StorageEngine {
     return this.serial(async () => {
       this.check();
       if (this.topics.has(name)) throw new TopicExistsError(name);
-      const meta: EngineTopic = { name, topicId: randomUUID(), createdAt: Date.now(), config };
+      const meta: EngineTopic = { name, topicId: randomUUID(), createdAt: this.telemetry.clock.now(), config };
       // Named by id alone: name + id could exceed the 255-byte file name limit.
       const staging = this.inside("tmp", meta.topicId);
       await this.fs.mkdir(staging);
@@ -546,7 +554,7 @@ export class DiskEngine implements StorageEngine {
     return this.log(topic, partition).offsetForTimestamp(ts);
   }
 
-  async enforceRetention(now = Date.now()): Promise<void> {
+  async enforceRetention(now = this.telemetry.clock.now()): Promise<void> {
     for (const t of [...this.topics.values()]) for (const l of t.logs) await l.enforceRetention(now);
   }
 
