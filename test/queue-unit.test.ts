@@ -4,11 +4,11 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { ValidationError } from "../src/errors.js";
 import { retryDelayMs } from "../src/queues/backoff.js";
-import { KeyChains } from "../src/queues/chains.js";
-import { decodeEvents, encodeEvent, Ev } from "../src/queues/events.js";
-import { OffsetHeap } from "../src/queues/heap.js";
+import { KeyChains } from "../src/store/disk/queues/chains.js";
+import { decodeEvents, encodeEvent, Ev } from "../src/store/disk/queues/events.js";
+import { OffsetHeap } from "../src/store/disk/queues/heap.js";
 import { resolveQueueConfig } from "../src/queues/queue.js";
-import { JobTable, ROW_BYTES, St } from "../src/queues/table.js";
+import { JobTable, ROW_BYTES, St } from "../src/store/disk/queues/table.js";
 import { rng } from "./fixtures/queue-helpers.js";
 
 describe("OffsetHeap", () => {

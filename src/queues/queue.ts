@@ -39,9 +39,9 @@ import { silentLogger, type Logger } from "../log/logger.js";
 import { PartitionLog, type LogConfig } from "../log/partition-log.js";
 import { decodeValue, prepareValue, recordSize, type PreparedRecord, type StoredRecord, type ValueKind } from "../log/record-batch.js";
 import { retryDelayMs } from "./backoff.js";
-import { KeyChains } from "./chains.js";
-import { decodeEvents, encodeEvent, Ev, EVENT_FIXED_BYTES, writeEvent, type JournalEvent } from "./events.js";
-import { OffsetHeap } from "./heap.js";
+import { KeyChains } from "../store/disk/queues/chains.js";
+import { decodeEvents, encodeEvent, Ev, EVENT_FIXED_BYTES, writeEvent, type JournalEvent } from "../store/disk/queues/events.js";
+import { OffsetHeap } from "../store/disk/queues/heap.js";
 import {
   decodeIdemHeader,
   encodeIdemHeader,
@@ -52,7 +52,7 @@ import {
   type IdemEntry,
   type IdemSnapshot,
 } from "./idempotence.js";
-import { isTerminal, JobTable, St } from "./table.js";
+import { isTerminal, JobTable, St } from "../store/disk/queues/table.js";
 import type {
   AttemptRecord,
   BackoffConfig,
