@@ -1,14 +1,46 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * The sluice error hierarchy. Every error the broker raises is a `BrokerError` with a stable
- * `code` (documented in docs/errors.md) and `retriable`, which says whether the same call may
- * succeed if simply tried again later.
+ * The sluice error hierarchy and its registry. Every error the broker raises is a
+ * `BrokerError` with a stable `code` (documented in docs/errors.md) and `retriable`, which says
+ * whether the same call may succeed if simply tried again later.
+ *
+ * Each error class carries its facts in one place, its static `spec`: code, `retriable`, HTTP
+ * status, where it comes from, and how to rebuild it from the wire; an instance's
+ * `wireDetails()` gives the structured fields the wire carries. The wire mapping
+ * (src/wire/errors.ts), the HTTP port (src/server/http.ts) and the docs check
+ * (test/errors-registry.test.ts) all read `ERROR_CLASSES`, so a code means the same class,
+ * retriability and status embedded, through a client and over HTTP.
  */
+
+/** Structured fields of an error on the wire (docs/protocol.md §3). */
+export type WireDetails = Record<string, unknown>;
+
+/**
+ * Where an error comes from: `broker` (raised by the broker, the same embedded and remote),
+ * `client` (raised by the network client itself), `wire` (a protocol violation between client
+ * and server), `server` (the server process: internal failures, HTTP), `handler` (thrown by
+ * application code), `base` (a base class other classes refine; not raised as itself).
+ */
+export type ErrorOrigin = "broker" | "client" | "wire" | "server" | "handler" | "base";
+
+export interface ErrorSpec {
+  readonly code: string;
+  readonly retriable: boolean;
+  /** The status the HTTP port answers with. */
+  readonly httpStatus: number;
+  readonly origin: ErrorOrigin;
+  /**
+   * Rebuilds the error from its wire details. The caller then sets the message the server
+   * sent (several constructors build their own text).
+   */
+  fromWire(details: WireDetails): BrokerError;
+}
 
 export interface BrokerErrorOptions extends ErrorOptions {
   retriable?: boolean;
 }
 
+/** Base of every sluice error. Thrown directly only for codes this version does not know. */
 export class BrokerError extends Error {
   /** Stable machine-readable code, e.g. `RECORD_TOO_LARGE`. */
   readonly code: string;
@@ -23,89 +55,205 @@ export class BrokerError extends Error {
   get helpUrl(): string {
     return `docs/errors.md#${this.code.toLowerCase().replace(/_/g, "-")}`;
   }
+  /** The structured fields sent with the error on the wire; none unless a class has some. */
+  wireDetails(): WireDetails | undefined {
+    return undefined;
+  }
 }
+
+/** A `BrokerError` whose class fixes its code and retriability (its `spec`). */
+export abstract class RegisteredError extends BrokerError {
+  declare static readonly spec: ErrorSpec;
+  constructor(message: string, options?: ErrorOptions) {
+    const spec = new.target.spec;
+    super(spec.code, message, { cause: options?.cause, retriable: spec.retriable });
+  }
+}
+
+const str = (v: unknown): string => (v === undefined || v === null ? "" : String(v));
+const num = (v: unknown): number => Number(v ?? 0);
 
 /** Invalid argument, name or configuration. */
-export class ValidationError extends BrokerError {
-  constructor(message: string, options?: BrokerErrorOptions) {
-    super("VALIDATION", message, options);
-  }
+export class ValidationError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "VALIDATION",
+    retriable: false,
+    httpStatus: 400,
+    origin: "broker",
+    fromWire: () => new ValidationError(""),
+  };
 }
 
-export class InvalidNameError extends BrokerError {
+export class InvalidNameError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "INVALID_NAME",
+    retriable: false,
+    httpStatus: 400,
+    origin: "broker",
+    fromWire: () => new InvalidNameError("", "", ""),
+  };
   constructor(kind: string, name: string, reason: string) {
-    super("INVALID_NAME", `invalid ${kind} name ${JSON.stringify(name.slice(0, 300))}: ${reason}`);
+    super(`invalid ${kind} name ${JSON.stringify(name.slice(0, 300))}: ${reason}`);
   }
 }
 
-export class NotFoundError extends BrokerError {
-  constructor(message: string, code = "NOT_FOUND") {
-    super(code, message);
+/** Something does not exist. The broker raises the specific subclasses; the HTTP port raises
+ * this one for a path that names no resource. */
+export class NotFoundError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "NOT_FOUND",
+    retriable: false,
+    httpStatus: 404,
+    origin: "server",
+    fromWire: () => new NotFoundError(""),
+  };
+  /**
+   * @param legacyCode Deprecated: only for callers that still raise `QUEUE_NOT_FOUND` as a plain
+   * NotFoundError (src/queues/manager.ts until it raises `QueueNotFoundError`).
+   */
+  constructor(message: string, legacyCode?: string) {
+    super(message);
+    if (legacyCode !== undefined) Object.defineProperty(this, "code", { value: legacyCode });
   }
 }
 
 export class TopicNotFoundError extends NotFoundError {
+  static override readonly spec: ErrorSpec = {
+    code: "TOPIC_NOT_FOUND",
+    retriable: false,
+    httpStatus: 404,
+    origin: "broker",
+    fromWire: (d) => new TopicNotFoundError(str(d.topic)),
+  };
   readonly topic: string;
   constructor(topic: string) {
-    super(`topic ${JSON.stringify(topic)} does not exist`, "TOPIC_NOT_FOUND");
+    super(`topic ${JSON.stringify(topic)} does not exist`);
     this.topic = topic;
+  }
+  override wireDetails(): WireDetails {
+    return { topic: this.topic };
   }
 }
 
 export class PartitionNotFoundError extends NotFoundError {
+  static override readonly spec: ErrorSpec = {
+    code: "PARTITION_NOT_FOUND",
+    retriable: false,
+    httpStatus: 404,
+    origin: "broker",
+    fromWire: (d) => new PartitionNotFoundError(str(d.topic), num(d.partition)),
+  };
+  readonly topic: string;
+  readonly partition: number;
   constructor(topic: string, partition: number) {
-    super(`topic ${JSON.stringify(topic)} has no partition ${partition}`, "PARTITION_NOT_FOUND");
+    super(`topic ${JSON.stringify(topic)} has no partition ${partition}`);
+    this.topic = topic;
+    this.partition = partition;
+  }
+  override wireDetails(): WireDetails {
+    return { topic: this.topic, partition: this.partition };
   }
 }
 
-export class ConflictError extends BrokerError {
-  constructor(message: string, code = "CONFLICT", options?: BrokerErrorOptions) {
-    super(code, message, options);
+export class QueueNotFoundError extends NotFoundError {
+  static override readonly spec: ErrorSpec = {
+    code: "QUEUE_NOT_FOUND",
+    retriable: false,
+    httpStatus: 404,
+    origin: "broker",
+    fromWire: (d) => new QueueNotFoundError(str(d.queue)),
+  };
+  readonly queue: string;
+  constructor(queue: string) {
+    super(`queue ${JSON.stringify(queue)} does not exist`);
+    this.queue = queue;
   }
+  override wireDetails(): WireDetails {
+    return { queue: this.queue };
+  }
+}
+
+/** The request conflicts with current state; the broker raises the specific subclasses. */
+export class ConflictError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "CONFLICT",
+    retriable: false,
+    httpStatus: 409,
+    origin: "base",
+    fromWire: () => new ConflictError(""),
+  };
 }
 
 export class TopicExistsError extends ConflictError {
+  static override readonly spec: ErrorSpec = {
+    code: "TOPIC_EXISTS",
+    retriable: false,
+    httpStatus: 409,
+    origin: "broker",
+    fromWire: () => new TopicExistsError(""),
+  };
   constructor(topic: string) {
-    super(`topic ${JSON.stringify(topic)} already exists`, "TOPIC_EXISTS");
+    super(`topic ${JSON.stringify(topic)} already exists`);
   }
 }
 
 export class GroupActiveError extends ConflictError {
+  static override readonly spec: ErrorSpec = {
+    code: "GROUP_ACTIVE",
+    retriable: true,
+    httpStatus: 409,
+    origin: "broker",
+    fromWire: () => new GroupActiveError(""),
+  };
   constructor(group: string) {
-    super(
-      `group ${JSON.stringify(group)} has active members; stop them before resetting offsets`,
-      "GROUP_ACTIVE",
-      { retriable: true },
-    );
+    super(`group ${JSON.stringify(group)} has active members; stop them before resetting offsets`);
   }
 }
 
-export class RecordTooLargeError extends BrokerError {
+export class RecordTooLargeError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "RECORD_TOO_LARGE",
+    retriable: false,
+    httpStatus: 400,
+    origin: "broker",
+    fromWire: (d) => new RecordTooLargeError(num(d.sizeBytes), num(d.maxBytes)),
+  };
   readonly sizeBytes: number;
   readonly maxBytes: number;
   constructor(sizeBytes: number, maxBytes: number) {
-    super("RECORD_TOO_LARGE", `record of ${sizeBytes} bytes exceeds maxMessageBytes ${maxBytes}`);
+    super(`record of ${sizeBytes} bytes exceeds maxMessageBytes ${maxBytes}`);
     this.sizeBytes = sizeBytes;
     this.maxBytes = maxBytes;
   }
+  override wireDetails(): WireDetails {
+    return { sizeBytes: this.sizeBytes, maxBytes: this.maxBytes };
+  }
 }
 
-export class OffsetOutOfRangeError extends BrokerError {
+export class OffsetOutOfRangeError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "OFFSET_OUT_OF_RANGE",
+    retriable: false,
+    httpStatus: 400,
+    origin: "broker",
+    fromWire: (d) => new OffsetOutOfRangeError(str(d.topic), num(d.partition), num(d.offset), num(d.logStartOffset), num(d.logEndOffset)),
+  };
   readonly topic: string;
   readonly partition: number;
   readonly offset: number;
   readonly logStartOffset: number;
   readonly logEndOffset: number;
   constructor(topic: string, partition: number, offset: number, start: number, end: number) {
-    super(
-      "OFFSET_OUT_OF_RANGE",
-      `offset ${offset} is outside ${topic}/${partition} [${start}, ${end}]`,
-    );
+    super(`offset ${offset} is outside ${topic}/${partition} [${start}, ${end}]`);
     this.topic = topic;
     this.partition = partition;
     this.offset = offset;
     this.logStartOffset = start;
     this.logEndOffset = end;
+  }
+  override wireDetails(): WireDetails {
+    const { topic, partition, offset, logStartOffset, logEndOffset } = this;
+    return { topic, partition, offset, logStartOffset, logEndOffset };
   }
 }
 
@@ -113,7 +261,23 @@ export class OffsetOutOfRangeError extends BrokerError {
  * A stored batch failed its checksum or structure checks. It is never served; records before
  * and after it remain readable. `nextOffset` (when known) is where a reader can resume.
  */
-export class CorruptRecordError extends BrokerError {
+export class CorruptRecordError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "CORRUPT_RECORD",
+    retriable: false,
+    httpStatus: 500,
+    origin: "broker",
+    fromWire: (d) =>
+      new CorruptRecordError(
+        str(d.topic),
+        num(d.partition),
+        num(d.offset),
+        str(d.file),
+        num(d.position),
+        "",
+        d.nextOffset === undefined || d.nextOffset === null ? undefined : Number(d.nextOffset),
+      ),
+  };
   readonly topic: string;
   readonly partition: number;
   readonly offset: number;
@@ -129,10 +293,7 @@ export class CorruptRecordError extends BrokerError {
     detail: string,
     nextOffset?: number,
   ) {
-    super(
-      "CORRUPT_RECORD",
-      `corrupt record batch in ${topic}/${partition} at offset ${offset} (${file} @${position}): ${detail}`,
-    );
+    super(`corrupt record batch in ${topic}/${partition} at offset ${offset} (${file} @${position}): ${detail}`);
     this.topic = topic;
     this.partition = partition;
     this.offset = offset;
@@ -140,19 +301,34 @@ export class CorruptRecordError extends BrokerError {
     this.position = position;
     this.nextOffset = nextOffset;
   }
-}
-
-/** Bytes that do not decode as a record batch (raised by the decoder, before any offset is known). */
-export class InvalidBatchError extends BrokerError {
-  constructor(message: string) {
-    super("INVALID_BATCH", message);
+  override wireDetails(): WireDetails {
+    const { topic, partition, offset, file, position, nextOffset } = this;
+    return { topic, partition, offset, file, position, nextOffset };
   }
 }
 
+/** Bytes that do not decode as a record batch (raised by the decoder, before any offset is known). */
+export class InvalidBatchError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "INVALID_BATCH",
+    retriable: false,
+    httpStatus: 400,
+    origin: "broker",
+    fromWire: () => new InvalidBatchError(""),
+  };
+}
+
 /** The disk is full. Nothing already acknowledged is lost; reads keep working. */
-export class StorageFullError extends BrokerError {
+export class StorageFullError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "STORAGE_FULL",
+    retriable: true,
+    httpStatus: 503,
+    origin: "broker",
+    fromWire: () => new StorageFullError(""),
+  };
   constructor(message: string, cause?: unknown) {
-    super("STORAGE_FULL", message, { retriable: true, cause });
+    super(message, { cause });
   }
 }
 
@@ -161,96 +337,277 @@ export class StorageFullError extends BrokerError {
  * until it has been reopened from disk, which the broker does by itself (recovery re-verifies
  * the files). Retriable: the same call may succeed once the partition is recovered.
  */
-export class StorageError extends BrokerError {
+export class StorageError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "STORAGE_ERROR",
+    retriable: true,
+    httpStatus: 503,
+    origin: "broker",
+    fromWire: () => new StorageError(""),
+  };
   constructor(message: string, cause?: unknown) {
-    super("STORAGE_ERROR", message, { retriable: true, cause });
+    super(message, { cause });
   }
 }
 
-export class OutOfOrderSequenceError extends BrokerError {
-  constructor(message: string) {
-    super("OUT_OF_ORDER_SEQUENCE", message);
-  }
+export class OutOfOrderSequenceError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "OUT_OF_ORDER_SEQUENCE",
+    retriable: false,
+    httpStatus: 409,
+    origin: "broker",
+    fromWire: () => new OutOfOrderSequenceError(""),
+  };
 }
 
-export class ProducerFencedError extends BrokerError {
-  constructor(message: string) {
-    super("PRODUCER_FENCED", message);
-  }
+export class ProducerFencedError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "PRODUCER_FENCED",
+    retriable: false,
+    httpStatus: 409,
+    origin: "broker",
+    fromWire: () => new ProducerFencedError(""),
+  };
 }
 
-export class BrokerClosedError extends BrokerError {
+export class BrokerClosedError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "BROKER_CLOSED",
+    retriable: false,
+    httpStatus: 503,
+    origin: "broker",
+    fromWire: () => new BrokerClosedError(),
+  };
   constructor(message = "broker is closed") {
-    super("BROKER_CLOSED", message);
+    super(message);
   }
 }
 
-export class TimeoutError extends BrokerError {
-  constructor(message: string) {
-    super("TIMEOUT", message, { retriable: true });
-  }
+export class TimeoutError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "TIMEOUT",
+    retriable: true,
+    httpStatus: 504,
+    origin: "client",
+    fromWire: () => new TimeoutError(""),
+  };
 }
 
-export class AbortedError extends BrokerError {
+export class AbortedError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "ABORTED",
+    retriable: false,
+    httpStatus: 503,
+    origin: "broker",
+    fromWire: () => new AbortedError(),
+  };
   constructor(message = "operation aborted", cause?: unknown) {
-    super("ABORTED", message, { cause });
+    super(message, { cause });
   }
 }
 
-export class ConnectionClosedError extends BrokerError {
+export class ConnectionClosedError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "CONNECTION_CLOSED",
+    retriable: true,
+    httpStatus: 503,
+    origin: "client",
+    fromWire: () => new ConnectionClosedError(),
+  };
   constructor(message = "connection closed", cause?: unknown) {
-    super("CONNECTION_CLOSED", message, { retriable: true, cause });
+    super(message, { cause });
   }
 }
 
-/** A commit or fetch for a partition this member no longer owns. */
-export class NotAssignedError extends BrokerError {
-  constructor(message: string) {
-    super("NOT_ASSIGNED", message);
-  }
+/**
+ * A commit for a partition this group member no longer owns: it was revoked in a rebalance
+ * (even if it has come back since: the commit belongs to an earlier ownership period), or the
+ * member itself ended (closed, session expired, connection lost). Raised alike embedded and
+ * through a server.
+ */
+export class NotAssignedError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "NOT_ASSIGNED",
+    retriable: false,
+    httpStatus: 409,
+    origin: "broker",
+    fromWire: () => new NotAssignedError(""),
+  };
 }
 
-export class StaleGenerationError extends BrokerError {
-  constructor(message: string) {
-    super("STALE_GENERATION", message);
-  }
-}
+/**
+ * @deprecated A stale member's commit raises `NotAssignedError` in every mode; this name is
+ * kept so that existing `instanceof StaleGenerationError` checks still match those errors.
+ */
+export const StaleGenerationError = NotAssignedError;
+/** @deprecated See the value of the same name. */
+export type StaleGenerationError = NotAssignedError;
 
-export class LeaseExpiredError extends BrokerError {
+export class LeaseExpiredError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "LEASE_EXPIRED",
+    retriable: false,
+    httpStatus: 409,
+    origin: "broker",
+    fromWire: () => new LeaseExpiredError(),
+  };
   constructor(message = "lease expired: another worker may have this job; make side effects idempotent") {
-    super("LEASE_EXPIRED", message);
+    super(message);
   }
 }
 
-export class QueueFullError extends BrokerError {
+export class QueueFullError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "QUEUE_FULL",
+    retriable: true,
+    httpStatus: 429,
+    origin: "broker",
+    fromWire: (d) => new QueueFullError(str(d.queue), num(d.depth), num(d.bytes)),
+  };
+  readonly queue: string;
   readonly depth: number;
   readonly bytes: number;
   constructor(queue: string, depth: number, bytes: number) {
-    super("QUEUE_FULL", `queue ${JSON.stringify(queue)} is full (depth ${depth}, ${bytes} bytes)`, {
-      retriable: true,
-    });
+    super(`queue ${JSON.stringify(queue)} is full (depth ${depth}, ${bytes} bytes)`);
+    this.queue = queue;
     this.depth = depth;
     this.bytes = bytes;
+  }
+  override wireDetails(): WireDetails {
+    return { queue: this.queue, depth: this.depth, bytes: this.bytes };
   }
 }
 
 /** Thrown by a job handler to send the job straight to the dead-letter queue. */
-export class PermanentError extends BrokerError {
-  constructor(message: string, options?: ErrorOptions) {
-    super("PERMANENT", message, options);
-  }
+export class PermanentError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "PERMANENT",
+    retriable: false,
+    httpStatus: 500,
+    origin: "handler",
+    fromWire: () => new PermanentError(""),
+  };
 }
 
-export class ProtocolError extends BrokerError {
-  constructor(message: string, code = "PROTOCOL") {
-    super(code, message);
-  }
+/** A wire-protocol frame could not be decoded or violated the protocol. */
+export class ProtocolError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "PROTOCOL",
+    retriable: false,
+    httpStatus: 400,
+    origin: "wire",
+    fromWire: () => new ProtocolError(""),
+  };
 }
 
-export class UnsupportedVersionError extends BrokerError {
-  constructor(message: string) {
-    super("UNSUPPORTED_VERSION", message);
-  }
+/** A frame's length exceeds the receiver's `maxFrameBytes`. */
+export class FrameTooLargeError extends ProtocolError {
+  static override readonly spec: ErrorSpec = {
+    code: "FRAME_TOO_LARGE",
+    retriable: false,
+    httpStatus: 413,
+    origin: "wire",
+    fromWire: () => new FrameTooLargeError(""),
+  };
+}
+
+/** The peer did not start with the `SLCE` preamble: not a sluice client. */
+export class BadMagicError extends ProtocolError {
+  static override readonly spec: ErrorSpec = {
+    code: "PROTOCOL_BAD_MAGIC",
+    retriable: false,
+    httpStatus: 400,
+    origin: "wire",
+    fromWire: () => new BadMagicError(""),
+  };
+}
+
+export class UnsupportedVersionError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "UNSUPPORTED_VERSION",
+    retriable: false,
+    httpStatus: 400,
+    origin: "wire",
+    fromWire: () => new UnsupportedVersionError(""),
+  };
+}
+
+/** The server hit an unexpected (non-sluice) exception; it is logged on the server. */
+export class InternalError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "INTERNAL",
+    retriable: false,
+    httpStatus: 500,
+    origin: "server",
+    fromWire: () => new InternalError(""),
+  };
+}
+
+/** An HTTP request body exceeded the server's `maxBodyBytes`. */
+export class BodyTooLargeError extends RegisteredError {
+  static override readonly spec: ErrorSpec = {
+    code: "BODY_TOO_LARGE",
+    retriable: false,
+    httpStatus: 413,
+    origin: "server",
+    fromWire: () => new BodyTooLargeError(""),
+  };
+}
+
+/** A registered error class: constructible (for `instanceof`) and carrying its spec. */
+export type ErrorClass = (abstract new (...args: never[]) => BrokerError) & { readonly spec: ErrorSpec };
+
+/** Every registered error class, in the order docs/errors.md lists them. */
+export const ERROR_CLASSES: readonly ErrorClass[] = [
+  ValidationError,
+  InvalidNameError,
+  NotFoundError,
+  TopicNotFoundError,
+  PartitionNotFoundError,
+  QueueNotFoundError,
+  ConflictError,
+  TopicExistsError,
+  GroupActiveError,
+  RecordTooLargeError,
+  OffsetOutOfRangeError,
+  CorruptRecordError,
+  InvalidBatchError,
+  StorageFullError,
+  StorageError,
+  OutOfOrderSequenceError,
+  ProducerFencedError,
+  BrokerClosedError,
+  TimeoutError,
+  AbortedError,
+  ConnectionClosedError,
+  NotAssignedError,
+  LeaseExpiredError,
+  QueueFullError,
+  PermanentError,
+  ProtocolError,
+  FrameTooLargeError,
+  BadMagicError,
+  UnsupportedVersionError,
+  InternalError,
+  BodyTooLargeError,
+];
+
+/**
+ * Codes that servers of earlier versions send and that now belong to another class:
+ * `STALE_GENERATION` was raised for some stale-member commits that are `NOT_ASSIGNED` now.
+ */
+const LEGACY_CODES: ReadonlyMap<string, ErrorSpec> = new Map([["STALE_GENERATION", NotAssignedError.spec]]);
+
+const BY_CODE: ReadonlyMap<string, ErrorSpec> = new Map([...ERROR_CLASSES.map((c) => [c.spec.code, c.spec] as const), ...LEGACY_CODES]);
+
+/** The registry entry of a code (including codes of earlier versions), if it is known. */
+export function errorSpec(code: string): ErrorSpec | undefined {
+  return BY_CODE.get(code);
+}
+
+/** The HTTP status for an error: its class's, or 503/500 for an unknown retriable/other one. */
+export function httpStatusOf(err: BrokerError): number {
+  return errorSpec(err.code)?.httpStatus ?? (err.retriable ? 503 : 500);
 }
 
 /** Namespace object, NATS style: `err instanceof errors.NotAssignedError`. */
@@ -261,6 +618,7 @@ export const errors = {
   NotFoundError,
   TopicNotFoundError,
   PartitionNotFoundError,
+  QueueNotFoundError,
   ConflictError,
   TopicExistsError,
   GroupActiveError,
@@ -282,5 +640,9 @@ export const errors = {
   QueueFullError,
   PermanentError,
   ProtocolError,
+  FrameTooLargeError,
+  BadMagicError,
   UnsupportedVersionError,
+  InternalError,
+  BodyTooLargeError,
 } as const;

@@ -16,7 +16,7 @@ import { scanPushedBatches, readRecordInto, type RecordFields } from "../src/cli
 import { openBroker } from "../src/index.js";
 import { startServer } from "../src/server/index.js";
 import { connect } from "../src/client/index.js";
-import { Op, type Frame } from "../src/server/protocol.js";
+import { Op, type Frame } from "../src/wire/index.js";
 import { CorruptRecordError, NotAssignedError, OffsetOutOfRangeError, ProtocolError, StaleGenerationError } from "../src/errors.js";
 import { FaultyFileSystem } from "../src/testing/faulty-fs.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";

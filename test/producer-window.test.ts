@@ -21,7 +21,7 @@ import {
 } from "../src/errors.js";
 import { PRODUCER_BATCHES_KEPT } from "../src/log/producer-state.js";
 import { decodeRecords, verifyBatch, type BatchHeader } from "../src/log/record-batch.js";
-import { Op, type Frame } from "../src/server/protocol.js";
+import { Op, type Frame } from "../src/wire/index.js";
 import type { PublishReceipt } from "../src/types.js";
 
 const KEPT = PRODUCER_BATCHES_KEPT;

@@ -23,7 +23,7 @@ import {
   encodePreamble,
   encodePublishRecords,
   type Frame,
-} from "../src/server/protocol.js";
+} from "../src/wire/index.js";
 import { ProtocolError, UnsupportedVersionError, RecordTooLargeError, TopicNotFoundError } from "../src/errors.js";
 import { fakeBroker } from "./fixtures/server-fake-broker.js";
 import { mkdtempSync, rmSync } from "node:fs";

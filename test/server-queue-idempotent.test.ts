@@ -15,7 +15,7 @@ import { drainEnqueues, enqueueStats, MAX_WAITING_JOBS, RemoteQueue } from "../s
 import { QueueFullError, TimeoutError, ValidationError } from "../src/errors.js";
 import { ENQUEUE_REQUESTS_KEPT } from "../src/queues/idempotence.js";
 import type { EnqueueResult, Queue } from "../src/queues/types.js";
-import { encodePublishRecords, Op } from "../src/server/protocol.js";
+import { encodePublishRecords, Op } from "../src/wire/index.js";
 import { startServer } from "../src/server/index.js";
 import { FaultyFileSystem } from "../src/testing/faulty-fs.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";

@@ -29,7 +29,7 @@ import {
   encodePreamble,
   encodePublishRecords,
   type Frame,
-} from "../src/server/protocol.js";
+} from "../src/wire/index.js";
 import {
   decodeEnqueueRecords,
   decodeJobBatch,
@@ -38,7 +38,7 @@ import {
   encodeSettleItems,
   type SettleItem,
   type WireJob,
-} from "../src/server/queue-wire.js";
+} from "../src/wire/index.js";
 import type { Broker } from "../src/types.js";
 import type { Job } from "../src/queues/types.js";
 

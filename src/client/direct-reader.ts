@@ -4,7 +4,7 @@
  * from (net.Socket's `onread`), so a frame is never copied in user space.
  *
  * Why: subscriptions receive pushes of stored batches, up to about 1 MiB per frame. Node hands
- * a socket's data over in 64 KiB chunks, and the generic FrameReader (src/server/protocol.ts)
+ * a socket's data over in 64 KiB chunks, and the generic FrameReader (src/wire/frame.ts)
  * joins the chunks of a large frame into a fresh buffer: a copy of every byte consumed, into
  * freshly mapped pages. That copy was the largest single cost of a consuming client (about a
  * third of its CPU draining a backlog). Here:
@@ -18,8 +18,8 @@
  * and `maxFrameBytes` before anything is allocated from it; the reader never holds more than
  * one slab plus one frame.
  */
-import { ProtocolError } from "../errors.js";
-import { FRAME_HEADER_BYTES, FRAME_LENGTH_BYTES } from "../server/protocol.js";
+import { FrameTooLargeError, ProtocolError } from "../errors.js";
+import { FRAME_HEADER_BYTES, FRAME_LENGTH_BYTES } from "../wire/frame.js";
 
 /** Slab for small frames; a read into it is offered at least MIN_READ_BYTES of room. */
 const SLAB_BYTES = 64 * 1024;
@@ -79,7 +79,7 @@ export class DirectFrameReader {
     if (avail < FRAME_LENGTH_BYTES) return null;
     const len = this.slab.readUInt32BE(this.start);
     if (len < FRAME_HEADER_BYTES) throw new ProtocolError(`frame length ${len} is below the minimum ${FRAME_HEADER_BYTES}`);
-    if (len > this.maxFrameBytes) throw new ProtocolError(`frame length ${len} exceeds the limit of ${this.maxFrameBytes} bytes`, "FRAME_TOO_LARGE");
+    if (len > this.maxFrameBytes) throw new FrameTooLargeError(`frame length ${len} exceeds the limit of ${this.maxFrameBytes} bytes`);
     const bodyStart = this.start + FRAME_LENGTH_BYTES;
     if (avail >= FRAME_LENGTH_BYTES + len) {
       this.start = bodyStart + len;

@@ -26,7 +26,7 @@ import type {
   TopicConfig,
   TopicDescription,
 } from "../types.js";
-import { Op, Reader, decodeConsumedRecords, encodePublishRecords, type Frame } from "../server/protocol.js";
+import { Op, decodeConsumedRecords, decodeReceipts, encodePublishRecords } from "../wire/index.js";
 import { Producer } from "./producer.js";
 import { RemoteSubscription } from "./subscription.js";
 import { drainEnqueues, RemoteQueue, RemoteWorker } from "./queue.js";
@@ -125,26 +125,26 @@ class RemoteBroker implements Broker {
     };
   }
 
-  private async req(op: Op, meta: unknown, retry = true, signal?: AbortSignal): Promise<Frame> {
-    return this.transport.request(op, meta, null, { retry, signal });
+  private get rpc() {
+    return this.transport.rpc;
   }
 
   async createTopic(name: string, config: TopicConfig = {}): Promise<TopicDescription> {
-    const f = await this.req(Op.CreateTopic, { name, config }, false);
+    const f = await this.rpc.CreateTopic({ name, config });
     this.producer.invalidate(name);
     this.producer.resetSequences(name);
     return f.meta.topic as TopicDescription;
   }
   async deleteTopic(name: string): Promise<void> {
-    await this.req(Op.DeleteTopic, { name }, false);
+    await this.rpc.DeleteTopic({ name });
     this.producer.invalidate(name);
     this.producer.resetSequences(name);
   }
   async listTopics(): Promise<string[]> {
-    return (await this.req(Op.ListTopics, {})).meta.topics as string[];
+    return (await this.rpc.ListTopics({})).meta.topics as string[];
   }
   async describeTopic(name: string): Promise<TopicDescription> {
-    return (await this.req(Op.DescribeTopic, { name })).meta.topic as TopicDescription;
+    return (await this.rpc.DescribeTopic({ name })).meta.topic as TopicDescription;
   }
 
   async publish(topic: string, value: PublishValue, opts: PublishOptions = {}): Promise<PublishReceipt> {
@@ -155,35 +155,23 @@ class RemoteBroker implements Broker {
   async publishBatch(topic: string, records: PublishRecord[], opts: PublishBatchOptions = {}): Promise<PublishReceipt[]> {
     if (opts.producerId === undefined) return this.producer.send(topic, records);
     // Caller-managed idempotence: send as one batch, exactly as given; safe to retry.
-    const f = await this.transport.request(
-      Op.Publish,
+    const f = await this.rpc.Publish(
       { topic, producerId: opts.producerId, producerEpoch: opts.producerEpoch, baseSequence: opts.baseSequence },
-      encodePublishRecords(records),
-      { retry: true, signal: opts.signal },
+      { body: encodePublishRecords(records), retry: true, signal: opts.signal },
     );
-    const r = new Reader(f.body);
-    const n = r.u32();
-    const out: PublishReceipt[] = [];
-    for (let i = 0; i < n; i++) {
-      const partition = r.i32();
-      const offset = r.f64();
-      const flags = r.u8();
-      out.push({ topic, partition, offset, duplicate: (flags & 1) !== 0, synced: (flags & 2) !== 0 });
-    }
-    return out;
+    return decodeReceipts(topic, f.body);
   }
 
   async initProducer(producerId?: number): Promise<ProducerIdentity> {
-    const f = await this.req(Op.InitProducer, producerId === undefined ? {} : { producerId }, false);
+    // A fresh id may be allocated twice harmlessly; bumping a given id's epoch twice may not be.
+    const f = await this.rpc.InitProducer(producerId === undefined ? {} : { producerId }, { retry: producerId === undefined });
     return { producerId: Number(f.meta.producerId), producerEpoch: Number(f.meta.producerEpoch) };
   }
 
   async fetch(topic: string, partition: number, offset: number, opts: FetchOptions = {}): Promise<FetchResult> {
-    const f = await this.transport.request(
-      Op.Fetch,
+    const f = await this.rpc.Fetch(
       { topic, partition, offset, maxBytes: opts.maxBytes, maxWaitMs: opts.maxWaitMs },
-      null,
-      { retry: true, signal: opts.signal, extraTimeoutMs: opts.maxWaitMs ?? 0 },
+      { signal: opts.signal, extraTimeoutMs: opts.maxWaitMs ?? 0 },
     );
     return {
       records: decodeConsumedRecords(topic, f.body),
@@ -194,7 +182,7 @@ class RemoteBroker implements Broker {
   }
 
   async offsetForTimestamp(topic: string, partition: number, timestamp: number): Promise<number> {
-    return Number((await this.req(Op.OffsetForTimestamp, { topic, partition, timestamp })).meta.offset);
+    return Number((await this.rpc.OffsetForTimestamp({ topic, partition, timestamp })).meta.offset);
   }
 
   subscribe<T = unknown>(topic: string, opts: SubscribeOptions): Subscription<T> {
@@ -221,20 +209,21 @@ class RemoteBroker implements Broker {
   }
 
   async listQueues(): Promise<string[]> {
-    return (await this.req(Op.QueueAdmin, { action: "list" })).meta.queues as string[];
+    return (await this.rpc.QueueAdmin({ action: "list" }, { retry: true })).meta.queues as string[];
   }
 
   async deleteQueue(name: string): Promise<void> {
-    await this.req(Op.QueueAdmin, { action: "delete", queue: name }, false);
+    await this.rpc.QueueAdmin({ action: "delete", queue: name }, { retry: false });
   }
 
   async resetGroup(group: string, topic: string, to: ResetTarget, opts: { dryRun?: boolean } = {}): Promise<ResetResult> {
-    return (await this.req(Op.ResetGroup, { group, topic, to, dryRun: opts.dryRun === true }, opts.dryRun === true)).meta
-      .result as ResetResult;
+    // A dry run changes nothing, so only it may be sent again.
+    const dryRun = opts.dryRun === true;
+    return (await this.rpc.ResetGroup({ group, topic, to, dryRun }, { retry: dryRun })).meta.result as ResetResult;
   }
 
   async groupLag(group: string, topic: string): Promise<GroupLag> {
-    return (await this.req(Op.GroupLag, { group, topic })).meta.lag as GroupLag;
+    return (await this.rpc.GroupLag({ group, topic })).meta.lag as GroupLag;
   }
 
   async close(): Promise<void> {

@@ -37,7 +37,7 @@ import { PRODUCER_BATCHES_KEPT } from "../log/producer-state.js";
 import { encodeBatch, prepareValue, recordSize, stampBatch, type PreparedRecord } from "../log/record-batch.js";
 import { partitionForKey } from "../streams/murmur2.js";
 import type { PublishReceipt, PublishRecord } from "../types.js";
-import { Op, type Frame } from "../server/protocol.js";
+import type { Frame } from "../wire/index.js";
 import type { Transport } from "./transport.js";
 
 export interface ProducerOptions {
@@ -229,7 +229,7 @@ export class Producer {
     if (!this.identityLoading) {
       this.identityLoading = (async () => {
         // Safe to retry: a lost reply only wastes a producer id.
-        const f = await this.transport.request(Op.InitProducer, {}, null, { retry: true });
+        const f = await this.transport.rpc.InitProducer({}, { retry: true });
         this.identity = { producerId: Number(f.meta.producerId), producerEpoch: Number(f.meta.producerEpoch) };
       })().finally(() => (this.identityLoading = null));
     }
@@ -495,7 +495,7 @@ export class Producer {
     const extraTimeoutMs = Math.min(0, b.deadline - Date.now() - this.opts.requestTimeoutMs);
     let p: Promise<Frame>;
     try {
-      p = this.transport.request(Op.PublishEncoded, { topic: part.topic, partition: part.partition }, b.encoded, { retry: true, extraTimeoutMs });
+      p = this.transport.rpc.PublishEncoded({ topic: part.topic, partition: part.partition }, { body: b.encoded, retry: true, extraTimeoutMs });
     } catch (err) {
       p = Promise.reject(err);
     }
@@ -714,7 +714,7 @@ export class Producer {
   private maybeRenew(): void {
     if (!this.renewNeeded || this.renewing || this.windowed > 0 || this.closedError) return;
     this.renewing = true;
-    this.transport.request(Op.InitProducer, {}, null, { retry: true }).then(
+    this.transport.rpc.InitProducer({}, { retry: true }).then(
       (f) => {
         this.renewing = false;
         this.renewBackoffMs = 0;
@@ -779,7 +779,7 @@ export class Producer {
       return;
     }
     try {
-      const f = await this.transport.request(Op.PublishEncoded, { topic: part.topic, partition: part.partition }, batch, { retry: false });
+      const f = await this.transport.rpc.PublishEncoded({ topic: part.topic, partition: part.partition }, { body: batch, retry: false });
       const baseOffset = Number(f.meta.baseOffset);
       const count = Number(f.meta.count);
       if (count !== b.count || !Number.isSafeInteger(baseOffset)) throw new ProtocolError(`server acknowledged ${count} records for ${b.count}`);

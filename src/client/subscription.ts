@@ -18,7 +18,7 @@
  */
 import { AbortedError, NotAssignedError, ProtocolError, StaleGenerationError } from "../errors.js";
 import type { Message, MessageBatch, SubscribeOptions, Subscription } from "../types.js";
-import { Op, decodeConsumedRecords, wireToError, type Frame, type WireError } from "../server/protocol.js";
+import { Op, decodeConsumedRecords, wireToError, type Frame, type WireError } from "../wire/index.js";
 import { readRecordInto, scanPushedBatches, type RecordFields, type RecordTable } from "./record-batches.js";
 import type { Transport } from "./transport.js";
 
@@ -147,9 +147,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
       this.member = member;
       this.registry.set(id, this as RemoteSubscription<unknown>);
       try {
-        await this.transport.request(
-          Op.Subscribe,
-          {
+        await this.transport.rpc.Subscribe({
             sub: id,
             topic: this.topic,
             group: this.opts.group,
@@ -161,10 +159,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
             sessionTimeoutMs: this.ropts.sessionTimeoutMs,
             // This client decodes stored batches (PUSH_RECORD_BATCHES); older ones do not ask.
             recordBatches: true,
-          },
-          null,
-          { retry: false },
-        );
+        });
       } catch (err) {
         this.registry.delete(id);
         member.ended = true;
@@ -361,7 +356,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
           "its partition may belong to another member now",
       );
     }
-    await this.transport.request(Op.Commit, { sub: m.id, offsets }, null, { retry: false });
+    await this.transport.rpc.Commit({ sub: m.id, offsets });
   }
 
   private maybeGrantCredit(): void {
@@ -537,7 +532,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
     if (m && !m.ended) {
       this.endMember(m);
       try {
-        await this.transport.request(Op.Unsubscribe, { sub: m.id }, null, { retry: false });
+        await this.transport.rpc.Unsubscribe({ sub: m.id });
       } catch {
         // Connection gone or client closing: the server drops the member with the connection.
       }

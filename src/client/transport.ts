@@ -27,7 +27,6 @@ import {
   DEFAULT_MAX_FRAME_BYTES,
   FLAG_ERROR,
   FLAG_PUSH,
-  FrameReader,
   MIN_PROTOCOL_VERSION,
   Op,
   PROTOCOL_VERSION,
@@ -35,10 +34,12 @@ import {
   encodeFrame,
   encodeFrameParts,
   encodePreamble,
+  retryByDefault,
   wireToError,
   type Frame,
   type WireError,
-} from "../server/protocol.js";
+} from "../wire/index.js";
+import { stubs, type Rpc } from "./rpc.js";
 
 export interface TransportOptions {
   host: string;
@@ -92,6 +93,8 @@ export class Transport {
   onDisconnect: () => void = () => {};
   serverInfo: Record<string, unknown> = {};
   reconnects = 0;
+  /** One stub per request op (src/client/rpc.ts); each goes through `request()`. */
+  readonly rpc: Rpc = stubs((op, meta, body, o) => this.request(op, meta, body, o));
 
   constructor(private readonly opts: TransportOptions) {
     this.timer = setInterval(() => this.checkDeadlines(), 250);
@@ -316,7 +319,10 @@ export class Transport {
     }
   }
 
-  /** Sends a request and resolves with the response frame; rejects with the server's typed error. */
+  /**
+   * Sends a request and resolves with the response frame; rejects with the server's typed
+   * error. `retry` defaults to the operation table's rule (src/wire/ops.ts).
+   */
   async request(
     op: Op,
     meta: unknown,
@@ -344,7 +350,7 @@ export class Transport {
       const p: Pending = {
         id,
         frame,
-        retry: o.retry === true,
+        retry: o.retry ?? retryByDefault(op),
         deadline: Date.now() + this.opts.requestTimeoutMs + (o.extraTimeoutMs ?? 0),
         resolve,
         reject,

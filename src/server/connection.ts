@@ -17,6 +17,7 @@ import {
   ConnectionClosedError,
   InvalidBatchError,
   LeaseExpiredError,
+  BadMagicError,
   ProtocolError,
   StaleGenerationError,
   UnsupportedVersionError,
@@ -47,10 +48,10 @@ import {
   writeConsumedRecord,
   type Frame,
   type WireError,
-} from "./protocol.js";
+} from "../wire/index.js";
 import { RemoteMember } from "./remote-member.js";
 import { RemoteWorker, enqueueFromWire, queueHost, toWireJob } from "./remote-queue.js";
-import { decodeSettleItems, encodeJobBatchFrame } from "./queue-wire.js";
+import { decodeSettleItems, encodeJobBatchFrame } from "../wire/index.js";
 import type { Queue, QueueConfig, RedriveOptions } from "../queues/types.js";
 
 export interface Logger {
@@ -212,12 +213,12 @@ export class Connection {
       // Reject a wrong magic as soon as the bytes disagree, not after 8 bytes (or a timeout).
       const head = this.reader.peekRaw(MAGIC.length);
       if (!head.equals(MAGIC.subarray(0, head.length))) {
-        throw new ProtocolError("not a sluice client: bad preamble (expected the bytes \"SLCE\")", "PROTOCOL_BAD_MAGIC");
+        throw new BadMagicError("not a sluice client: bad preamble (expected the bytes \"SLCE\")");
       }
       const pre = this.reader.takeRaw(PREAMBLE_BYTES);
       if (pre === null) return;
       if (!pre.subarray(0, 4).equals(MAGIC)) {
-        throw new ProtocolError("not a sluice client: bad preamble (expected the bytes \"SLCE\")", "PROTOCOL_BAD_MAGIC");
+        throw new BadMagicError("not a sluice client: bad preamble (expected the bytes \"SLCE\")");
       }
       const min = pre.readUInt16BE(4);
       const max = pre.readUInt16BE(6);

@@ -8,7 +8,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { BrokerError, ValidationError } from "../errors.js";
 import type { Broker, ConsumedRecord, PublishRecord, PublishValue, ResetTarget } from "../types.js";
-import { errorToWire } from "./protocol.js";
+import { errorToWire } from "../wire/index.js";
 import { queueHost } from "./remote-queue.js";
 
 export interface HttpOptions {

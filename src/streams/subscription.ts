@@ -12,6 +12,7 @@ import { newMemberId, type GroupCoordinator, type GroupMember } from "./group-co
 import { toConsumed } from "./records.js";
 import { encodeBatch, stampBatch } from "../log/record-batch.js";
 import { validateName } from "../store/names.js";
+import type { MemberListener } from "../broker/host.js";
 
 interface Assigned {
   position: number | null;
@@ -60,7 +61,13 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
   private readonly closeAc = new AbortController();
   private generationSeen = 0;
 
-  constructor(private deps: SubscriptionDeps, topic: string, private opts: SubscribeOptions & { onCorrupt?: "error" | "skip" }) {
+  constructor(
+    private deps: SubscriptionDeps,
+    topic: string,
+    private opts: SubscribeOptions & { onCorrupt?: "error" | "skip" },
+    /** Hears of rebalances (the server's remote members follow them). */
+    private readonly listener?: MemberListener,
+  ) {
     this.topic = topic;
     this.group = validateName("group", opts.group);
     validateName("topic", topic); // a missing topic is reported by the first read (join)
@@ -80,7 +87,7 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
   }
 
   // GroupMember
-  revoke(partitions: number[]): void {
+  revoke(partitions: number[], generation: number): void | Promise<void> {
     for (const p of partitions) {
       this.assigned.get(p)?.ac.abort(new Error(`partition ${p} revoked`));
       this.assigned.delete(p);
@@ -88,12 +95,14 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     // Drop buffered messages of revoked partitions: the new owner will deliver them.
     this.buffer = this.buffer.filter((m) => this.assigned.has(m.partition));
     this.wake?.();
+    return this.listener?.revoked(partitions, generation);
   }
 
   assign(partitions: number[], generation: number): void {
     this.generationSeen = generation;
     for (const p of partitions) this.assigned.set(p, { position: null, ac: new AbortController(), generation });
     this.wake?.();
+    this.listener?.assigned(partitions, generation);
   }
 
   private ensureJoined(): Promise<void> {
