@@ -17,12 +17,13 @@ import { openBroker, type EmbeddedBroker } from "../src/broker/broker.js";
 import { connect } from "../src/client/index.js";
 import { StorageError, ValidationError } from "../src/errors.js";
 import { startServer } from "../src/server/index.js";
-import type { Broker, PublishReceipt } from "../src/types.js";
+import type { BrokerHost, EncodedAppend } from "../src/broker/host.js";
+import type { PublishReceipt } from "../src/types.js";
 
 type Refuse = (batch: Buffer, store: () => Promise<unknown>) => Promise<"pass" | Error>;
 
 interface Wrapped {
-  broker: Broker;
+  broker: BrokerHost;
   /** Errors the real broker answered, by code (e.g. OUT_OF_ORDER_SEQUENCE for the gap). */
   innerErrors: Map<string, number>;
 }
@@ -30,8 +31,8 @@ interface Wrapped {
 /** The real broker, except that `refuse` may fail a PUBLISH_ENCODED batch (before or after storing it). */
 function wrap(inner: EmbeddedBroker, refuse: Refuse): Wrapped {
   const innerErrors = new Map<string, number>();
-  const publishEncoded = async (topic: string, partition: number, batch: Buffer, signal?: AbortSignal) => {
-    const store = (): Promise<Awaited<ReturnType<EmbeddedBroker["publishEncoded"]>>> =>
+  const publishEncoded = async (topic: string, partition: number, batch: Buffer, signal?: AbortSignal): Promise<EncodedAppend> => {
+    const store = (): Promise<EncodedAppend> =>
       inner.publishEncoded(topic, partition, batch, signal).catch((e: unknown) => {
         const code = (e as { code: string }).code;
         innerErrors.set(code, (innerErrors.get(code) ?? 0) + 1);
@@ -41,13 +42,24 @@ function wrap(inner: EmbeddedBroker, refuse: Refuse): Wrapped {
     if (verdict !== "pass") throw verdict;
     return store();
   };
-  const broker = new Proxy(inner, {
-    get(target, prop) {
-      if (prop === "publishEncoded") return publishEncoded;
-      const v = Reflect.get(target, prop, target) as unknown;
-      return typeof v === "function" ? (v as (...a: unknown[]) => unknown).bind(target) : v;
-    },
-  }) as unknown as Broker;
+  // The host interface, delegating to the real broker except for encoded publishes.
+  const broker: BrokerHost = {
+    createTopic: (name, config) => inner.createTopic(name, config),
+    deleteTopic: (name) => inner.deleteTopic(name),
+    listTopics: () => inner.listTopics(),
+    describeTopic: (name) => inner.describeTopic(name),
+    publishBatch: (topic, records, opts) => inner.publishBatch(topic, records, opts),
+    initProducer: (id) => inner.initProducer(id),
+    fetch: (topic, partition, offset, opts) => inner.fetch(topic, partition, offset, opts),
+    offsetForTimestamp: (topic, partition, ts) => inner.offsetForTimestamp(topic, partition, ts),
+    resetGroup: (group, topic, to, opts) => inner.resetGroup(group, topic, to, opts),
+    groupLag: (group, topic) => inner.groupLag(group, topic),
+    publishEncoded,
+    subscribeMember: (topic, opts, listener) => inner.subscribeMember(topic, opts, listener),
+    queue: (name, config) => inner.queue(name, config),
+    listQueues: () => inner.listQueues(),
+    deleteQueue: (name) => inner.deleteQueue(name),
+  };
   return { broker, innerErrors };
 }
 

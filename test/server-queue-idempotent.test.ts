@@ -9,7 +9,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer, connect as netConnect, type Server, type Socket } from "node:net";
-import { openBroker } from "../src/broker/broker.js";
+import { openBroker, type EmbeddedBroker } from "../src/broker/broker.js";
 import { connect, type RemoteBrokerHandle } from "../src/client/index.js";
 import { drainEnqueues, enqueueStats, MAX_WAITING_JOBS, RemoteQueue } from "../src/client/queue.js";
 import { QueueFullError, TimeoutError, ValidationError } from "../src/errors.js";
@@ -154,9 +154,9 @@ class EnqueueProxy {
   }
 }
 
-async function withServer(fn: (port: number, broker: Broker & { queue<T>(n: string): Queue<T> }) => Promise<void>): Promise<void> {
+async function withServer(fn: (port: number, broker: EmbeddedBroker) => Promise<void>): Promise<void> {
   using tmp = tempDir("sluice-srv-idem-");
-  const broker = (await openBroker({ dataDir: tmp.dir, retentionCheckIntervalMs: 0 })) as Broker & { queue<T>(n: string): Queue<T> };
+  const broker = (await openBroker({ dataDir: tmp.dir, retentionCheckIntervalMs: 0 }));
   const srv = await startServer({ broker, port: 0, httpPort: null });
   try {
     await fn(Number(new URL(srv.url).port), broker);
@@ -402,7 +402,7 @@ test("drainEnqueues waits until every enqueue of the connection is answered (for
 test("an enqueue answered STORAGE_ERROR is retried under its identity until the queue is back (server restarted)", { timeout: 60_000 }, async () => {
   using tmp = tempDir("sluice-srv-idem-storage-");
   const fs = new FaultyFileSystem();
-  let broker = (await openBroker({ dataDir: tmp.dir, fs, retentionCheckIntervalMs: 0 })) as Broker & { queue<T>(n: string): Queue<T> };
+  let broker = (await openBroker({ dataDir: tmp.dir, fs, retentionCheckIntervalMs: 0 }));
   let srv = await startServer({ broker, port: 0, httpPort: null });
   const port = Number(new URL(srv.url).port);
   const client = await connect({ url: srv.url, reconnectMinDelayMs: 10, reconnectMaxDelayMs: 50 });
@@ -418,7 +418,7 @@ test("an enqueue answered STORAGE_ERROR is retried under its identity until the 
     await srv.close({ graceMs: 200 });
     await broker.close();
     await fs.powerLoss();
-    broker = (await openBroker({ dataDir: tmp.dir, retentionCheckIntervalMs: 0 })) as Broker & { queue<T>(n: string): Queue<T> };
+    broker = (await openBroker({ dataDir: tmp.dir, retentionCheckIntervalMs: 0 }));
     srv = await startServer({ broker, port, httpPort: null });
     assert.deepEqual(await p, { id: "1", duplicate: false });
     const stored = await storedJobs(broker.queue<string>("disk"), 2);

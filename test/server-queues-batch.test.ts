@@ -15,8 +15,6 @@ import { connect as netConnect, type Socket } from "node:net";
 import { openBroker } from "../src/broker/broker.js";
 import { connect } from "../src/client/index.js";
 import { LeaseExpiredError, ProtocolError } from "../src/errors.js";
-import { NodeFileSystem } from "../src/log/io.js";
-import { QueueManager } from "../src/queues/manager.js";
 import { startServer } from "../src/server/index.js";
 import {
   FLAG_ERROR,
@@ -45,18 +43,11 @@ import type { Job } from "../src/queues/types.js";
 async function withQueueServer(fn: (url: string) => Promise<void>): Promise<void> {
   const dir = mkdtempSync(join(process.env.SLUICE_TEST_TMP ?? tmpdir(), "sluice-srv-qbatch-"));
   const broker = await openBroker({ dataDir: dir, retentionCheckIntervalMs: 0 });
-  let closeQueues = async (): Promise<void> => {};
-  if (typeof (broker as unknown as { queue?: unknown }).queue !== "function") {
-    const mgr = await QueueManager.open({ dataDir: dir, fs: new NodeFileSystem() });
-    (broker as unknown as { queue: unknown }).queue = mgr.queue.bind(mgr);
-    closeQueues = () => mgr.close();
-  }
-  const srv = await startServer({ broker: broker as Broker, port: 0, httpPort: null });
+  const srv = await startServer({ broker, port: 0, httpPort: null });
   try {
     await fn(srv.url);
   } finally {
     await srv.close({ graceMs: 200 });
-    await closeQueues();
     await broker.close();
     rmSync(dir, { recursive: true, force: true });
   }

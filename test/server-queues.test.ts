@@ -3,9 +3,7 @@
  * Work queues over the network: enqueue/work/ack/nack/extend/stats/purge through connect(),
  * typed LeaseExpiredError for stale settles, and leases that belong to the connection (a
  * dropped connection releases its in-flight jobs for redelivery at once).
- *
- * Until the embedded broker exposes `broker.queue()`, the test composes one: openBroker plus
- * the queue helper's QueueManager on the same data dir.
+
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -15,26 +13,17 @@ import { join } from "node:path";
 import { openBroker } from "../src/broker/broker.js";
 import { connect } from "../src/client/index.js";
 import { LeaseExpiredError, PermanentError } from "../src/errors.js";
-import { NodeFileSystem } from "../src/log/io.js";
-import { QueueManager } from "../src/queues/manager.js";
 import { startServer } from "../src/server/index.js";
 import type { Broker } from "../src/types.js";
 
 async function withQueueServer(fn: (url: string) => Promise<void>): Promise<void> {
   const dir = mkdtempSync(join(process.env.SLUICE_TEST_TMP ?? tmpdir(), "sluice-srv-queues-"));
   const broker = await openBroker({ dataDir: dir, retentionCheckIntervalMs: 0 });
-  let closeQueues = async (): Promise<void> => {};
-  if (typeof (broker as unknown as { queue?: unknown }).queue !== "function") {
-    const mgr = await QueueManager.open({ dataDir: dir, fs: new NodeFileSystem() });
-    (broker as unknown as { queue: unknown }).queue = mgr.queue.bind(mgr);
-    closeQueues = () => mgr.close();
-  }
-  const srv = await startServer({ broker: broker as Broker, port: 0, httpPort: null });
+  const srv = await startServer({ broker, port: 0, httpPort: null });
   try {
     await fn(srv.url);
   } finally {
     await srv.close({ graceMs: 200 });
-    await closeQueues();
     await broker.close();
     rmSync(dir, { recursive: true, force: true });
   }

@@ -20,8 +20,6 @@ import { parseArgs } from "node:util";
 import { openBroker } from "../broker/broker.js";
 import { ValidationError } from "../errors.js";
 import { startServer } from "../server/index.js";
-import { NodeFileSystem } from "../log/io.js";
-import { QueueManager } from "../queues/manager.js";
 
 export interface ServeConfig {
   data: string;
@@ -175,13 +173,6 @@ export async function serveCommand(argv: string[]): Promise<void> {
     logger.error({ err, stack: (err as Error)?.stack }, "unhandled promise rejection (a bug); the server keeps running");
   });
   const broker = await openBroker({ dataDir: cfg.data, logger });
-  // Work queues: served through `broker.queue()`. Until the embedded broker exposes it, attach
-  // the queue manager (same data dir, `queues/` subdirectory) here.
-  let queues: QueueManager | null = null;
-  if (typeof (broker as unknown as { queue?: unknown }).queue !== "function") {
-    queues = await QueueManager.open({ dataDir: cfg.data, fs: new NodeFileSystem(), logger });
-    (broker as unknown as { queue: unknown }).queue = queues.queue.bind(queues);
-  }
   let server;
   try {
     server = await startServer({
@@ -195,7 +186,6 @@ export async function serveCommand(argv: string[]): Promise<void> {
       logger,
     });
   } catch (err) {
-    await queues?.close();
     await broker.close();
     throw new ValidationError(`cannot listen on ${cfg.host}:${cfg.port}/${cfg.httpPort}: ${(err as Error).message}`);
   }
@@ -222,7 +212,6 @@ export async function serveCommand(argv: string[]): Promise<void> {
       (async () => {
         const graceMs = Math.max(100, Math.floor(cfg.shutdownTimeoutMs * 0.6));
         await srv.close({ graceMs });
-        await queues?.close();
         await broker.close();
         logger.info({ tookMs: Date.now() - started }, "shutdown complete");
       })()

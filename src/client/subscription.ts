@@ -14,9 +14,9 @@
  * their `signal` aborted and are dropped from the local buffer. If the member's session ends
  * (connection lost, or no heartbeat for the session timeout, e.g. a frozen process) we join
  * again as a new member; commits of messages from the old member fail with
- * `StaleGenerationError`/`NotAssignedError` because their partitions may have moved.
+ * `NotAssignedError` (as embedded) because their partitions may have moved.
  */
-import { AbortedError, NotAssignedError, ProtocolError, StaleGenerationError } from "../errors.js";
+import { AbortedError, NotAssignedError, ProtocolError } from "../errors.js";
 import type { Message, MessageBatch, SubscribeOptions, Subscription } from "../types.js";
 import { Op, decodeConsumedRecords, wireToError, type Frame, type WireError } from "../wire/index.js";
 import { readRecordInto, scanPushedBatches, type RecordFields, type RecordTable } from "./record-batches.js";
@@ -175,7 +175,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
   private endMember(m: MemberState): void {
     m.ended = true;
     this.registry.delete(m.id);
-    for (const { ac } of m.partitionSignals.values()) ac.abort(new StaleGenerationError("group member ended"));
+    for (const { ac } of m.partitionSignals.values()) ac.abort(new NotAssignedError("group member ended"));
     // Buffered messages of that member can no longer be committed: drop them (they are
     // redelivered to whoever owns the partition next).
     this.buffer = this.buffer.slice(this.head).filter((e) => memberOfEntry(e) !== m);
@@ -230,7 +230,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
         this.currentAssignment = [...assigned];
         this.currentGeneration = Number(f.meta.generation ?? 0);
         for (const p of revoked) {
-          m.partitionSignals.get(p)?.ac.abort(new StaleGenerationError(`partition ${p} was revoked`));
+          m.partitionSignals.get(p)?.ac.abort(new NotAssignedError(`partition ${p} was revoked`));
           m.partitionSignals.delete(p);
           m.revokedIn.set(p, this.currentGeneration);
         }
@@ -351,7 +351,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
 
   private async commitOffsets(m: MemberState, offsets: ([number, number] | [number, number, number])[]): Promise<void> {
     if (m.ended) {
-      throw new StaleGenerationError(
+      throw new NotAssignedError(
         `cannot commit: this message was delivered to a group member that has since ended (session expired or reconnected); ` +
           "its partition may belong to another member now",
       );

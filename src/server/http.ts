@@ -6,59 +6,28 @@
  * with 413), so a large or endless upload never sits in memory.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import { BrokerError, ValidationError } from "../errors.js";
-import type { Broker, ConsumedRecord, PublishRecord, PublishValue, ResetTarget } from "../types.js";
+import { BodyTooLargeError, BrokerError, httpStatusOf, InternalError, NotFoundError, ValidationError } from "../errors.js";
+import type { BrokerHost } from "../broker/host.js";
+import type { ConsumedRecord, PublishRecord, PublishValue, ResetTarget } from "../types.js";
 import { errorToWire } from "../wire/index.js";
-import { queueHost } from "./remote-queue.js";
 
 export interface HttpOptions {
-  broker: Broker;
+  broker: BrokerHost;
   maxBodyBytes: number;
   isReady(): boolean;
   stats(): Record<string, unknown>;
 }
 
-class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
+/** The status of a failed request: the error class's (src/errors.ts); 500 for a non-sluice error. */
 function statusFor(err: unknown): number {
-  if (err instanceof HttpError) return err.status;
-  if (err instanceof BrokerError) {
-    switch (err.code) {
-      case "VALIDATION":
-      case "INVALID_NAME":
-      case "RECORD_TOO_LARGE":
-      case "OFFSET_OUT_OF_RANGE":
-        return 400;
-      case "TOPIC_NOT_FOUND":
-      case "PARTITION_NOT_FOUND":
-      case "NOT_FOUND":
-        return 404;
-      case "TOPIC_EXISTS":
-      case "CONFLICT":
-      case "GROUP_ACTIVE":
-        return 409;
-      case "STORAGE_FULL":
-      case "BROKER_CLOSED":
-        return 503;
-      default:
-        return err.retriable ? 503 : 500;
-    }
-  }
-  return 500;
+  return httpStatusOf(err instanceof BrokerError ? err : new InternalError(String(err)));
 }
 
 function readBody(req: IncomingMessage, maxBytes: number): Promise<unknown> {
   return new Promise((resolve, reject) => {
     const declared = Number(req.headers["content-length"] ?? -1);
     if (declared > maxBytes) {
-      reject(new HttpError(413, `request body of ${declared} bytes exceeds the limit of ${maxBytes} bytes`));
+      reject(new BodyTooLargeError(`request body of ${declared} bytes exceeds the limit of ${maxBytes} bytes`));
       return;
     }
     const chunks: Buffer[] = [];
@@ -70,7 +39,7 @@ function readBody(req: IncomingMessage, maxBytes: number): Promise<unknown> {
       if (size > maxBytes) {
         done = true;
         chunks.length = 0;
-        reject(new HttpError(413, `request body exceeds the limit of ${maxBytes} bytes`));
+        reject(new BodyTooLargeError(`request body exceeds the limit of ${maxBytes} bytes`));
         return;
       }
       chunks.push(c);
@@ -82,7 +51,7 @@ function readBody(req: IncomingMessage, maxBytes: number): Promise<unknown> {
       try {
         resolve(JSON.parse(Buffer.concat(chunks, size).toString("utf8")));
       } catch {
-        reject(new HttpError(400, "request body is not valid JSON"));
+        reject(new ValidationError("request body is not valid JSON"));
       }
     });
     req.on("error", (e) => {
@@ -165,7 +134,7 @@ export function createHttpServer(opts: HttpOptions): Server {
         return opts.isReady() ? send(res, 200, { status: "ready" }) : send(res, 503, { status: "not ready" });
       }
       if (url.pathname === "/v1/stats") return send(res, 200, opts.stats());
-      if (parts[0] !== "v1") throw new HttpError(404, `no route for ${method} ${url.pathname}`);
+      if (parts[0] !== "v1") throw new NotFoundError(`no route for ${method} ${url.pathname}`);
       // Routes: /v1/topics[/:name[/records | /partitions/:p/records]], /v1/groups/:g/topics/:t/{lag,reset}
       switch (route) {
         case "GET /v1/topics":
@@ -196,19 +165,13 @@ export function createHttpServer(opts: HttpOptions): Server {
           });
           return send(res, 200, { ...r, records: r.records.map(recordToJson) });
         }
-        case "GET /v1/queues": {
-          const host = queueHost(broker) as unknown as { listQueues?(): Promise<string[]> };
-          if (typeof host.listQueues !== "function") throw new HttpError(404, "this broker cannot list queues");
-          return send(res, 200, { queues: await host.listQueues() });
-        }
-        case "DELETE /v1/queues/:": {
-          const host = queueHost(broker) as unknown as { deleteQueue?(n: string): Promise<void> };
-          if (typeof host.deleteQueue !== "function") throw new HttpError(404, "this broker cannot delete queues");
-          await host.deleteQueue(parts[2]);
+        case "GET /v1/queues":
+          return send(res, 200, { queues: await broker.listQueues() });
+        case "DELETE /v1/queues/:":
+          await broker.deleteQueue(parts[2]);
           return send(res, 200, { deleted: parts[2] });
-        }
         case "GET /v1/queues/:/stats":
-          return send(res, 200, await queueHost(broker).queue(parts[2]).stats());
+          return send(res, 200, await broker.queue(parts[2]).stats());
         case "POST /v1/queues/:/jobs": {
           const body = (await readBody(req, opts.maxBodyBytes)) as Record<string, unknown>;
           const list = Array.isArray(body.jobs) ? body.jobs : [body];
@@ -218,14 +181,14 @@ export function createHttpServer(opts: HttpOptions): Server {
             const o = j as Record<string, unknown>;
             return { data: (o.data ?? null) as PublishValue, key: o.key as string | undefined, delayMs: o.delayMs as number | undefined, dedupeId: o.dedupeId as string | undefined };
           });
-          return send(res, 200, { results: await queueHost(broker).queue(parts[2]).enqueueBatch(items) });
+          return send(res, 200, { results: await broker.queue(parts[2]).enqueueBatch(items) });
         }
         case "POST /v1/queues/:/purge":
-          return send(res, 200, { purged: await queueHost(broker).queue(parts[2]).purge() });
+          return send(res, 200, { purged: await broker.queue(parts[2]).purge() });
         case "POST /v1/queues/:/redrive": {
           // Redrive from a dead-letter queue (e.g. /v1/queues/emails.dlq/redrive).
           const body = (await readBody(req, opts.maxBodyBytes)) as Record<string, unknown>;
-          return send(res, 200, await queueHost(broker).queue(parts[2]).redrive(body as object));
+          return send(res, 200, await broker.queue(parts[2]).redrive(body as object));
         }
         case "GET /v1/groups/:/topics/:/lag":
           return send(res, 200, await broker.groupLag(parts[2], parts[4]));
@@ -234,14 +197,11 @@ export function createHttpServer(opts: HttpOptions): Server {
           return send(res, 200, await broker.resetGroup(parts[2], parts[4], body.to as ResetTarget, { dryRun: body.dryRun === true }));
         }
         default:
-          throw new HttpError(404, `no route for ${method} ${url.pathname}`);
+          throw new NotFoundError(`no route for ${method} ${url.pathname}`);
       }
     } catch (err) {
       const status = statusFor(err);
-      const wire =
-        err instanceof HttpError
-          ? { code: status === 413 ? "BODY_TOO_LARGE" : "HTTP", message: err.message, retriable: false }
-          : errorToWire(err);
+      const wire = errorToWire(err);
       if (!res.headersSent) {
         if (status === 413) res.setHeader("connection", "close");
         send(res, status, { error: wire });

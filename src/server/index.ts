@@ -1,19 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * `startServer({ broker, host, port, httpPort })`: serves a `Broker` over the binary protocol
- * (docs/protocol.md) and HTTP (health, admin, JSON produce/consume).
+ * `startServer({ broker, host, port, httpPort })`: serves a broker over the binary protocol
+ * (docs/protocol.md) and HTTP (health, admin, JSON produce/consume). The broker is anything
+ * that implements `BrokerHost` (src/broker/host.ts): the embedded broker, or a test double.
  */
 import { createServer, type Server as NetServer, type Socket } from "node:net";
 import type { Server as HttpServer } from "node:http";
-import type { Broker } from "../types.js";
-import { Connection, DEFAULT_LIMITS, type ConnectionLimits, type Logger, type SharedBudget } from "./connection.js";
+import type { BrokerHost } from "../broker/host.js";
+import { Connection, DEFAULT_LIMITS, type Logger, type SharedBudget } from "./connection.js";
+import type { ConnectionLimits } from "./session.js";
 import { createHttpServer } from "./http.js";
 
 export { DEFAULT_LIMITS } from "./connection.js";
-export type { ConnectionLimits, Logger } from "./connection.js";
+export type { Logger } from "./connection.js";
+export type { ConnectionLimits } from "./session.js";
+export type { BrokerHost, StreamHost, MemberListener, MemberSubscription, EncodedAppend } from "../broker/host.js";
 
 export interface ServerOptions {
-  broker: Broker;
+  broker: BrokerHost;
   /** Default 127.0.0.1: never expose a broker on all interfaces by accident. */
   host?: string;
   /** Binary protocol port. Default 7070; 0 picks a free port. */

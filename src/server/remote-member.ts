@@ -1,41 +1,37 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
  * A consumer-group member that lives in a client process and is represented in the server by
- * one embedded subscription (`broker.subscribe`). The broker's in-process group coordinator
- * therefore sees every remote member as an ordinary member: join = subscribe, leave = close,
- * rebalancing/generations/fencing are the coordinator's. This module adds what only the
- * network needs:
+ * one member subscription of the broker (`host.subscribeMember`). The broker's group
+ * coordinator therefore sees every remote member as an ordinary member: join = subscribe,
+ * leave = close, rebalancing/generations/fencing are the coordinator's. This module adds what
+ * only the network needs:
  *
- * - forwarding stored batches: when the embedded subscription can read raw (`nextRaw`, the
- *   broker's own GroupSubscription), the server reads whole stored record batches (verified,
- *   never decoded) and pushes them as they are (PUSH_RECORD_BATCHES); the client decodes.
- *   Otherwise (test doubles, other engines) messages are pulled and re-encoded
- *   (PUSH_MESSAGES);
- * - credit-based flow control: data is pulled from the embedded subscription only while
- *   the client has granted credit and the socket is not backpressured, so a slow consumer
- *   never makes the server buffer without bound;
- * - session liveness: a member whose connection sends nothing (no heartbeat) for
- *   `sessionTimeoutMs` is closed, which makes the coordinator move its partitions; later
- *   commits for it fail with `StaleGenerationError`;
- * - commits by (partition, offset): the client names the message it processed. When the
- *   embedded subscription offers `commitOffsets(Map<partition, nextOffset>)` we keep only the
- *   highest delivered offset per partition (no message is retained, so memory does not grow
- *   with unprocessed values) and commit offset+1 for all partitions in one durable write.
- *   Otherwise we keep the delivered-but-uncommitted `Message` objects (delivery pauses at
- *   `maxUncommitted`) and call the matching one's commit();
- * - revocation signals: when an embedded message's `signal` aborts (partition revoked) or the
- *   assignment changes, we push the new assignment so the client aborts `msg.signal` before
- *   the partition moves.
+ * - forwarding stored batches: for a client that announced PUSH_RECORD_BATCHES the server reads
+ *   whole stored record batches (`nextRaw`: verified, never decoded) and pushes them as they
+ *   are; the client decodes. Clients that did not announce it get messages (PUSH_MESSAGES);
+ * - credit-based flow control: data is pulled from the member subscription only while the
+ *   client has granted credit and the socket is not backpressured, so a slow consumer never
+ *   makes the server buffer without bound;
+ * - commits by (partition, offset): the client names the message it processed. We keep only
+ *   the highest delivered offset per partition (no message is retained) and commit offset+1
+ *   for all named partitions in one durable write (`commitOffsets`);
+ * - revocation: the coordinator tells the member of every rebalance (`MemberListener`); a
+ *   revocation is pushed to the client, and the partitions move on only once the client
+ *   confirmed it stopped (REVOKE_ACK), or after `revokeTimeoutMs`.
+ *
+ * A commit this member can no longer make (its ownership period of the partition ended, or
+ * the member itself did) fails with `NotAssignedError`, as the embedded broker's does.
  */
-import { NotAssignedError, StaleGenerationError, ValidationError } from "../errors.js";
+import { NotAssignedError, ValidationError } from "../errors.js";
 import { decodeRecords, readHeader, type StoredRecord } from "../log/record-batch.js";
 import type { RawChunk } from "../streams/subscription.js";
 import { toConsumed } from "../streams/records.js";
-import type { Broker, ConsumedRecord, Message, Subscription } from "../types.js";
+import type { ConsumedRecord, Message } from "../types.js";
+import type { MemberSubscription, StreamHost } from "../broker/host.js";
 
 export interface RemoteMemberOptions {
   id: number;
-  broker: Broker;
+  host: StreamHost;
   topic: string;
   group: string;
   start?: "earliest" | "latest";
@@ -44,8 +40,6 @@ export interface RemoteMemberOptions {
   maxBytes?: number;
   /** Initial credit in messages granted by the client. */
   credit: number;
-  /** Upper bound on delivered-but-uncommitted messages kept for commits; delivery pauses at it. */
-  maxUncommitted: number;
   /** Max messages per push frame (PUSH_MESSAGES). */
   maxBatchMessages: number;
   /** Max body bytes of one push frame (what the client's frame reader accepts, with room). */
@@ -55,7 +49,7 @@ export interface RemoteMemberOptions {
   /** Called with a batch of messages to push; returns false when the socket is backpressured. */
   push(messages: ConsumedRecord[]): boolean;
   /** Pushes stored batches as they are (PUSH_RECORD_BATCHES); same return value as `push`.
-   * Without it every member uses `push`. */
+   * Only for clients that announced it; the others get messages. */
   pushRaw?(chunk: RawChunk): boolean;
   pushAssignment(generation: number, assigned: number[], revoked: number[], ack?: number): void;
   pushEnded(reason: string, error?: unknown): void;
@@ -63,53 +57,45 @@ export interface RemoteMemberOptions {
   waitWritable(): Promise<void>;
 }
 
+type CommitPair = [number, number] | [number, number, number];
 
 export class RemoteMember {
   readonly id: number;
   private readonly opts: RemoteMemberOptions;
-  private readonly sub: Subscription;
+  private readonly sub: MemberSubscription;
   private readonly ac = new AbortController();
   private credit: number;
   private creditWaiter: (() => void) | null = null;
-  /** Delivered but not yet committed messages, per partition, in offset order. */
-  private readonly uncommitted = new Map<number, Message[]>();
-  private uncommittedCount = 0;
-  /** Hook mode: highest delivered offset per partition. */
+  /** Highest delivered offset per partition in its current ownership period. */
   private readonly delivered = new Map<number, number>();
   /** Raw mode: generation of the ownership period in which `delivered` was pushed. */
   private readonly deliveredGen = new Map<number, number>();
-  private readonly commitHook: ((next: Map<number, number>) => Promise<void>) | null;
-  private readonly hookedSignals = new WeakSet<AbortSignal>();
   private lastAssignment: number[] = [];
-  private generation = 0;
-  private assignmentTimer: NodeJS.Timeout;
   /** Set once the member is closed; the reason is reported to later commits. */
   endedReason: string | null = null;
   private nextAck = 1;
-  /** True when revoke/assign are intercepted (then message signals need no separate watch). */
-  private intercepting = false;
   private readonly pendingAcks = new Map<number, () => void>();
 
   constructor(opts: RemoteMemberOptions) {
     this.id = opts.id;
     this.opts = opts;
     this.credit = opts.credit;
-    this.sub = opts.broker.subscribe(opts.topic, {
-      group: opts.group,
-      start: opts.start,
-      offsetReset: opts.offsetReset,
-      assignment: opts.assignment,
-      maxBytes: opts.maxBytes,
-      signal: this.ac.signal,
-    });
-    this.interceptRebalance();
-    const hook = (this.sub as unknown as { commitOffsets?: unknown }).commitOffsets;
-    this.commitHook = typeof hook === "function" ? (hook.bind(this.sub) as (next: Map<number, number>) => Promise<void>) : null;
-    // Also poll the cheap `assignment()`: engines without the revoke/assign interception (and
-    // members that receive no data) still report changes. Unref'd: never keeps a process alive.
-    this.assignmentTimer = setInterval(() => this.checkAssignment(), 100);
-    this.assignmentTimer.unref();
-    void this.pump();
+    this.sub = opts.host.subscribeMember(
+      opts.topic,
+      {
+        group: opts.group,
+        start: opts.start,
+        offsetReset: opts.offsetReset,
+        assignment: opts.assignment,
+        maxBytes: opts.maxBytes,
+        signal: this.ac.signal,
+      },
+      {
+        revoked: (partitions, generation) => this.revokeRemote(partitions, generation),
+        assigned: (partitions, generation) => this.assigned(partitions, generation),
+      },
+    );
+    void (opts.pushRaw ? this.pumpRaw(opts.pushRaw) : this.pump());
   }
 
   get topic(): string {
@@ -132,50 +118,34 @@ export class RemoteMember {
   }
 
   /**
-   * Cooperative revocation across the network. The coordinator awaits a member's `revoke()`
-   * before it hands the partitions to their new owner (GRP-1), so we extend the embedded
-   * member's revoke: after it stops locally, the client is told (PUSH_ASSIGNMENT with an ack
-   * id) and we wait for its REVOKE_ACK -- sent once it has aborted `msg.signal` and dropped
-   * buffered messages -- or for `revokeTimeoutMs`, or for this member to end. Thus a remote
-   * consumer stops before its partitions move. Assignments are pushed at once, too.
-   * Duck-typed: an engine whose subscription has no revoke/assign keeps the polling path.
+   * Cooperative revocation across the network: the coordinator awaits this before it hands
+   * the partitions to their new owner (GRP-1). The member subscription has stopped locally;
+   * the client is told (PUSH_ASSIGNMENT with an ack id) and we wait for its REVOKE_ACK, sent
+   * once it has aborted `msg.signal` and dropped buffered messages, or for `revokeTimeoutMs`,
+   * or for this member to end. Thus a remote consumer stops before its partitions move.
    */
-  private interceptRebalance(): void {
-    const m = this.sub as unknown as {
-      revoke?: (parts: number[], generation: number) => unknown;
-      assign?: (parts: number[], generation: number) => unknown;
-    };
-    if (typeof m.revoke !== "function" || typeof m.assign !== "function") return;
-    this.intercepting = true;
-    const revoke = m.revoke.bind(this.sub);
-    const assign = m.assign.bind(this.sub);
-    m.revoke = (parts: number[], generation: number) =>
-      Promise.resolve(revoke(parts, generation)).then(() => this.revokeRemote(parts, generation));
-    m.assign = (parts: number[], generation: number) => {
-      const r = assign(parts, generation);
-      this.checkAssignment();
-      return r;
-    };
-  }
-
-  private revokeRemote(parts: number[], generation: number): Promise<void> {
-    if (this.endedReason !== null || parts.length === 0) return Promise.resolve();
-    this.lastAssignment = this.lastAssignment.filter((p) => !parts.includes(p));
-    for (const p of parts) this.dropPartition(p);
-    this.generation = generation;
+  private revokeRemote(partitions: number[], generation: number): Promise<void> {
+    if (this.endedReason !== null || partitions.length === 0) return Promise.resolve();
+    this.lastAssignment = this.lastAssignment.filter((p) => !partitions.includes(p));
+    for (const p of partitions) this.dropPartition(p);
     const ack = this.nextAck++;
     return new Promise<void>((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        this.pendingAcks.delete(ack);
+        resolve();
+      };
       const timer = setTimeout(done, this.opts.revokeTimeoutMs);
       timer.unref();
-      const self = this;
-      function done(): void {
-        clearTimeout(timer);
-        self.pendingAcks.delete(ack);
-        resolve();
-      }
       this.pendingAcks.set(ack, done);
-      this.opts.pushAssignment(generation, this.lastAssignment, parts, ack);
+      this.opts.pushAssignment(generation, this.lastAssignment, partitions, ack);
     });
+  }
+
+  private assigned(partitions: number[], generation: number): void {
+    if (this.endedReason !== null) return;
+    this.lastAssignment = [...new Set([...this.lastAssignment, ...partitions])].sort((a, b) => a - b);
+    this.opts.pushAssignment(generation, this.lastAssignment, []);
   }
 
   /** The client confirmed it stopped processing the revoked partitions. */
@@ -187,77 +157,29 @@ export class RemoteMember {
     for (const done of [...this.pendingAcks.values()]) done();
   }
 
-  private checkAssignment(): void {
-    if (this.endedReason !== null) return;
-    let now: number[];
-    try {
-      now = [...this.sub.assignment()].sort((a, b) => a - b);
-    } catch {
-      return;
-    }
-    const prev = this.lastAssignment;
-    if (now.length === prev.length && now.every((p, i) => p === prev[i])) return;
-    const revoked = prev.filter((p) => !now.includes(p));
-    const assigned = now.filter((p) => !prev.includes(p));
-    this.lastAssignment = now;
-    // Prefer the coordinator's generation when the embedded subscription exposes it.
-    const g = (this.sub as unknown as { generation?: unknown }).generation;
-    this.generation = typeof g === "number" ? g : this.generation + 1;
-    for (const p of revoked) this.dropPartition(p);
-    this.opts.pushAssignment(this.generation, now, revoked);
-    void assigned;
-  }
-
   private dropPartition(p: number): void {
     this.delivered.delete(p);
     this.deliveredGen.delete(p);
-    const list = this.uncommitted.get(p);
-    if (list) {
-      this.uncommittedCount -= list.length;
-      this.uncommitted.delete(p);
-      this.wake();
+  }
+
+  private async waitForCredit(): Promise<void> {
+    while (this.endedReason === null && this.credit <= 0) {
+      await new Promise<void>((resolve) => (this.creditWaiter = resolve));
     }
   }
 
-  private hook(msg: Message): void {
-    if (this.intercepting) return;
-    const sig = msg.signal;
-    if (!sig || this.hookedSignals.has(sig)) return;
-    this.hookedSignals.add(sig);
-    const onAbort = (): void => {
-      // The embedded coordinator revoked this partition (or the subscription closed). Tell
-      // the client now so it stops processing before the partition moves.
-      if (this.endedReason !== null) return;
-      this.checkAssignment();
-      if (this.lastAssignment.includes(msg.partition)) {
-        // assignment() not yet updated: report the revocation explicitly.
-        this.lastAssignment = this.lastAssignment.filter((p) => p !== msg.partition);
-        const g = (this.sub as unknown as { generation?: unknown }).generation;
-        this.generation = typeof g === "number" ? g : this.generation + 1;
-        this.dropPartition(msg.partition);
-        this.opts.pushAssignment(this.generation, this.lastAssignment, [msg.partition]);
-      }
-    };
-    if (sig.aborted) onAbort();
-    else sig.addEventListener("abort", onAbort, { once: true });
-  }
-
+  /**
+   * Message mode (clients without PUSH_RECORD_BATCHES). The member's batch iterator hands over
+   * whatever is buffered (up to maxBatchMessages) per step: far fewer promise hops than
+   * per-message iteration. A batch is requested only while credit is positive, so the client
+   * may receive up to maxBatchMessages - 1 beyond its credit: its buffer is bounded by
+   * window + one batch.
+   */
   private async pump(): Promise<void> {
-    const nextRaw = (this.sub as unknown as { nextRaw?: unknown }).nextRaw;
-    if (typeof nextRaw === "function" && this.opts.pushRaw && this.commitHook) {
-      return this.pumpRaw(nextRaw.bind(this.sub) as (maxBytes: number, maxRecords: number) => Promise<RawChunk | null>);
-    }
     try {
-      // The embedded subscription's batch iterator hands over whatever is buffered (up to
-      // maxBatchMessages) per step: far fewer promise hops than per-message iteration. A batch
-      // is requested only while credit is positive, so the client may receive up to
-      // maxBatchMessages - 1 beyond its credit: its buffer is bounded by window + one batch.
       const it = this.sub.batches({ maxMessages: this.opts.maxBatchMessages, maxWaitMs: 0 })[Symbol.asyncIterator]();
       while (this.endedReason === null) {
-        // Flow control: wait for credit, room for uncommitted messages and a writable socket.
-        while (this.endedReason === null && (this.credit <= 0 || this.uncommittedCount >= this.opts.maxUncommitted)) {
-          await new Promise<void>((resolve) => (this.creditWaiter = resolve));
-        }
+        await this.waitForCredit();
         if (this.endedReason !== null) break;
         const r = await it.next();
         if (r.done) break;
@@ -269,23 +191,28 @@ export class RemoteMember {
     }
   }
 
+  private deliver(batch: Message[]): void {
+    if (batch.length === 0 || this.endedReason !== null) return;
+    for (const m of batch) this.delivered.set(m.partition, m.offset);
+    this.credit -= batch.length;
+    if (!this.opts.push(batch)) this.pauseUntilWritable();
+  }
+
   /**
    * Raw mode: one read of stored batches per step, pushed without decoding. A step starts only
    * with positive credit and reads no batch past the one that reaches the credit (but at least
    * one batch, at most the subscription's maxBytes), so a client holds at most its window plus
    * the records of one stored batch.
    */
-  private async pumpRaw(nextRaw: (maxBytes: number, maxRecords: number) => Promise<RawChunk | null>): Promise<void> {
+  private async pumpRaw(pushRaw: (chunk: RawChunk) => boolean): Promise<void> {
     const maxRead = Math.max(4096, Math.min(this.opts.maxBytes ?? 1024 * 1024, this.opts.maxPushBytes));
     try {
       while (this.endedReason === null) {
-        while (this.endedReason === null && this.credit <= 0) {
-          await new Promise<void>((resolve) => (this.creditWaiter = resolve));
-        }
+        await this.waitForCredit();
         if (this.endedReason !== null) break;
-        const chunk = await nextRaw(maxRead, this.credit);
+        const chunk = await this.sub.nextRaw(maxRead, this.credit);
         if (chunk === null) break;
-        this.deliverRaw(chunk);
+        this.deliverRaw(chunk, pushRaw);
       }
       this.finish(this.endedReason ?? "closed");
     } catch (err) {
@@ -293,15 +220,14 @@ export class RemoteMember {
     }
   }
 
-  private deliverRaw(chunk: RawChunk): void {
+  private deliverRaw(chunk: RawChunk, pushRaw: (chunk: RawChunk) => boolean): void {
     // Revoked after the read: the partition's next owner delivers these records.
     if (this.endedReason !== null || chunk.signal.aborted) return;
     const p = chunk.partition;
     this.delivered.set(p, chunk.nextOffset - 1);
     this.deliveredGen.set(p, chunk.generation);
     this.credit -= chunk.records;
-    if (!this.lastAssignment.length) this.checkAssignment();
-    const writable = chunk.data.length <= this.opts.maxPushBytes ? this.opts.pushRaw!(chunk) : this.pushDecoded(chunk);
+    const writable = chunk.data.length <= this.opts.maxPushBytes ? pushRaw(chunk) : this.pushDecoded(chunk);
     if (!writable) this.pauseUntilWritable();
   }
 
@@ -343,108 +269,40 @@ export class RemoteMember {
     });
   }
 
-  private deliver(batch: Message[]): void {
-    if (batch.length === 0 || this.endedReason !== null) return;
-    for (const m of batch) {
-      if (this.commitHook) {
-        this.delivered.set(m.partition, m.offset);
-      } else {
-        let list = this.uncommitted.get(m.partition);
-        if (!list) {
-          list = [];
-          this.uncommitted.set(m.partition, list);
-        }
-        list.push(m);
-        this.uncommittedCount++;
-      }
-      this.hook(m);
-    }
-    this.credit -= batch.length;
-    if (!this.lastAssignment.length) this.checkAssignment();
-    const writable = this.opts.push(batch);
-    if (!writable) this.pauseUntilWritable();
-  }
-
-  /** Commits "processed through offset" for each (partition, offset) pair, in one durable
-   * write when the embedded subscription offers `commitOffsets` (one fsync for all partitions,
-   * exactly what its own batch commit does), else via the delivered messages' commit().
+  /**
+   * Commits "processed through offset" for each (partition, offset) pair in one durable write.
    * A pair may carry a third element, the generation the records were pushed with
    * (PUSH_RECORD_BATCHES): a commit from an earlier ownership period of the partition is
-   * refused with StaleGenerationError even if the partition came back to this member. */
-  async commit(offsets: ([number, number] | [number, number, number])[]): Promise<void> {
+   * refused even if the partition came back to this member since.
+   */
+  async commit(offsets: CommitPair[]): Promise<void> {
     if (this.endedReason !== null) {
-      throw new StaleGenerationError(
+      throw new NotAssignedError(
         `member ${this.id} of group ${JSON.stringify(this.opts.group)} is no longer active (${this.endedReason}); ` +
-          "its partitions may have moved to another member",
+          "its partitions may have moved to another member, which resumes from the last commit",
       );
     }
-    if (this.commitHook) {
-      const next = new Map<number, number>();
-      for (const [partition, offset, generation] of offsets) {
-        const hi = this.delivered.get(partition);
-        if (generation !== undefined && (hi === undefined || this.deliveredGen.get(partition) !== generation)) {
-          if (hi === undefined && !this.lastAssignment.includes(partition)) {
-            throw new NotAssignedError(
-              `partition ${partition} of ${JSON.stringify(this.opts.topic)} is not assigned to member ${this.id} of group ${JSON.stringify(this.opts.group)}`,
-            );
-          }
-          throw new StaleGenerationError(
-            `partition ${partition} of ${JSON.stringify(this.opts.topic)} was revoked from member ${this.id} after generation ${generation} and assigned again; ` +
-              "records of the earlier ownership period can no longer be committed",
-          );
-        }
-        if (hi === undefined) {
-          if (!this.lastAssignment.includes(partition)) {
-            throw new NotAssignedError(
-              `partition ${partition} of ${JSON.stringify(this.opts.topic)} is not assigned to member ${this.id} of group ${JSON.stringify(this.opts.group)}`,
-            );
-          }
-          continue; // nothing delivered in this ownership period: nothing to commit
-        }
-        if (offset < 0) throw new ValidationError(`invalid offset ${offset}`);
-        // "Processed through `offset`" for an offset this member was given (never beyond).
-        next.set(partition, Math.min(offset, hi) + 1);
-      }
-      if (next.size > 0) await this.commitHook(next);
-      return;
+    const next = new Map<number, number>();
+    for (const [partition, offset, generation] of offsets) {
+      const hi = this.delivered.get(partition);
+      const earlierPeriod = generation !== undefined && (hi === undefined || this.deliveredGen.get(partition) !== generation);
+      if (earlierPeriod || (hi === undefined && !this.lastAssignment.includes(partition))) throw this.notAssigned(partition, earlierPeriod);
+      if (hi === undefined) continue; // nothing delivered in this ownership period: nothing to commit
+      if (offset < 0) throw new ValidationError(`invalid offset ${offset}`);
+      // "Processed through `offset`" for an offset this member was given (never beyond).
+      next.set(partition, Math.min(offset, hi) + 1);
     }
-    const targets: Message[] = [];
-    for (const [partition, offset] of offsets) {
-      const list = this.uncommitted.get(partition);
-      let idx = -1;
-      if (list) {
-        // Highest delivered message with offset <= requested (usually exactly equal).
-        for (let i = list.length - 1; i >= 0; i--) {
-          if (list[i].offset <= offset) {
-            idx = i;
-            break;
-          }
-        }
-      }
-      if (idx < 0) {
-        if (!this.lastAssignment.includes(partition)) {
-          throw new NotAssignedError(
-            `partition ${partition} of ${JSON.stringify(this.opts.topic)} is not assigned to member ${this.id} of group ${JSON.stringify(this.opts.group)}`,
-          );
-        }
-        // Already committed (or never delivered, which a correct client cannot ask for): nothing to do.
-        continue;
-      }
-      targets.push(list![idx]);
-    }
-    if (targets.length === 0) return;
-    await Promise.all(targets.map((m) => m.commit()));
-    for (const msg of targets) {
-      // Drop everything at or below the committed message; the array may have changed during
-      // the await (more deliveries appended, or the partition dropped).
-      const cur = this.uncommitted.get(msg.partition);
-      if (!cur) continue;
-      let n = 0;
-      while (n < cur.length && cur[n].offset <= msg.offset) n++;
-      cur.splice(0, n);
-      this.uncommittedCount -= n;
-    }
-    this.wake();
+    if (next.size > 0) await this.sub.commitOffsets(next);
+  }
+
+  private notAssigned(partition: number, earlierPeriod: boolean): NotAssignedError {
+    const what = `partition ${partition} of ${JSON.stringify(this.opts.topic)}`;
+    const who = `member ${this.id} of group ${JSON.stringify(this.opts.group)}`;
+    return new NotAssignedError(
+      earlierPeriod
+        ? `${what} was revoked from ${who} after these records were delivered; records of an earlier ownership period can no longer be committed`
+        : `${what} is not assigned to ${who}`,
+    );
   }
 
   assignment(): number[] {
@@ -455,9 +313,6 @@ export class RemoteMember {
     const first = this.endedReason === null;
     if (first) this.endedReason = reason;
     this.releaseAcks();
-    clearInterval(this.assignmentTimer);
-    this.uncommitted.clear();
-    this.uncommittedCount = 0;
     this.delivered.clear();
     this.deliveredGen.clear();
     this.wake();
@@ -468,7 +323,6 @@ export class RemoteMember {
   async close(reason = "closed"): Promise<void> {
     if (this.endedReason === null) this.endedReason = reason;
     this.releaseAcks();
-    clearInterval(this.assignmentTimer);
     this.ac.abort();
     this.wake();
     try {
@@ -476,7 +330,5 @@ export class RemoteMember {
     } catch {
       // closing is best effort; the coordinator drops the member either way
     }
-    this.uncommitted.clear();
-    this.uncommittedCount = 0;
   }
 }

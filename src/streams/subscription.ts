@@ -4,7 +4,7 @@
  * partitions in turn, one bounded fetch at a time (pull-driven: nothing is read ahead beyond
  * one fetch of `maxBytes`), and long-polls when all are caught up.
  */
-import { BrokerClosedError, CorruptRecordError, OffsetOutOfRangeError, ValidationError } from "../errors.js";
+import { BrokerClosedError, CorruptRecordError, NotAssignedError, OffsetOutOfRangeError, ValidationError } from "../errors.js";
 import type { Logger } from "../log/logger.js";
 import type { StorageEngine } from "../store/engine.js";
 import type { Message, MessageBatch, SubscribeOptions, Subscription } from "../types.js";
@@ -234,8 +234,24 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     const offset = r.offset;
     return Object.assign(base, {
       signal: a.ac.signal,
-      commit: () => this.commitOffsets(new Map([[p, offset + 1]])),
+      commit: async () => {
+        this.checkPeriod(a.ac.signal, p);
+        await this.commitOffsets(new Map([[p, offset + 1]]));
+      },
     });
+  }
+
+  /**
+   * A message can be committed only within the ownership period it was delivered in: once its
+   * partition was revoked (even if it has come back since) or the member closed, its commit
+   * could move the group's position back. The same rule as a remote member's (NotAssignedError).
+   */
+  private checkPeriod(signal: AbortSignal, partition: number): void {
+    if (signal.aborted) {
+      throw new NotAssignedError(
+        `partition ${this.topic}/${partition} was revoked from this member of group ${this.group} (or the subscription closed) after the message was delivered; the new owner resumes from the last commit`,
+      );
+    }
   }
 
   /**
@@ -321,10 +337,13 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
         const sub = this;
         yield {
           messages,
-          commit() {
+          async commit() {
             const next = new Map<number, number>();
-            for (const m of messages) next.set(m.partition, Math.max(next.get(m.partition) ?? 0, m.offset + 1));
-            return sub.commitOffsets(next);
+            for (const m of messages) {
+              sub.checkPeriod(m.signal, m.partition);
+              next.set(m.partition, Math.max(next.get(m.partition) ?? 0, m.offset + 1));
+            }
+            await sub.commitOffsets(next);
           },
         };
       }
