@@ -70,28 +70,21 @@ export abstract class RegisteredError extends BrokerError {
   }
 }
 
+/** A spec: code, retriable, HTTP status, origin, and the constructor call from wire details. */
+function spec(code: string, retriable: boolean, httpStatus: number, origin: ErrorOrigin, fromWire: (details: WireDetails) => BrokerError): ErrorSpec {
+  return { code, retriable, httpStatus, origin, fromWire };
+}
+
 const str = (v: unknown): string => (v === undefined || v === null ? "" : String(v));
 const num = (v: unknown): number => Number(v ?? 0);
 
 /** Invalid argument, name or configuration. */
 export class ValidationError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "VALIDATION",
-    retriable: false,
-    httpStatus: 400,
-    origin: "broker",
-    fromWire: () => new ValidationError(""),
-  };
+  static override readonly spec = spec("VALIDATION", false, 400, "broker", () => new ValidationError(""));
 }
 
 export class InvalidNameError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "INVALID_NAME",
-    retriable: false,
-    httpStatus: 400,
-    origin: "broker",
-    fromWire: () => new InvalidNameError("", "", ""),
-  };
+  static override readonly spec = spec("INVALID_NAME", false, 400, "broker", () => new InvalidNameError("", "", ""));
   constructor(kind: string, name: string, reason: string) {
     super(`invalid ${kind} name ${JSON.stringify(name.slice(0, 300))}: ${reason}`);
   }
@@ -100,13 +93,7 @@ export class InvalidNameError extends RegisteredError {
 /** Something does not exist. The broker raises the specific subclasses; the HTTP port raises
  * this one for a path that names no resource. */
 export class NotFoundError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "NOT_FOUND",
-    retriable: false,
-    httpStatus: 404,
-    origin: "server",
-    fromWire: () => new NotFoundError(""),
-  };
+  static override readonly spec = spec("NOT_FOUND", false, 404, "server", () => new NotFoundError(""));
   /**
    * @param legacyCode Deprecated: only for callers that still raise `QUEUE_NOT_FOUND` as a plain
    * NotFoundError (src/queues/manager.ts until it raises `QueueNotFoundError`).
@@ -118,13 +105,7 @@ export class NotFoundError extends RegisteredError {
 }
 
 export class TopicNotFoundError extends NotFoundError {
-  static override readonly spec: ErrorSpec = {
-    code: "TOPIC_NOT_FOUND",
-    retriable: false,
-    httpStatus: 404,
-    origin: "broker",
-    fromWire: (d) => new TopicNotFoundError(str(d.topic)),
-  };
+  static override readonly spec = spec("TOPIC_NOT_FOUND", false, 404, "broker", (d) => new TopicNotFoundError(str(d.topic)));
   readonly topic: string;
   constructor(topic: string) {
     super(`topic ${JSON.stringify(topic)} does not exist`);
@@ -136,13 +117,7 @@ export class TopicNotFoundError extends NotFoundError {
 }
 
 export class PartitionNotFoundError extends NotFoundError {
-  static override readonly spec: ErrorSpec = {
-    code: "PARTITION_NOT_FOUND",
-    retriable: false,
-    httpStatus: 404,
-    origin: "broker",
-    fromWire: (d) => new PartitionNotFoundError(str(d.topic), num(d.partition)),
-  };
+  static override readonly spec = spec("PARTITION_NOT_FOUND", false, 404, "broker", (d) => new PartitionNotFoundError(str(d.topic), num(d.partition)));
   readonly topic: string;
   readonly partition: number;
   constructor(topic: string, partition: number) {
@@ -156,13 +131,7 @@ export class PartitionNotFoundError extends NotFoundError {
 }
 
 export class QueueNotFoundError extends NotFoundError {
-  static override readonly spec: ErrorSpec = {
-    code: "QUEUE_NOT_FOUND",
-    retriable: false,
-    httpStatus: 404,
-    origin: "broker",
-    fromWire: (d) => new QueueNotFoundError(str(d.queue)),
-  };
+  static override readonly spec = spec("QUEUE_NOT_FOUND", false, 404, "broker", (d) => new QueueNotFoundError(str(d.queue)));
   readonly queue: string;
   constructor(queue: string) {
     super(`queue ${JSON.stringify(queue)} does not exist`);
@@ -175,49 +144,25 @@ export class QueueNotFoundError extends NotFoundError {
 
 /** The request conflicts with current state; the broker raises the specific subclasses. */
 export class ConflictError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "CONFLICT",
-    retriable: false,
-    httpStatus: 409,
-    origin: "base",
-    fromWire: () => new ConflictError(""),
-  };
+  static override readonly spec = spec("CONFLICT", false, 409, "base", () => new ConflictError(""));
 }
 
 export class TopicExistsError extends ConflictError {
-  static override readonly spec: ErrorSpec = {
-    code: "TOPIC_EXISTS",
-    retriable: false,
-    httpStatus: 409,
-    origin: "broker",
-    fromWire: () => new TopicExistsError(""),
-  };
+  static override readonly spec = spec("TOPIC_EXISTS", false, 409, "broker", () => new TopicExistsError(""));
   constructor(topic: string) {
     super(`topic ${JSON.stringify(topic)} already exists`);
   }
 }
 
 export class GroupActiveError extends ConflictError {
-  static override readonly spec: ErrorSpec = {
-    code: "GROUP_ACTIVE",
-    retriable: true,
-    httpStatus: 409,
-    origin: "broker",
-    fromWire: () => new GroupActiveError(""),
-  };
+  static override readonly spec = spec("GROUP_ACTIVE", true, 409, "broker", () => new GroupActiveError(""));
   constructor(group: string) {
     super(`group ${JSON.stringify(group)} has active members; stop them before resetting offsets`);
   }
 }
 
 export class RecordTooLargeError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "RECORD_TOO_LARGE",
-    retriable: false,
-    httpStatus: 400,
-    origin: "broker",
-    fromWire: (d) => new RecordTooLargeError(num(d.sizeBytes), num(d.maxBytes)),
-  };
+  static override readonly spec = spec("RECORD_TOO_LARGE", false, 400, "broker", (d) => new RecordTooLargeError(num(d.sizeBytes), num(d.maxBytes)));
   readonly sizeBytes: number;
   readonly maxBytes: number;
   constructor(sizeBytes: number, maxBytes: number) {
@@ -231,13 +176,13 @@ export class RecordTooLargeError extends RegisteredError {
 }
 
 export class OffsetOutOfRangeError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "OFFSET_OUT_OF_RANGE",
-    retriable: false,
-    httpStatus: 400,
-    origin: "broker",
-    fromWire: (d) => new OffsetOutOfRangeError(str(d.topic), num(d.partition), num(d.offset), num(d.logStartOffset), num(d.logEndOffset)),
-  };
+  static override readonly spec = spec(
+    "OFFSET_OUT_OF_RANGE",
+    false,
+    400,
+    "broker",
+    (d) => new OffsetOutOfRangeError(str(d.topic), num(d.partition), num(d.offset), num(d.logStartOffset), num(d.logEndOffset)),
+  );
   readonly topic: string;
   readonly partition: number;
   readonly offset: number;
@@ -262,22 +207,14 @@ export class OffsetOutOfRangeError extends RegisteredError {
  * and after it remain readable. `nextOffset` (when known) is where a reader can resume.
  */
 export class CorruptRecordError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "CORRUPT_RECORD",
-    retriable: false,
-    httpStatus: 500,
-    origin: "broker",
-    fromWire: (d) =>
-      new CorruptRecordError(
-        str(d.topic),
-        num(d.partition),
-        num(d.offset),
-        str(d.file),
-        num(d.position),
-        "",
-        d.nextOffset === undefined || d.nextOffset === null ? undefined : Number(d.nextOffset),
-      ),
-  };
+  static override readonly spec = spec(
+    "CORRUPT_RECORD",
+    false,
+    500,
+    "broker",
+    (d) =>
+      new CorruptRecordError(str(d.topic), num(d.partition), num(d.offset), str(d.file), num(d.position), "", d.nextOffset === undefined || d.nextOffset === null ? undefined : Number(d.nextOffset)),
+  );
   readonly topic: string;
   readonly partition: number;
   readonly offset: number;
@@ -309,24 +246,12 @@ export class CorruptRecordError extends RegisteredError {
 
 /** Bytes that do not decode as a record batch (raised by the decoder, before any offset is known). */
 export class InvalidBatchError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "INVALID_BATCH",
-    retriable: false,
-    httpStatus: 400,
-    origin: "broker",
-    fromWire: () => new InvalidBatchError(""),
-  };
+  static override readonly spec = spec("INVALID_BATCH", false, 400, "broker", () => new InvalidBatchError(""));
 }
 
 /** The disk is full. Nothing already acknowledged is lost; reads keep working. */
 export class StorageFullError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "STORAGE_FULL",
-    retriable: true,
-    httpStatus: 503,
-    origin: "broker",
-    fromWire: () => new StorageFullError(""),
-  };
+  static override readonly spec = spec("STORAGE_FULL", true, 503, "broker", () => new StorageFullError(""));
   constructor(message: string, cause?: unknown) {
     super(message, { cause });
   }
@@ -338,82 +263,40 @@ export class StorageFullError extends RegisteredError {
  * the files). Retriable: the same call may succeed once the partition is recovered.
  */
 export class StorageError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "STORAGE_ERROR",
-    retriable: true,
-    httpStatus: 503,
-    origin: "broker",
-    fromWire: () => new StorageError(""),
-  };
+  static override readonly spec = spec("STORAGE_ERROR", true, 503, "broker", () => new StorageError(""));
   constructor(message: string, cause?: unknown) {
     super(message, { cause });
   }
 }
 
 export class OutOfOrderSequenceError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "OUT_OF_ORDER_SEQUENCE",
-    retriable: false,
-    httpStatus: 409,
-    origin: "broker",
-    fromWire: () => new OutOfOrderSequenceError(""),
-  };
+  static override readonly spec = spec("OUT_OF_ORDER_SEQUENCE", false, 409, "broker", () => new OutOfOrderSequenceError(""));
 }
 
 export class ProducerFencedError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "PRODUCER_FENCED",
-    retriable: false,
-    httpStatus: 409,
-    origin: "broker",
-    fromWire: () => new ProducerFencedError(""),
-  };
+  static override readonly spec = spec("PRODUCER_FENCED", false, 409, "broker", () => new ProducerFencedError(""));
 }
 
 export class BrokerClosedError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "BROKER_CLOSED",
-    retriable: false,
-    httpStatus: 503,
-    origin: "broker",
-    fromWire: () => new BrokerClosedError(),
-  };
+  static override readonly spec = spec("BROKER_CLOSED", false, 503, "broker", () => new BrokerClosedError());
   constructor(message = "broker is closed") {
     super(message);
   }
 }
 
 export class TimeoutError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "TIMEOUT",
-    retriable: true,
-    httpStatus: 504,
-    origin: "client",
-    fromWire: () => new TimeoutError(""),
-  };
+  static override readonly spec = spec("TIMEOUT", true, 504, "client", () => new TimeoutError(""));
 }
 
 export class AbortedError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "ABORTED",
-    retriable: false,
-    httpStatus: 503,
-    origin: "broker",
-    fromWire: () => new AbortedError(),
-  };
+  static override readonly spec = spec("ABORTED", false, 503, "broker", () => new AbortedError());
   constructor(message = "operation aborted", cause?: unknown) {
     super(message, { cause });
   }
 }
 
 export class ConnectionClosedError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "CONNECTION_CLOSED",
-    retriable: true,
-    httpStatus: 503,
-    origin: "client",
-    fromWire: () => new ConnectionClosedError(),
-  };
+  static override readonly spec = spec("CONNECTION_CLOSED", true, 503, "client", () => new ConnectionClosedError());
   constructor(message = "connection closed", cause?: unknown) {
     super(message, { cause });
   }
@@ -426,13 +309,7 @@ export class ConnectionClosedError extends RegisteredError {
  * through a server.
  */
 export class NotAssignedError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "NOT_ASSIGNED",
-    retriable: false,
-    httpStatus: 409,
-    origin: "broker",
-    fromWire: () => new NotAssignedError(""),
-  };
+  static override readonly spec = spec("NOT_ASSIGNED", false, 409, "broker", () => new NotAssignedError(""));
 }
 
 /**
@@ -444,26 +321,14 @@ export const StaleGenerationError = NotAssignedError;
 export type StaleGenerationError = NotAssignedError;
 
 export class LeaseExpiredError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "LEASE_EXPIRED",
-    retriable: false,
-    httpStatus: 409,
-    origin: "broker",
-    fromWire: () => new LeaseExpiredError(),
-  };
+  static override readonly spec = spec("LEASE_EXPIRED", false, 409, "broker", () => new LeaseExpiredError());
   constructor(message = "lease expired: another worker may have this job; make side effects idempotent") {
     super(message);
   }
 }
 
 export class QueueFullError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "QUEUE_FULL",
-    retriable: true,
-    httpStatus: 429,
-    origin: "broker",
-    fromWire: (d) => new QueueFullError(str(d.queue), num(d.depth), num(d.bytes)),
-  };
+  static override readonly spec = spec("QUEUE_FULL", true, 429, "broker", (d) => new QueueFullError(str(d.queue), num(d.depth), num(d.bytes)));
   readonly queue: string;
   readonly depth: number;
   readonly bytes: number;
@@ -480,78 +345,36 @@ export class QueueFullError extends RegisteredError {
 
 /** Thrown by a job handler to send the job straight to the dead-letter queue. */
 export class PermanentError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "PERMANENT",
-    retriable: false,
-    httpStatus: 500,
-    origin: "handler",
-    fromWire: () => new PermanentError(""),
-  };
+  static override readonly spec = spec("PERMANENT", false, 500, "handler", () => new PermanentError(""));
 }
 
 /** A wire-protocol frame could not be decoded or violated the protocol. */
 export class ProtocolError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "PROTOCOL",
-    retriable: false,
-    httpStatus: 400,
-    origin: "wire",
-    fromWire: () => new ProtocolError(""),
-  };
+  static override readonly spec = spec("PROTOCOL", false, 400, "wire", () => new ProtocolError(""));
 }
 
 /** A frame's length exceeds the receiver's `maxFrameBytes`. */
 export class FrameTooLargeError extends ProtocolError {
-  static override readonly spec: ErrorSpec = {
-    code: "FRAME_TOO_LARGE",
-    retriable: false,
-    httpStatus: 413,
-    origin: "wire",
-    fromWire: () => new FrameTooLargeError(""),
-  };
+  static override readonly spec = spec("FRAME_TOO_LARGE", false, 413, "wire", () => new FrameTooLargeError(""));
 }
 
 /** The peer did not start with the `SLCE` preamble: not a sluice client. */
 export class BadMagicError extends ProtocolError {
-  static override readonly spec: ErrorSpec = {
-    code: "PROTOCOL_BAD_MAGIC",
-    retriable: false,
-    httpStatus: 400,
-    origin: "wire",
-    fromWire: () => new BadMagicError(""),
-  };
+  static override readonly spec = spec("PROTOCOL_BAD_MAGIC", false, 400, "wire", () => new BadMagicError(""));
 }
 
 export class UnsupportedVersionError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "UNSUPPORTED_VERSION",
-    retriable: false,
-    httpStatus: 400,
-    origin: "wire",
-    fromWire: () => new UnsupportedVersionError(""),
-  };
+  static override readonly spec = spec("UNSUPPORTED_VERSION", false, 400, "wire", () => new UnsupportedVersionError(""));
 }
 
 /** The server hit an unexpected (non-sluice) exception; it is logged on the server. */
 export class InternalError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "INTERNAL",
-    retriable: false,
-    httpStatus: 500,
-    origin: "server",
-    fromWire: () => new InternalError(""),
-  };
+  static override readonly spec = spec("INTERNAL", false, 500, "server", () => new InternalError(""));
 }
 
 /** An HTTP request body exceeded the server's `maxBodyBytes`. */
 export class BodyTooLargeError extends RegisteredError {
-  static override readonly spec: ErrorSpec = {
-    code: "BODY_TOO_LARGE",
-    retriable: false,
-    httpStatus: 413,
-    origin: "server",
-    fromWire: () => new BodyTooLargeError(""),
-  };
+  static override readonly spec = spec("BODY_TOO_LARGE", false, 413, "server", () => new BodyTooLargeError(""));
 }
 
 /** A registered error class: constructible (for `instanceof`) and carrying its spec. */

@@ -18,6 +18,7 @@ import { connect } from "../src/client/index.js";
 import { StorageError, ValidationError } from "../src/errors.js";
 import { startServer } from "../src/server/index.js";
 import type { BrokerHost, EncodedAppend } from "../src/broker/host.js";
+import { wrapHost } from "./fixtures/host-wrapper.js";
 import type { PublishReceipt } from "../src/types.js";
 
 type Refuse = (batch: Buffer, store: () => Promise<unknown>) => Promise<"pass" | Error>;
@@ -42,24 +43,7 @@ function wrap(inner: EmbeddedBroker, refuse: Refuse): Wrapped {
     if (verdict !== "pass") throw verdict;
     return store();
   };
-  // The host interface, delegating to the real broker except for encoded publishes.
-  const broker: BrokerHost = {
-    createTopic: (name, config) => inner.createTopic(name, config),
-    deleteTopic: (name) => inner.deleteTopic(name),
-    listTopics: () => inner.listTopics(),
-    describeTopic: (name) => inner.describeTopic(name),
-    publishBatch: (topic, records, opts) => inner.publishBatch(topic, records, opts),
-    initProducer: (id) => inner.initProducer(id),
-    fetch: (topic, partition, offset, opts) => inner.fetch(topic, partition, offset, opts),
-    offsetForTimestamp: (topic, partition, ts) => inner.offsetForTimestamp(topic, partition, ts),
-    resetGroup: (group, topic, to, opts) => inner.resetGroup(group, topic, to, opts),
-    groupLag: (group, topic) => inner.groupLag(group, topic),
-    publishEncoded,
-    subscribeMember: (topic, opts, listener) => inner.subscribeMember(topic, opts, listener),
-    queue: (name, config) => inner.queue(name, config),
-    listQueues: () => inner.listQueues(),
-    deleteQueue: (name) => inner.deleteQueue(name),
-  };
+  const broker = wrapHost(inner, { publishEncoded });
   return { broker, innerErrors };
 }
 

@@ -163,7 +163,7 @@ test("a member frozen with SIGSTOP past its session timeout loses its partitions
     frozen.proc.stdin!.write("go\n");
     await waitUntil(() => frozen!.lines.some((l) => l.startsWith("COMMIT_")), "frozen member's commit result");
     const res = frozen.lines.find((l) => l.startsWith("COMMIT_"))!;
-    assert.match(res, /^COMMIT_ERR (STALE_GENERATION|NOT_ASSIGNED)$/);
+    assert.equal(res, "COMMIT_ERR NOT_ASSIGNED");
   } finally {
     for (const m of [frozen, other]) {
       if (!m) continue;

@@ -5,7 +5,7 @@
  * `sluice serve` puts the same object behind the wire protocol.
  */
 import { Buffer } from "node:buffer";
-import { BrokerClosedError, GroupActiveError, NotFoundError, QueueNotFoundError, ValidationError, CorruptRecordError, RecordTooLargeError } from "../errors.js";
+import { AbortedError, BrokerClosedError, GroupActiveError, NotFoundError, QueueNotFoundError, ValidationError, CorruptRecordError, RecordTooLargeError } from "../errors.js";
 import { NodeFileSystem, type FileSystem } from "../log/io.js";
 import { telemetry, type Logger, type Telemetry } from "../observability/telemetry.js";
 import { decodeRecords, prepareValue, recordSize, validateEncodedBatch, type PreparedRecord } from "../log/record-batch.js";
@@ -257,7 +257,11 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     if (!Number.isInteger(maxBytes) || maxBytes < 1 || maxBytes > MAX_FETCH_BYTES) throw new ValidationError(`maxBytes must be in [1, ${MAX_FETCH_BYTES}]`);
     if (!Number.isInteger(maxWaitMs) || maxWaitMs < 0 || maxWaitMs > MAX_WAIT_MS) throw new ValidationError(`maxWaitMs must be in [0, ${MAX_WAIT_MS}]`);
     const o = await this.engine.offsets(topic, partition);
-    if (offset === o.highWatermark && maxWaitMs > 0) await this.engine.waitFor(topic, partition, offset, maxWaitMs, opts.signal);
+    if (offset === o.highWatermark && maxWaitMs > 0) {
+      await this.engine.waitFor(topic, partition, offset, maxWaitMs, opts.signal);
+      // The caller gave up: the same AbortedError a client raises for an aborted fetch.
+      if (opts.signal?.aborted) throw new AbortedError("fetch aborted", opts.signal.reason);
+    }
     const res = await this.engine.read(topic, partition, offset, maxBytes);
     const after = await this.engine.offsets(topic, partition);
     return {
