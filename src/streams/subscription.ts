@@ -137,8 +137,16 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     return { pos, highWatermark };
   }
 
-  /** One fetch from the next partition with data; false when all are caught up. */
-  private async fill(): Promise<boolean> {
+  /**
+   * One read from the next assigned partition with data (round robin), through `read`; the
+   * position moves to its `nextOffset` unless the partition was revoked meanwhile. Returns the
+   * first result that holds records (with its partition, ownership period and start), or null
+   * when every partition is caught up. Corrupt records are skipped when `onCorrupt: "skip"`.
+   */
+  private async readNext<R extends { nextOffset: number }>(
+    read: (p: number, pos: number) => Promise<R>,
+    hasRecords: (r: R) => boolean,
+  ): Promise<{ p: number; a: Assigned; pos: number; res: R } | null> {
     const parts = this.assignment();
     for (let i = 0; i < parts.length; i++) {
       const p = parts[(this.rr + i) % parts.length];
@@ -146,9 +154,9 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
       if (!a) continue;
       const { pos, highWatermark } = await this.resolvePosition(p, a);
       if (pos >= highWatermark || this.assigned.get(p) !== a) continue;
-      let res;
+      let res: R;
       try {
-        res = await this.deps.engine.read(this.topic, p, pos, this.opts.maxBytes ?? 1024 * 1024);
+        res = await read(p, pos);
       } catch (e) {
         if (e instanceof CorruptRecordError && this.opts.onCorrupt === "skip" && e.nextOffset !== undefined) {
           this.deps.logger.error({ err: e }, "skipping corrupt records");
@@ -157,13 +165,25 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
         }
         throw e;
       }
-      if (this.assigned.get(p) !== a) continue; // revoked while reading
+      // Revoked while reading (or revoked and assigned again: a new ownership period).
+      if (this.assigned.get(p) !== a || a.position !== pos) continue;
       a.position = res.nextOffset;
       this.rr = (this.rr + i + 1) % Math.max(1, parts.length);
-      for (const r of res.records) this.buffer.push(this.makeMessage(p, a, r));
-      if (res.records.length > 0) return true;
+      if (hasRecords(res)) return { p, a, pos, res };
     }
-    return false;
+    return null;
+  }
+
+  /** One fetch from the next partition with data into the buffer; false when all are caught up. */
+  private async fill(): Promise<boolean> {
+    const maxBytes = this.opts.maxBytes ?? 1024 * 1024;
+    const got = await this.readNext(
+      (p, pos) => this.deps.engine.read(this.topic, p, pos, maxBytes),
+      (r) => r.records.length > 0,
+    );
+    if (got === null) return false;
+    for (const r of got.res.records) this.buffer.push(this.makeMessage(got.p, got.a, r));
+    return true;
   }
 
   /**
@@ -184,33 +204,13 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
   }
 
   private async fillRaw(maxBytes: number, maxRecords: number): Promise<RawChunk | null> {
-    const parts = this.assignment();
-    for (let i = 0; i < parts.length; i++) {
-      const p = parts[(this.rr + i) % parts.length];
-      const a = this.assigned.get(p);
-      if (!a) continue;
-      const { pos, highWatermark } = await this.resolvePosition(p, a);
-      if (pos >= highWatermark || this.assigned.get(p) !== a) continue;
-      let res;
-      try {
-        res = await this.readRaw(p, pos, maxBytes, maxRecords);
-      } catch (e) {
-        if (e instanceof CorruptRecordError && this.opts.onCorrupt === "skip" && e.nextOffset !== undefined) {
-          this.deps.logger.error({ err: e }, "skipping corrupt records");
-          if (this.assigned.get(p) === a) a.position = e.nextOffset;
-          continue;
-        }
-        throw e;
-      }
-      // Revoked while reading (or revoked and assigned again: a new ownership period).
-      if (this.assigned.get(p) !== a || a.position !== pos) continue;
-      a.position = res.nextOffset;
-      this.rr = (this.rr + i + 1) % Math.max(1, parts.length);
-      if (res.records > 0) {
-        return { partition: p, generation: a.generation, from: pos, data: res.data, nextOffset: res.nextOffset, records: res.records, signal: a.ac.signal };
-      }
-    }
-    return null;
+    const got = await this.readNext(
+      (p, pos) => this.readRaw(p, pos, maxBytes, maxRecords),
+      (r) => r.records > 0,
+    );
+    if (got === null) return null;
+    const { p, a, pos, res } = got;
+    return { partition: p, generation: a.generation, from: pos, data: res.data, nextOffset: res.nextOffset, records: res.records, signal: a.ac.signal };
   }
 
   /**
