@@ -9,7 +9,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Producer, type ProducerOptions } from "../src/client/producer.js";
-import type { Transport } from "../src/client/transport.js";
+import { stubs } from "../src/client/rpc.js";
 import {
   BrokerClosedError,
   ConnectionClosedError,
@@ -49,7 +49,10 @@ class ScriptedTransport {
   sent: Req[] = [];
   onPublish: ((r: Req) => void) | null = null;
 
-  request(op: number, meta: Record<string, unknown>, body: Buffer | null): Promise<Frame> {
+  /** The op-table stubs, through the scripted `request`. */
+  readonly rpc = stubs((op, meta, body) => this.request(op, meta as { partition: number }, body));
+
+  request(op: number, meta: { partition: number }, body: Buffer | null): Promise<Frame> {
     if (this.isClosed) return Promise.reject(new BrokerClosedError("client is closed"));
     if (op === Op.InitProducer) {
       this.inits++;
@@ -60,7 +63,7 @@ class ScriptedTransport {
       const h = verifyBatch(body!, 0, body!.length);
       const values = decodeRecords(body!, 0, h).map((r) => r.value!.toString());
       const r: Req = {
-        partition: meta.partition as number,
+        partition: meta.partition,
         body: body!,
         h,
         values,
@@ -86,7 +89,7 @@ class ScriptedTransport {
 
 function producer(t: ScriptedTransport, o: Partial<ProducerOptions> = {}, partitions = 2): Producer {
   return new Producer(
-    t as unknown as Transport,
+    t,
     {
       lingerMs: 0,
       maxBatchRecords: 2,

@@ -40,6 +40,9 @@ import type { PublishReceipt, PublishRecord } from "../types.js";
 import type { Frame } from "../wire/index.js";
 import type { Transport } from "./transport.js";
 
+/** What the producer uses of its transport (a test may script it). */
+export type ProducerTransport = Pick<Transport, "rpc" | "isClosed">;
+
 export interface ProducerOptions {
   lingerMs: number;
   maxBatchRecords: number;
@@ -168,7 +171,7 @@ export class Producer {
   private rr = 0;
 
   constructor(
-    private readonly transport: Transport,
+    private readonly transport: ProducerTransport,
     private readonly opts: ProducerOptions,
     private readonly describe: (topic: string) => Promise<{ partitions: unknown[]; config: { maxMessageBytes: number } }>,
   ) {
