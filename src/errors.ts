@@ -377,62 +377,6 @@ export class BodyTooLargeError extends RegisteredError {
   static override readonly spec = spec("BODY_TOO_LARGE", false, 413, "server", () => new BodyTooLargeError(""));
 }
 
-/** A registered error class: constructible (for `instanceof`) and carrying its spec. */
-export type ErrorClass = (abstract new (...args: never[]) => BrokerError) & { readonly spec: ErrorSpec };
-
-/** Every registered error class, in the order docs/errors.md lists them. */
-export const ERROR_CLASSES: readonly ErrorClass[] = [
-  ValidationError,
-  InvalidNameError,
-  NotFoundError,
-  TopicNotFoundError,
-  PartitionNotFoundError,
-  QueueNotFoundError,
-  ConflictError,
-  TopicExistsError,
-  GroupActiveError,
-  RecordTooLargeError,
-  OffsetOutOfRangeError,
-  CorruptRecordError,
-  InvalidBatchError,
-  StorageFullError,
-  StorageError,
-  OutOfOrderSequenceError,
-  ProducerFencedError,
-  BrokerClosedError,
-  TimeoutError,
-  AbortedError,
-  ConnectionClosedError,
-  NotAssignedError,
-  LeaseExpiredError,
-  QueueFullError,
-  PermanentError,
-  ProtocolError,
-  FrameTooLargeError,
-  BadMagicError,
-  UnsupportedVersionError,
-  InternalError,
-  BodyTooLargeError,
-];
-
-/**
- * Codes that servers of earlier versions send and that now belong to another class:
- * `STALE_GENERATION` was raised for some stale-member commits that are `NOT_ASSIGNED` now.
- */
-const LEGACY_CODES: ReadonlyMap<string, ErrorSpec> = new Map([["STALE_GENERATION", NotAssignedError.spec]]);
-
-const BY_CODE: ReadonlyMap<string, ErrorSpec> = new Map([...ERROR_CLASSES.map((c) => [c.spec.code, c.spec] as const), ...LEGACY_CODES]);
-
-/** The registry entry of a code (including codes of earlier versions), if it is known. */
-export function errorSpec(code: string): ErrorSpec | undefined {
-  return BY_CODE.get(code);
-}
-
-/** The HTTP status for an error: its class's, or 503/500 for an unknown retriable/other one. */
-export function httpStatusOf(err: BrokerError): number {
-  return errorSpec(err.code)?.httpStatus ?? (err.retriable ? 503 : 500);
-}
-
 /** Namespace object, NATS style: `err instanceof errors.NotAssignedError`. */
 export const errors = {
   BrokerError,
@@ -469,3 +413,30 @@ export const errors = {
   InternalError,
   BodyTooLargeError,
 } as const;
+
+/** A registered error class: constructible (for `instanceof`) and carrying its spec. */
+export type ErrorClass = (abstract new (...args: never[]) => BrokerError) & { readonly spec: ErrorSpec };
+
+const registered = (c: object): c is ErrorClass => c !== BrokerError && "spec" in c;
+
+/** Every registered error class, in the order docs/errors.md lists them (that of `errors`,
+ * without the base class and the deprecated alias). */
+export const ERROR_CLASSES: readonly ErrorClass[] = [...new Set(Object.values(errors))].flatMap((c) => (registered(c) ? [c] : []));
+
+/**
+ * Codes that servers of earlier versions send and that now belong to another class:
+ * `STALE_GENERATION` was raised for some stale-member commits that are `NOT_ASSIGNED` now.
+ */
+const LEGACY_CODES: ReadonlyMap<string, ErrorSpec> = new Map([["STALE_GENERATION", NotAssignedError.spec]]);
+
+const BY_CODE: ReadonlyMap<string, ErrorSpec> = new Map([...ERROR_CLASSES.map((c) => [c.spec.code, c.spec] as const), ...LEGACY_CODES]);
+
+/** The registry entry of a code (including codes of earlier versions), if it is known. */
+export function errorSpec(code: string): ErrorSpec | undefined {
+  return BY_CODE.get(code);
+}
+
+/** The HTTP status for an error: its class's, or 503/500 for an unknown retriable/other one. */
+export function httpStatusOf(err: BrokerError): number {
+  return errorSpec(err.code)?.httpStatus ?? (err.retriable ? 503 : 500);
+}

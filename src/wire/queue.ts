@@ -131,16 +131,9 @@ export interface WireJob {
   headers: readonly (readonly [string, Uint8Array])[] | null;
 }
 
-export interface DecodedJob {
+/** A pushed job as the client decodes it: the value decoded, with its delivery tag. */
+export interface DecodedJob extends Omit<WireJob, "valueKind" | "value" | "headers"> {
   tag: number;
-  id: string;
-  receipt: string;
-  attempt: number;
-  enqueuedAt: number;
-  leaseExpiresAt: number;
-  redriveCount: number;
-  key: string | null;
-  deadLetterJson: string | null;
   data: unknown;
   headers: Record<string, Uint8Array>;
 }
