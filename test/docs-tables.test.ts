@@ -41,8 +41,11 @@ function errorRows(): string[] {
   });
 }
 
-test("docs/protocol.md §4 lists the operation table of src/wire/ops.ts", () => {
-  assert.deepEqual(table(doc("protocol.md"), "| op | name | request meta / body | response meta / body | re-sent after a reconnect |"), opRows());
+test("docs/protocol.md §4 lists the operation table of src/wire/ops.ts, and names the ops kept for older clients", () => {
+  const text = doc("protocol.md");
+  assert.deepEqual(table(text, "| op | name | request meta / body | response meta / body | re-sent after a reconnect |"), opRows());
+  const kept = text.slice(text.indexOf("**Kept for older clients of version 1.**"));
+  for (const op of allOps()) if (op.compat !== undefined) assert.ok(kept.includes(op.wireName), `${op.wireName} is named as kept for older clients`);
 });
 
 test("docs/errors.md lists the error registry of src/errors.ts, each code with its section", () => {

@@ -18,9 +18,10 @@ export interface HttpOptions {
   stats(): Record<string, unknown>;
 }
 
-/** The status of a failed request: the error class's (src/errors.ts); 500 for a non-sluice error. */
+/** The status of a failed request: the error class's (src/errors.ts); a non-sluice error is
+ * answered as `INTERNAL`. */
 function statusFor(err: unknown): number {
-  return httpStatusOf(err instanceof BrokerError ? err : new InternalError(String(err)));
+  return err instanceof BrokerError ? httpStatusOf(err) : InternalError.spec.httpStatus;
 }
 
 function readBody(req: IncomingMessage, maxBytes: number): Promise<unknown> {
