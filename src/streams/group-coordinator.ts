@@ -8,7 +8,7 @@
  * moment a partition has at most one owner; only the owner's commits are accepted (others get
  * NotAssignedError), so a revoked member that is still busy cannot move the group's position.
  */
-import { NotAssignedError, StaleGenerationError } from "../errors.js";
+import { NotAssignedError } from "../errors.js";
 import { assignPartitions, type AssignmentStrategy } from "./assignment.js";
 
 export interface GroupMember {
@@ -80,12 +80,12 @@ export class GroupCoordinator {
     });
   }
 
-  /** Throws unless `memberId` owns `partition` (and, if given, in `generation` or later with unchanged ownership). */
-  checkOwner(group: string, topic: string, partition: number, memberId: string, generation?: number): void {
+  /** Throws NotAssignedError unless `memberId` owns `partition`. (Commits of an earlier
+   * ownership period are refused by the member itself, which knows its periods.) */
+  checkOwner(group: string, topic: string, partition: number, memberId: string): void {
     const g = this.groups.get(this.key(group, topic));
     if (!g || g.owners.get(partition) !== memberId)
       throw new NotAssignedError(`partition ${topic}/${partition} is not assigned to this member of group ${group}; the new owner resumes from the last commit`);
-    if (generation !== undefined && generation > g.generation) throw new StaleGenerationError(`generation ${generation} is not current (${g.generation})`);
   }
 
   private rebalance(g: GroupState): Promise<void> {
