@@ -1,5 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
-export { FaultyFileSystem, type FaultOp } from "./faulty-fs.js";
+export {
+  FaultyFileSystem,
+  prng,
+  type FaultOp,
+  type IoOp,
+  type IoOpKind,
+  type CrashPoint,
+  type FaultyFileSystemOptions,
+  type CrashModelOptions,
+  type PowerLossMode,
+  type PowerLossOptions,
+  type PowerLossReport,
+} from "./faulty-fs.js";
 export { tempDir, waitUntil } from "./helpers.js";
 export { defineEngineContract, type EngineFixture } from "./engine-contract.js";
 export { defineConformanceSuite } from "./conformance.js";
+export {
+  runCrashPoints,
+  formatCrashPointReport,
+  DEFAULT_EXHAUSTIVE_PHASES,
+  type CrashPointOptions,
+  type CrashPointReport,
+  type CrashPointResult,
+  type PhaseReport,
+  type Problem,
+} from "./crash-points.js";
