@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
  * One client connection of the binary protocol (docs/protocol.md): handshake, frame decoding,
- * request dispatch with pipelining, server pushes for subscriptions.
+ * flow control, and dispatch of each request to its handler in the table derived from the
+ * operation table (src/server/handlers.ts); the connection is the handlers' `Session`.
  *
  * Limits (all explicit, all per connection):
  * - before the handshake a frame may be at most PRE_HANDSHAKE_MAX_FRAME_BYTES;
