@@ -335,10 +335,11 @@ export class Workload {
   }
 
   /** Segment files of a partition, from the data dir (a test tool may look; no engine internals). */
-  private segments(topic: string, partition: number): { count: number; activeSize: number } {
+  private segments(topic: string, partition: number): { count: number; activeSize: number; sizes: number[]; active: string } {
     const dir = join(this.ctx.dataDir, "topics", topic, String(partition));
     const logs = readdirSync(dir).filter((n) => /^\d{20}\.log$/.test(n)).sort();
-    return { count: logs.length, activeSize: logs.length === 0 ? 0 : statSync(join(dir, logs[logs.length - 1])).size };
+    const sizes = logs.map((n) => statSync(join(dir, n)).size);
+    return { count: logs.length, activeSize: logs.length === 0 ? 0 : sizes[sizes.length - 1], sizes, active: join(dir, logs[logs.length - 1] ?? "") };
   }
   private activeSize(topic: string, partition: number): number {
     return this.segments(topic, partition).activeSize;
@@ -433,9 +434,13 @@ export class Workload {
     this.phase("publish");
     for (let r = 0; r < 3; r++) await this.round(b, [p1, p2, p3], 2, r === 1);
     // A write that fails (disk full): every batch of that round fails and is retried, in order.
+    // (First make room for the whole round in the active segment, so the fault hits its write.)
+    for (let guard = 0; guard < 16 && CP_TOPIC_CONFIG.segmentBytes! - this.activeSize(CP_TOPIC, 0) < 800; guard++) await this.step(this.sendBatch(b, p1, 1, 150, 150).done);
     this.phase("publish-enospc");
-    this.ctx.fs.failNext("write", "ENOSPC", { pathIncludes: `/${CP_TOPIC}/0/` });
-    const failed = (await this.round(b, [p1, p2], 2, false)).filter((x) => x.status === "failed");
+    this.ctx.fs.failNext("write", "ENOSPC", { pathIncludes: this.segments(CP_TOPIC, 0).active });
+    const round = [this.sendBatch(b, p1, 1, 100, 180), this.sendBatch(b, p2, 2, 60, 120), this.sendBatch(b, p1, 1, 100, 180)];
+    await this.step(Promise.all(round.map((x) => x.done)));
+    const failed = round.map((x) => x.batch).filter((x) => x.status === "failed");
     if (failed.length === 0) this.unexpected("publish-enospc", new Error("the injected ENOSPC failed no batch"));
     this.phase("publish-retry");
     const retried = await this.step(Promise.all(failed.map((x) => this.publish(b, x))));
@@ -562,7 +567,12 @@ export class Workload {
 
     // Retention: several small segments, then enforceRetention() deletes the oldest.
     this.phase("publish-retained");
-    for (let i = 0; i < 9; i++) await this.step(this.publishPlain(b, CP_RETAINED, 0, 260, 300));
+    // Until the segments after the oldest hold more than retentionBytes: retention then deletes at least the oldest.
+    const enough = (): boolean => {
+      const { sizes } = this.segments(CP_RETAINED, 0);
+      return sizes.length >= 3 && sizes.slice(1).reduce((a, z) => a + z, 0) > CP_RETAINED_CONFIG.retentionBytes!;
+    };
+    for (let i = 0; i < 32 && !enough(); i++) await this.step(this.publishPlain(b, CP_RETAINED, 0, 260, 300));
     const ret: RetentionEntry = { topic: CP_RETAINED, partition: 0, acked: 0, bound: (await this.step(b.describeTopic(CP_RETAINED))).partitions[0].highWatermark, issued: true };
     this.L.retention.set(`${CP_RETAINED}|0`, ret);
     this.phase("retention");
