@@ -10,6 +10,7 @@ import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { openBroker, type EmbeddedBroker } from "../src/broker/broker.js";
 import {
+  AbortedError,
   BrokerClosedError,
   InvalidNameError,
   OffsetOutOfRangeError,
@@ -415,7 +416,7 @@ test("fetch: offsets below the log start or beyond the high watermark are Offset
   await assert.rejects(b.fetch("t", 0, 1.5), ValidationError);
 });
 
-test("fetch: long-poll returns when a record is published; times out empty otherwise; abort ends it", async () => {
+test("fetch: long-poll returns when a record is published; times out empty otherwise; abort ends it with AbortedError", async () => {
   await using e = await env();
   const b = e.broker;
   await b.createTopic("t");
@@ -440,17 +441,18 @@ test("fetch: long-poll returns when a record is published; times out empty other
   const got = await pending;
   assert.ok(Date.now() - started < 10_000, "woken by the publish, not by the timeout");
   assert.deepEqual(got.records.map((r) => [r.offset, r.value]), [[1, "second"]]);
-  // Abort: an AbortSignal ends the wait early with an empty result.
+  // Abort: an AbortSignal ends the wait early with AbortedError (as a client's fetch does).
   const ac = new AbortController();
   let aborted = false;
-  const p = b.fetch("t", 0, 2, { maxWaitMs: 30_000, signal: ac.signal }).then((r) => {
+  const abortedAt = Date.now();
+  const p = b.fetch("t", 0, 2, { maxWaitMs: 30_000, signal: ac.signal }).finally(() => {
     aborted = true;
-    return r;
   });
   await new Promise((r) => setImmediate(r));
   ac.abort();
-  await waitUntil(() => aborted, "aborted fetch to return", 5_000);
-  assert.deepEqual((await p).records, []);
+  await waitUntil(() => aborted, "aborted fetch to end", 5_000);
+  await assert.rejects(p, AbortedError);
+  assert.ok(Date.now() - abortedAt < 10_000, "ended by the abort, not by maxWaitMs");
 });
 
 test("fetch: earliest, latest and offsetForTimestamp (first offset with ts >= target; beyond all -> hwm)", async () => {
