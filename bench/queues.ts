@@ -12,8 +12,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { NodeFileSystem } from "../src/log/io.js";
-import { QueueManager } from "../src/queues/index.js";
+import { openBroker } from "../src/broker/broker.js";
 
 export interface BenchRow {
   name: string;
@@ -45,7 +44,7 @@ function round(n: number, digits = 0): number {
 // ─────────────────────────────── sluice ───────────────────────────────
 
 async function sluiceThroughput(dir: string, n: number): Promise<number> {
-  const m = await QueueManager.open({ dataDir: dir, fs: new NodeFileSystem() });
+  const m = await openBroker({ dataDir: dir, retentionCheckIntervalMs: 0 });
   const q = m.queue("bench-e2e", { durability: "always" });
   const batch = 1000;
   let done = 0;
@@ -78,7 +77,7 @@ async function sluiceThroughput(dir: string, n: number): Promise<number> {
 }
 
 async function sluiceLatency(dir: string, samples: number): Promise<number> {
-  const m = await QueueManager.open({ dataDir: dir, fs: new NodeFileSystem() });
+  const m = await openBroker({ dataDir: dir, retentionCheckIntervalMs: 0 });
   const q = m.queue("bench-latency", { durability: "always" });
   const ac = new AbortController();
   let onJob: ((t: number) => void) | null = null;
@@ -100,7 +99,7 @@ async function sluiceLatency(dir: string, samples: number): Promise<number> {
 
 /** Child process: enqueue `n` delayed jobs, then report RSS (and again after reopening in a fresh process). */
 async function delayedChild(dir: string, n: number, mode: "fill" | "reopen"): Promise<void> {
-  const m = await QueueManager.open({ dataDir: dir, fs: new NodeFileSystem() });
+  const m = await openBroker({ dataDir: dir, retentionCheckIntervalMs: 0 });
   const q = m.queue("bench-delayed", { durability: "always", maxDepth: 10_000_000 });
   if (mode === "fill") {
     const batch = 5000;

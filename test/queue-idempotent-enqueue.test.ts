@@ -10,28 +10,30 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { AbortedError, OutOfOrderSequenceError, QueueFullError, StorageError, ValidationError } from "../src/errors.js";
 import { NodeFileSystem, type FileHandle, type FileSystem, type OpenMode } from "../src/log/io.js";
-import { QueueHandle, QueueManager } from "../src/queues/manager.js";
+import type { EmbeddedQueue, QueueManager } from "../src/queues/manager.js";
 import { ENQUEUE_REQUESTS_KEPT, MAX_ENQUEUE_PRODUCERS } from "../src/queues/idempotence.js";
 import type { EnqueueItem, EnqueueResult, Job, QueueConfig } from "../src/queues/types.js";
 import { FaultyFileSystem } from "../src/testing/faulty-fs.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";
+import { openManager } from "./fixtures/queue-helpers.js";
 
 type RawItem = { value: Buffer | null; valueKind: 0 | 1 | 2; opts: Omit<EnqueueItem, "data"> };
 const item = (s: string, opts: Omit<EnqueueItem, "data"> = {}): RawItem => ({ value: Buffer.from(s), valueKind: 1, opts });
 
-function handle(m: QueueManager, name: string, config?: QueueConfig): QueueHandle<string> {
-  return m.queue<string>(name, config) as QueueHandle<string>;
+function handle(m: QueueManager, name: string, config?: QueueConfig): EmbeddedQueue<string> {
+  return m.queue<string>(name, config);
 }
 
 /** One idempotent request, answered as one result per job. */
-async function send(q: QueueHandle<string>, items: RawItem[], producerId: number, sequence: number, signal?: AbortSignal): Promise<EnqueueResult[]> {
-  const r = await q.enqueueRaw(items, { idem: { producerId, sequence }, signal });
-  assert.ok(Array.isArray(r));
-  return r;
+async function send(q: EmbeddedQueue<string>, items: RawItem[], producerId: number, sequence: number, signal?: AbortSignal): Promise<EnqueueResult[]> {
+  const r = await q.enqueueCalls(items, undefined, { identity: { producerId, sequence }, signal });
+  if ("first" in r) return Array.from({ length: r.count }, (_, k) => ({ id: String(r.first + k), duplicate: false }));
+  assert.equal(r.errors.length, 0);
+  return r.results.map((x) => x!);
 }
 
 /** Every job currently deliverable, acked, as their string payloads by id. */
-async function drain(q: QueueHandle<string>, expected: number): Promise<Map<string, string>> {
+async function drain(q: EmbeddedQueue<string>, expected: number): Promise<Map<string, string>> {
   const got = new Map<string, string>();
   const stop = new AbortController();
   const seen: Job<string>[] = [];
@@ -81,8 +83,8 @@ class HeldSyncFs extends NodeFileSystem {
   }
 }
 
-async function open(dir: string, fs: FileSystem = new NodeFileSystem()): Promise<QueueManager> {
-  return QueueManager.open({ dataDir: dir, fs });
+function open(dir: string, fs: FileSystem = new NodeFileSystem()): Promise<QueueManager> {
+  return openManager(dir, undefined, fs);
 }
 
 test("a retried request is answered with its original ids and stored once (compact and per-job answers)", async () => {
@@ -97,7 +99,7 @@ test("a retried request is answered with its original ids and stored once (compa
     ]);
     const later = await send(q, [item("c")], 7, 1);
     assert.deepEqual(await send(q, [item("a"), item("b")], 7, 0), first, "retry of sequence 0");
-    assert.deepEqual(await q.enqueueRaw([item("a"), item("b")], { idem: { producerId: 7, sequence: 0 }, compact: true }), { first: 0, n: 2 });
+    assert.deepEqual(await q.enqueueCalls([item("a"), item("b")], undefined, { identity: { producerId: 7, sequence: 0 } }), { first: 0, count: 2 });
     assert.deepEqual(await send(q, [item("c")], 7, 1), later);
     // The same sequence of another producer is another request.
     assert.deepEqual(await send(q, [item("d")], 8, 0), [{ id: "3", duplicate: false }]);
@@ -215,8 +217,8 @@ test(`only the last ${ENQUEUE_REQUESTS_KEPT} sequences of a producer are remembe
     await assert.rejects(send(q, [item("j0")], 9, 0), OutOfOrderSequenceError, "sequence 0 fell out of the window");
     // Sequences may skip (a failed request leaves no entry and is not resent with its number).
     assert.deepEqual(await send(q, [item("j20")], 9, 20), [{ id: String(ENQUEUE_REQUESTS_KEPT + 1), duplicate: false }]);
-    await assert.rejects(q.enqueueRaw([item("x")], { idem: { producerId: -1, sequence: 0 } }), ValidationError);
-    await assert.rejects(q.enqueueRaw([item("x")], { idem: { producerId: 1, sequence: 1.5 } }), ValidationError);
+    await assert.rejects(q.enqueueCalls([item("x")], undefined, { identity: { producerId: -1, sequence: 0 } }), ValidationError);
+    await assert.rejects(q.enqueueCalls([item("x")], undefined, { identity: { producerId: 1, sequence: 1.5 } }), ValidationError);
     assert.equal((await drain(q, ENQUEUE_REQUESTS_KEPT + 2)).size, ENQUEUE_REQUESTS_KEPT + 2);
   } finally {
     await m.close();
@@ -340,15 +342,15 @@ test("calls sharing a request succeed or fail on their own, and its retry answer
   try {
     const q = handle(m, "q");
     const items = [item("a1"), item("a2"), item("bad", { key: "k".repeat(2000) }), item("b2"), item("c1")];
-    const r1 = await q.enqueueCalls(items, [2, 2, 1], { idem: { producerId: 12, sequence: 0 } });
+    const r1 = await q.enqueueCalls(items, [2, 2, 1], { identity: { producerId: 12, sequence: 0 } });
     assert.ok("results" in r1);
     assert.deepEqual(r1.results, [{ id: "0", duplicate: false }, { id: "1", duplicate: false }, null, null, { id: "2", duplicate: false }]);
     assert.equal(r1.errors.length, 1);
     assert.equal(r1.errors[0][0], 1);
     assert.ok(r1.errors[0][1] instanceof ValidationError);
-    const r2 = await q.enqueueCalls(items, [2, 2, 1], { idem: { producerId: 12, sequence: 0 } });
+    const r2 = await q.enqueueCalls(items, [2, 2, 1], { identity: { producerId: 12, sequence: 0 } });
     assert.deepEqual(r2, r1);
-    assert.deepEqual(await q.enqueueCalls([item("d"), item("e")], [1, 1], { idem: { producerId: 12, sequence: 1 } }), { first: 3, n: 2 });
+    assert.deepEqual(await q.enqueueCalls([item("d"), item("e")], [1, 1], { identity: { producerId: 12, sequence: 1 } }), { first: 3, count: 2 });
     await assert.rejects(q.enqueueCalls([item("d")], [2], {}), ValidationError, "calls must add up to the jobs");
     assert.deepEqual([...(await drain(q, 5)).values()].sort(), ["a1", "a2", "c1", "d", "e"]);
   } finally {

@@ -7,7 +7,7 @@ import { retryDelayMs } from "../src/queues/backoff.js";
 import { KeyChains } from "../src/store/disk/queues/chains.js";
 import { decodeEvents, encodeEvent, Ev } from "../src/store/disk/queues/events.js";
 import { OffsetHeap } from "../src/store/disk/queues/heap.js";
-import { resolveQueueConfig } from "../src/queues/queue.js";
+import { resolveQueueConfig } from "../src/queues/config.js";
 import { JobTable, ROW_BYTES, St } from "../src/store/disk/queues/table.js";
 import { rng } from "./fixtures/queue-helpers.js";
 

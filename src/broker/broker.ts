@@ -5,7 +5,7 @@
  * `sluice serve` puts the same object behind the wire protocol.
  */
 import { Buffer } from "node:buffer";
-import { AbortedError, BrokerClosedError, GroupActiveError, NotFoundError, QueueNotFoundError, ValidationError, CorruptRecordError, RecordTooLargeError } from "../errors.js";
+import { AbortedError, BrokerClosedError, GroupActiveError, ValidationError, CorruptRecordError, RecordTooLargeError } from "../errors.js";
 import { NodeFileSystem, type FileSystem } from "../log/io.js";
 import { telemetry, type Logger, type Telemetry } from "../observability/telemetry.js";
 import { decodeRecords, prepareValue, recordSize, validateEncodedBatch, type PreparedRecord } from "../log/record-batch.js";
@@ -14,7 +14,8 @@ import type { StorageEngine } from "../store/engine.js";
 import { validateName } from "../store/names.js";
 import { GroupCoordinator } from "../streams/group-coordinator.js";
 import { QueueManager } from "../queues/index.js";
-import type { Queue, QueueConfig } from "../queues/types.js";
+import type { QueueConfig } from "../queues/types.js";
+import type { HostQueue } from "../queues/host-api.js";
 import { partitionForKey } from "../streams/murmur2.js";
 import { toConsumed } from "../streams/records.js";
 import { GroupSubscription } from "../streams/subscription.js";
@@ -114,12 +115,8 @@ export class EmbeddedBroker implements Broker, BrokerHost {
       throw new ValidationError("openBroker needs a dataDir (or an engine)");
     const b = new EmbeddedBroker(opts);
     await b.engine.open();
-    try {
-      b.queues = await QueueManager.open({ dataDir: b.dataDir, fs: b.fs, logger: b.logger });
-    } catch (e) {
-      await b.engine.close();
-      throw e;
-    }
+    // Queues reach storage only through the engine's queue store.
+    b.queues = new QueueManager({ store: b.engine.queues, clock: b.telemetry.clock });
     const every = opts.retentionCheckIntervalMs ?? 5 * 60_000;
     if (every > 0) {
       b.retentionTimer = setInterval(() => {
@@ -363,7 +360,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     };
   }
 
-  queue<T = unknown>(name: string, config?: QueueConfig): Queue<T> {
+  queue<T = unknown>(name: string, config?: QueueConfig): HostQueue<T> {
     this.check();
     return this.queues.queue<T>(name, config);
   }
@@ -375,14 +372,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
 
   async deleteQueue(name: string): Promise<void> {
     this.check();
-    try {
-      await this.queues.deleteQueue(name);
-    } catch (e) {
-      // The queue manager raises a plain NotFoundError with this code; the typed class is what
-      // remote and HTTP callers get. Remove once src/queues raises QueueNotFoundError itself.
-      if (e instanceof NotFoundError && e.code === "QUEUE_NOT_FOUND" && !(e instanceof QueueNotFoundError)) throw new QueueNotFoundError(name);
-      throw e;
-    }
+    await this.queues.deleteQueue(name);
   }
 
   /** Runs retention now (it also runs on a timer). */

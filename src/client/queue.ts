@@ -11,8 +11,10 @@
  * queue, numbered under the client's producer id, re-sent with the same number when their
  * connection drops or they time out, so a job is stored once however often it travels.
  */
-import { AbortedError, LeaseExpiredError, PermanentError, ProtocolError, TimeoutError, ValidationError } from "../errors.js";
+import { AbortedError, LeaseExpiredError, ProtocolError, TimeoutError, ValidationError } from "../errors.js";
+import { DEFAULT_PREFETCH, MAX_BATCH_ITEMS, MAX_PREFETCH, prefetchOption } from "../queues/config.js";
 import { ENQUEUE_REQUESTS_KEPT } from "../queues/idempotence.js";
+import { processWorkerOptions, runProcess, type ProcessWorker } from "../queues/process.js";
 import type {
   DeadLetterInfo,
   EnqueueItem,
@@ -29,15 +31,14 @@ import type {
   WorkOptions,
   Worker,
 } from "../queues/types.js";
-import type { PublishValue } from "../types.js";
-import { Op, decodePublishRecords, encodePublishRecords, wireToError, type Frame, type WireError } from "../server/protocol.js";
-import { decodeJobBatch, encodeSettleItems } from "../server/queue-wire.js";
+import type { PublishValue } from "../value-types.js";
+import { Op, decodeJobBatch, decodePublishRecords, encodePublishRecords, encodeSettleItems, wireToError, type Frame, type WireError } from "../wire/index.js";
 import type { Transport } from "./transport.js";
 
 let nextWorkerId = 1;
 
-/** Settle items per QUEUE_SETTLE(_BATCH) frame (prefetch is at most 10 000; extends may repeat). */
-const MAX_SETTLES_PER_FRAME = 10_000;
+/** Settle items per QUEUE_SETTLE(_BATCH) frame: a worker holds at most MAX_PREFETCH jobs (extends may repeat). */
+const MAX_SETTLES_PER_FRAME = MAX_PREFETCH;
 const NO_ARG: Record<string, unknown> = Object.freeze({}) as Record<string, unknown>;
 
 interface JobMeta {
@@ -131,14 +132,14 @@ class RemoteJob<T> implements Job<T> {
   }
 }
 
-export class RemoteWorker<T> implements Worker<T> {
+export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
   private id = 0;
   private buffer: RemoteJob<T>[] = [];
   private waiter: (() => void) | null = null;
   private stopWaiters: (() => void)[] = [];
   private closed = false;
   private receiving = true;
-  private error: unknown = null;
+  private error: Error | null = null;
   /** The server speaks the batch frames (and QUEUE_STOP drain, settle "release"). */
   private batchServer = false;
   /** Delivered, unsettled jobs by delivery tag. */
@@ -149,7 +150,8 @@ export class RemoteWorker<T> implements Worker<T> {
    * Push mode (used by `process()`): delivered jobs go straight to this callback instead of the
    * iterator buffer; no promise per job. `prefetch` still bounds how many are unsettled.
    */
-  onJob: ((job: RemoteJob<T>) => void) | null = null;
+  onJob: ((job: Job<T>) => void) | null = null;
+  private readonly prefetch: number;
 
   constructor(
     private readonly transport: Transport,
@@ -157,8 +159,7 @@ export class RemoteWorker<T> implements Worker<T> {
     private readonly queueMeta: { queue: string; config?: QueueConfig },
     private readonly opts: WorkOptions,
   ) {
-    const prefetch = opts.prefetch ?? 16;
-    if (!Number.isInteger(prefetch) || prefetch < 1 || prefetch > 10_000) throw new ValidationError("prefetch must be an integer in [1, 10000]");
+    this.prefetch = prefetchOption(opts.prefetch, "prefetch", DEFAULT_PREFETCH);
     if (opts.signal) {
       if (opts.signal.aborted) this.closed = true;
       else opts.signal.addEventListener("abort", () => void this.close(), { once: true });
@@ -181,7 +182,7 @@ export class RemoteWorker<T> implements Worker<T> {
         {
           ...this.queueMeta,
           worker: id,
-          prefetch: this.opts.prefetch ?? 16,
+          prefetch: this.prefetch,
           visibilityTimeoutMs: this.opts.visibilityTimeoutMs,
           consumerId: this.opts.consumerId,
           codeVersion: this.opts.codeVersion,
@@ -200,7 +201,7 @@ export class RemoteWorker<T> implements Worker<T> {
     } catch (err) {
       const code = (err as { code?: string }).code;
       if (code === "CONNECTION_CLOSED" || code === "TIMEOUT") return; // re-registered on reconnect
-      this.error = err;
+      this.error = err instanceof Error ? err : new Error(String(err));
       this.wake();
     }
   }
@@ -208,6 +209,11 @@ export class RemoteWorker<T> implements Worker<T> {
   /** The connection dropped: the server released our leases, so abort every job's signal now. */
   connectionLost(): void {
     this.releaseAll(new LeaseExpiredError("lease lost: the connection to the server dropped; the job was released for redelivery"));
+  }
+
+  /** Aborts the signals of the jobs this worker holds (process() shutting down); their leases stay. */
+  abortSignals(reason: Error): void {
+    for (const j of this.live.values()) j.abort(reason);
   }
 
   private releaseAll(reason: unknown): void {
@@ -390,7 +396,7 @@ export class RemoteWorker<T> implements Worker<T> {
   }
 
   /** The error that ended the worker, if any (taken: reported once). */
-  takeError(): unknown {
+  takeError(): Error | null {
     const e = this.error;
     this.error = null;
     return e;
@@ -487,7 +493,7 @@ export class RemoteWorker<T> implements Worker<T> {
  */
 export const ENQUEUE_DELIVERY_TIMEOUT_MS = 120_000;
 /** Enqueue calls gathered together share a request up to these bounds (a larger call goes alone). */
-const MAX_REQUEST_JOBS = 10_000;
+const MAX_REQUEST_JOBS = MAX_BATCH_ITEMS;
 const MAX_REQUEST_BYTES = 4 * 1024 * 1024;
 /**
  * Jobs of calls not yet sent, per client: further calls wait for room (backpressure instead of
@@ -939,60 +945,15 @@ export class RemoteQueue<T> implements Queue<T> {
     return new RemoteWorker<T>(this.transport, this.workers, this.meta(), opts);
   }
 
-  async process(fn: (job: Job<T>) => Promise<unknown> | unknown, opts: ProcessOptions = {}): Promise<void> {
-    const concurrency = opts.concurrency ?? 1;
-    if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 10_000) {
-      throw new ValidationError("concurrency must be an integer in [1, 10000]");
-    }
-    const { signal, ...rest } = opts;
-    const worker = new RemoteWorker<T>(this.transport, this.workers, this.meta(), { ...rest, prefetch: concurrency });
-    // Push mode: jobs run as they arrive, no iterator promise per job. `prefetch = concurrency`
-    // bounds running handlers: the server sends a job only in place of a settled one.
-    let running = 0;
-    let drained: (() => void) | null = null;
-    const finish = (): void => {
-      if (--running === 0 && drained !== null) drained();
-    };
-    const fail = (job: RemoteJob<T>, err: unknown): void => {
-      if (job.aborted) return finish(); // lease lost: someone else may have it now
-      const p =
-        err instanceof PermanentError
-          ? job.nack({ requeue: false, reason: err.message, error: err })
-          : job.nack({ error: err, reason: err instanceof Error ? err.message : String(err) });
-      p.then(finish, finish); // a failed nack: the lease was lost meanwhile
-    };
-    const ok = (job: RemoteJob<T>): void => {
-      // A failed ack means the lease was lost: the job is redelivered (at-least-once).
-      job.ack().then(finish, finish);
-    };
-    worker.onJob = (job) => {
-      running++;
-      let r: unknown;
-      try {
-        r = fn(job);
-      } catch (err) {
-        fail(job, err);
-        return;
-      }
-      if (r !== null && typeof r === "object" && typeof (r as PromiseLike<unknown>).then === "function") {
-        (r as PromiseLike<unknown>).then(
-          () => ok(job),
-          (err) => fail(job, err),
-        );
-      } else ok(job);
-    };
-    const onAbort = (): void => void worker.stopReceiving();
-    signal?.addEventListener("abort", onAbort, { once: true });
-    if (signal?.aborted) onAbort();
+  process(fn: (job: Job<T>) => Promise<unknown> | unknown, opts: ProcessOptions = {}): Promise<void> {
     try {
-      await worker.whenStopped();
-    } finally {
-      signal?.removeEventListener("abort", onAbort);
-      if (running > 0) await new Promise<void>((r) => (drained = r));
-      await worker.close();
+      const { work, signal } = processWorkerOptions(opts);
+      // Push mode: `prefetch = concurrency` bounds running handlers (the server sends a job only
+      // in place of a settled one). Shutdown semantics: src/queues/process.ts (PROC-1).
+      return runProcess(new RemoteWorker<T>(this.transport, this.workers, this.meta(), work), fn, signal);
+    } catch (e) {
+      return Promise.reject(e);
     }
-    const err = worker.takeError();
-    if (err) throw err;
   }
 
   private async admin<R>(action: string, key: string, opts?: unknown): Promise<R> {

@@ -205,6 +205,12 @@ export interface QueueStats {
   completionRatePerSec: number;
   /** Keys whose head job has failed at least once and is held back (at most 100 listed). */
   blockedKeys: BlockedKey[];
+  /**
+   * Jobs whose stored record could not be read back (damaged storage, found on recovery or at
+   * hand-out): they are never delivered. Counted since the queue was opened; each range is also
+   * logged at error level.
+   */
+  unreadable: number;
 }
 
 export interface RedriveFilter {

@@ -16,7 +16,8 @@
 import type { Socket } from "node:net";
 import { BadMagicError, ConnectionClosedError, ProtocolError, UnsupportedVersionError, ValidationError } from "../errors.js";
 import type { BrokerHost } from "../broker/host.js";
-import type { Queue, QueueConfig } from "../queues/types.js";
+import type { QueueConfig } from "../queues/types.js";
+import type { HostQueue } from "../queues/host-api.js";
 import {
   FLAG_ERROR,
   FLAG_PUSH,
@@ -81,7 +82,7 @@ export class Connection implements Session {
   readonly members = new Map<number, RemoteMember>();
   readonly workers = new Map<number, RemoteWorker>();
   /** Queue handles by name+config, bounded (a handle is cheap; this only avoids re-validation). */
-  private readonly queues = new Map<string, Queue<unknown>>();
+  private readonly queues = new Map<string, HostQueue>();
   /** Ids of members that ended (session expiry etc.), so late commits get a precise error. Bounded. */
   private readonly endedMembers = new Map<number, string>();
   private readonly ac = new AbortController();
@@ -339,7 +340,7 @@ export class Connection implements Session {
     return this.ac.signal;
   }
 
-  queueFor(m: Record<string, unknown>): Queue<unknown> {
+  queueFor(m: Record<string, unknown>): HostQueue {
     const name = str(m, "queue", 300);
     const config = m.config === undefined || m.config === null ? undefined : (m.config as QueueConfig);
     if (config !== undefined && (typeof config !== "object" || Array.isArray(config))) throw new ValidationError("config must be an object");

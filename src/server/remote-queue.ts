@@ -14,29 +14,15 @@
  * - Lease loss is pushed (PUSH_LEASE_LOST) so the client aborts `job.signal`.
  */
 import { LeaseExpiredError, ValidationError } from "../errors.js";
-import type { Broker } from "../types.js";
-import type { EnqueueItem, EnqueueResult, Job, NackOptions, Queue, QueueConfig, Worker } from "../queues/types.js";
-import { QueueHandle } from "../queues/manager.js";
-import { JobImpl, WorkerImpl } from "../queues/queue.js";
-import { prepareValue } from "../log/record-batch.js";
-import { decodeEnqueueRecords, type WireJob } from "./queue-wire.js";
-import { decodePublishRecords, errorToWire, type WireError } from "./protocol.js";
+import { MAX_PREFETCH } from "../queues/config.js";
+import type { DeliveredJob, HostQueue, PushWorker, RawEnqueueItem } from "../queues/host-api.js";
 import type { EnqueueIdentity } from "../queues/idempotence.js";
-
-/** The embedded broker exposes queues as `broker.queue(name, config)` (issue 3). */
-export type QueueHost = { queue<T = unknown>(name: string, config?: QueueConfig): Queue<T> };
-
-export function queueHost(broker: Broker): QueueHost {
-  const b = broker as unknown as Partial<QueueHost>;
-  if (typeof b.queue !== "function") {
-    throw new ValidationError("this broker has no work queues (broker.queue is not available)");
-  }
-  return b as QueueHost;
-}
+import type { EnqueueItem, EnqueueResult, NackOptions } from "../queues/types.js";
+import { decodeEnqueueRecords, errorToWire, type WireError, type WireJob } from "../wire/index.js";
 
 export interface RemoteWorkerOptions {
   id: number;
-  queue: Queue<unknown>;
+  queue: HostQueue;
   prefetch: number;
   visibilityTimeoutMs?: number;
   consumerId?: string;
@@ -47,7 +33,7 @@ export interface RemoteWorkerOptions {
   /** The client settles by receipt (QUEUE_SETTLE) rather than by delivery tag. */
   byReceipt: boolean;
   /** Sends jobs to the client; job i has delivery tag `firstTag + i` (mod 2^32). */
-  push(jobs: Job<unknown>[], firstTag: number): boolean;
+  push(jobs: DeliveredJob[], firstTag: number): boolean;
   pushLeaseLost(receipt: string, tag: number): void;
   pushEnded(reason: string, error?: unknown): void;
   waitWritable(): Promise<void>;
@@ -61,29 +47,9 @@ export interface SettleRequest {
   arg: Record<string, unknown>;
 }
 
-const tick = (): Promise<"tick"> => new Promise((resolve) => setImmediate(() => resolve("tick")));
-
-/** The fields of a job as PUSH_JOB_BATCH carries them; the stored bytes when we have them. */
-export function toWireJob(job: Job<unknown>): WireJob {
-  let value: Buffer | null;
-  let valueKind: number;
-  let headers: [string, Uint8Array][] | null = null;
-  if (job instanceof JobImpl) {
-    // Forward the stored bytes: no decode here and re-encode for the wire.
-    const r = job.record;
-    value = r.value;
-    valueKind = r.valueKind;
-    if (r.headers !== null) {
-      for (const h of r.headers) {
-        if (h[0].startsWith("sluice-")) continue;
-        (headers ??= []).push(h);
-      }
-    }
-  } else {
-    ({ value, valueKind } = prepareValue(job.data));
-    const names = Object.keys(job.headers);
-    if (names.length > 0) headers = names.map((k) => [k, job.headers[k]]);
-  }
+/** The fields of a job as PUSH_JOB_BATCH carries them: the stored bytes, forwarded without a decode. */
+export function toWireJob(job: DeliveredJob): WireJob {
+  const r = job.stored;
   return {
     id: job.id,
     receipt: job.receipt,
@@ -93,9 +59,9 @@ export function toWireJob(job: Job<unknown>): WireJob {
     redriveCount: job.redriveCount,
     key: job.key,
     deadLetterJson: job.deadLetter === null ? null : JSON.stringify(job.deadLetter),
-    valueKind,
-    value,
-    headers,
+    valueKind: r.valueKind,
+    value: r.value,
+    headers: r.headers,
   };
 }
 
@@ -118,29 +84,25 @@ const LOOKAHEAD_MS = 10;
 const PARK_MAX_MS = 250;
 /** Below this visibility timeout no lookahead: a parked lease must never get near expiry. */
 const MIN_LOOKAHEAD_LEASE_MS = 2000;
-const MAX_PREFETCH = 10_000;
 const RESOLVED: Promise<void> = Promise.resolve();
 
 export class RemoteWorker {
-  private readonly worker: Worker<unknown>;
-  private readonly ac = new AbortController();
+  private readonly worker: PushWorker;
   /** Pushed, unsettled jobs by delivery tag: at most `prefetch`. */
-  private readonly jobs = new Map<number, Job<unknown>>();
+  private readonly jobs = new Map<number, DeliveredJob>();
   /** Receipt -> tag, only for a client that settles by receipt. */
   private readonly receipts: Map<string, number> | null;
   private nextTag = 1;
   private ended = false;
   /** False once the client asked for no more jobs (QUEUE_STOP with drain): it settles the rest. */
   private receiving = true;
-  /** The embedded worker pushes whole hand-out rounds to us (no iterator promise per job). */
-  private readonly direct: WorkerImpl<unknown> | null;
   /**
    * Granted (DELIVER durable) but not yet pushed, because the client has `prefetch` unsettled
    * jobs. Their lease clock restarts when they are pushed; one that waits longer than
-   * PARK_MAX_MS is given back without counting an attempt (JobImpl.unstart). Entries whose
-   * lease was lost meanwhile are skipped lazily.
+   * PARK_MAX_MS is given back without counting an attempt (`unstart`). Entries whose lease was
+   * lost meanwhile are skipped lazily.
    */
-  private parked: JobImpl<unknown>[] = [];
+  private parked: DeliveredJob[] = [];
   private parkedAt: number[] = [];
   private parkTimer: NodeJS.Timeout | null = null;
   private drainScheduled = false;
@@ -154,37 +116,31 @@ export class RemoteWorker {
   constructor(private readonly opts: RemoteWorkerOptions) {
     this.receipts = opts.byReceipt ? new Map() : null;
     this.maxLookahead = Math.max(0, Math.min(2 * opts.prefetch, MAX_PREFETCH - opts.prefetch));
-    this.worker = opts.queue.work({
+    // The queue pushes whole hand-out rounds to us (no iterator promise per job).
+    const w = opts.queue.pushWorker({
       prefetch: opts.prefetch,
       visibilityTimeoutMs: opts.visibilityTimeoutMs,
       consumerId: opts.consumerId,
       codeVersion: opts.codeVersion,
-      signal: this.ac.signal,
       onUnsettled: opts.onUnsettled,
+      onJobs: (jobs) => this.deliver(jobs),
+      onLeaseLost: (job) => this.leaseLost(job.tag),
     });
-    if (this.worker instanceof WorkerImpl) {
-      const w = this.worker;
-      this.direct = w;
-      w.onJobs = (jobs) => this.deliver(jobs);
-      w.onLeaseLost = (tag) => this.leaseLost(tag);
-      void w.whenStopped().then(() => {
-        const err = w.openError;
-        if (err !== null) this.finish("error", err);
-        else this.finish("closed");
-      });
-    } else {
-      this.direct = null;
-      void this.pump();
-    }
+    this.worker = w;
+    void w.whenStopped().then(() => {
+      const err = w.openError;
+      if (err !== null) this.finish("error", err);
+      else this.finish("closed");
+    });
   }
 
   /** Numbers the jobs, records them as at the client, and sends them in one frame. */
-  private send(jobs: Job<unknown>[]): boolean {
+  private send(jobs: DeliveredJob[]): boolean {
     const first = this.nextTag;
     for (const j of jobs) {
       const tag = this.nextTag;
       this.nextTag = (tag + 1) >>> 0;
-      if (j instanceof JobImpl) j.tag = tag;
+      j.tag = tag;
       this.jobs.set(tag, j);
       this.receipts?.set(j.receipt, tag);
     }
@@ -196,7 +152,7 @@ export class RemoteWorker {
    * unsettled jobs, and only settlements (which arrive on this connection, and are not read
    * while its output is over maxOutputBytes) make room for more.
    */
-  private deliver(jobs: JobImpl<unknown>[]): void {
+  private deliver(jobs: DeliveredJob[]): void {
     if (this.ended || !this.receiving) {
       for (const j of jobs) j.unstart();
       return;
@@ -225,15 +181,13 @@ export class RemoteWorker {
   /** Pushes parked jobs while the client has room (one frame). */
   private drain(): void {
     if (this.ended || !this.receiving || this.parked.length === 0) return;
-    const out: JobImpl<unknown>[] = [];
+    const out: DeliveredJob[] = [];
     let k = 0;
     let room = this.opts.prefetch - this.jobs.size;
-    const mono = performance.now();
-    const wall = Date.now();
     while (k < this.parked.length && room > 0) {
       const j = this.parked[k++];
       if (!j.leaseHeld) continue;
-      j.restartLease(mono, wall);
+      j.restartLease();
       out.push(j);
       room--;
     }
@@ -269,7 +223,7 @@ export class RemoteWorker {
         this.rate = 0;
         this.rateCount = 0;
         this.rateStart = performance.now();
-        this.direct?.setPrefetch(this.opts.prefetch);
+        this.worker.setPrefetch(this.opts.prefetch);
         for (const j of stale) if (j.leaseHeld) j.unstart();
       }
       this.armParkTimer();
@@ -279,8 +233,8 @@ export class RemoteWorker {
 
   /** Sizes the lookahead from the recent settle rate: enough parked jobs for LOOKAHEAD_MS. */
   private noteSettled(n: number): void {
-    const d = this.direct;
-    if (d === null || !this.receiving || this.maxLookahead === 0 || d.visibilityTimeoutMs < MIN_LOOKAHEAD_LEASE_MS) return;
+    const d = this.worker;
+    if (!this.receiving || this.maxLookahead === 0 || d.visibilityTimeoutMs < MIN_LOOKAHEAD_LEASE_MS) return;
     this.rateCount += n;
     const now = performance.now();
     const elapsed = now - this.rateStart;
@@ -303,49 +257,9 @@ export class RemoteWorker {
     this.scheduleDrain();
   }
 
-  private forget(tag: number, job: Job<unknown>): void {
+  private forget(tag: number, job: DeliveredJob): void {
     this.jobs.delete(tag);
     if (this.receipts !== null && this.receipts.get(job.receipt) === tag) this.receipts.delete(job.receipt);
-  }
-
-  /** Iterator mode, for a Queue implementation other than the embedded one. */
-  private async pump(): Promise<void> {
-    const it = this.worker[Symbol.asyncIterator]();
-    let pending: Promise<IteratorResult<Job<unknown>>> | null = null;
-    try {
-      while (!this.ended) {
-        if (pending === null) pending = it.next();
-        const first = await pending;
-        pending = null;
-        if (first.done) break;
-        const batch = [first.value];
-        const turn = tick();
-        while (batch.length < this.opts.prefetch) {
-          pending = it.next();
-          const r = await Promise.race([pending, turn]);
-          if (r === "tick") break;
-          pending = null;
-          if (r.done) break;
-          batch.push(r.value);
-        }
-        if (this.ended) break;
-        const firstTag = this.nextTag;
-        const writable = this.send(batch);
-        batch.forEach((job, i) => this.track(job, (firstTag + i) >>> 0));
-        if (!writable) await this.opts.waitWritable();
-      }
-      this.finish("closed");
-    } catch (err) {
-      this.finish("error", err);
-    }
-  }
-
-  private track(job: Job<unknown>, tag: number): void {
-    const onAbort = (): void => {
-      if (this.jobs.get(tag) === job) this.leaseLost(tag);
-    };
-    if (job.signal.aborted) onAbort();
-    else job.signal.addEventListener("abort", onAbort, { once: true });
   }
 
   /**
@@ -378,7 +292,7 @@ export class RemoteWorker {
         const p = job.nack(o);
         // A nack refused for its options (ValidationError) leaves the lease in place; any
         // other outcome ends it (synchronously, so the slot is free for the next push now).
-        if (!(job instanceof JobImpl) || !job.leaseHeld) {
+        if (!job.leaseHeld) {
           this.forget(tag!, job);
           this.settledCount++;
         }
@@ -393,11 +307,8 @@ export class RemoteWorker {
         // back to the queue without counting an attempt. Not a settlement that needs to be
         // durable: if the NACK event is lost in a crash, the lease simply expires.
         this.forget(tag!, job);
-        if (job instanceof JobImpl) {
-          job.unstart();
-          return RESOLVED;
-        }
-        return job.nack({ delayMs: 0, reason: "released by a stopping worker" });
+        job.unstart();
+        return RESOLVED;
       }
       default:
         throw new ValidationError(`unknown settle action ${JSON.stringify(it.action)}`);
@@ -434,7 +345,7 @@ export class RemoteWorker {
     }
     this.noteSettled(this.settledCount);
     this.drain();
-    this.direct?.pumpNow();
+    this.worker.grantNow();
     if (promises.length === 0) return { errors };
     const results = await Promise.allSettled(promises);
     let failed = false;
@@ -456,7 +367,7 @@ export class RemoteWorker {
   stopDeliveries(): void {
     if (!this.receiving) return;
     this.receiving = false;
-    this.direct?.setPrefetch(0);
+    this.worker.setPrefetch(0);
     if (this.parkTimer !== null) clearTimeout(this.parkTimer);
     this.parkTimer = null;
     const parked = this.parked;
@@ -484,7 +395,6 @@ export class RemoteWorker {
     this.parked = [];
     this.parkedAt = [];
     for (const j of parked) if (j.leaseHeld) j.unstart();
-    this.ac.abort();
     try {
       await this.worker.close();
     } catch {
@@ -496,8 +406,8 @@ export class RemoteWorker {
 }
 
 /**
- * QUEUE_ENQUEUE: the embedded queue stores the client's value bytes as they are (no decode
- * into JS values and re-encode); another Queue implementation gets decoded items.
+ * QUEUE_ENQUEUE: the queue stores the client's value bytes as they are (no decode into JS
+ * values and re-encode).
  *
  * `extra.idem` (producerId + sequence): the request may be a retry of one the queue already
  * stored, which is then answered with its original ids (src/queues/idempotence.ts).
@@ -505,7 +415,7 @@ export class RemoteWorker {
  * succeeds or fails on its own (`{results, errors}`), see docs/protocol.md §7.
  */
 export async function enqueueFromWire(
-  q: Queue<unknown>,
+  q: HostQueue,
   body: Buffer,
   opts: unknown,
   maxRecords: number,
@@ -514,52 +424,27 @@ export async function enqueueFromWire(
   extra: { idem?: EnqueueIdentity; calls?: unknown } = {},
 ): Promise<{ results: (EnqueueResult | null)[]; errors?: [number, WireError][] } | { first: string; n: number }> {
   const calls = extra.calls === undefined ? undefined : parseCalls(extra.calls);
-  if (!(q instanceof QueueHandle)) {
-    // Not the embedded queue: no idempotent requests (nothing to remember them in); calls run one by one.
-    const values = decodePublishRecords(body, maxRecords, true);
-    const items = enqueueItems(values as { value: unknown; headers?: Record<string, string | Uint8Array> }[], opts);
-    if (calls === undefined) {
-      const results = await q.enqueueBatch(items, { signal });
-      return compact ? compactEnqueueResults(results) : { results };
-    }
-    checkCallTotal(calls, items.length);
-    const results: (EnqueueResult | null)[] = new Array(items.length).fill(null);
-    const errors: [number, WireError][] = [];
-    let i = 0;
-    for (let c = 0; c < calls.length; c++) {
-      try {
-        const r = await q.enqueueBatch(items.slice(i, i + calls[c]), { signal });
-        for (let k = 0; k < r.length; k++) results[i + k] = r[k];
-      } catch (e) {
-        errors.push([c, errorToWire(e)]);
-      }
-      i += calls[c];
-    }
-    return errors.length === 0 && compact ? compactEnqueueResults(results as EnqueueResult[]) : { results, errors };
-  }
   const recs = decodeEnqueueRecords(body, maxRecords);
   if (opts !== undefined && (!Array.isArray(opts) || opts.length !== recs.length)) {
     throw new ValidationError("opts must be an array with one entry per job");
   }
-  const items = new Array<{ value: Buffer | null; valueKind: 0 | 1 | 2; opts: Omit<EnqueueItem, "data"> }>(recs.length);
+  const items = new Array<RawEnqueueItem>(recs.length);
   for (let i = 0; i < recs.length; i++) {
     const r = recs[i];
     const o = opts === undefined ? undefined : (opts as unknown[])[i];
     items[i] = { value: r.value, valueKind: r.valueKind, opts: itemOptions(o, i, r.headers) };
   }
-  const handle = q as QueueHandle<unknown>;
-  if (calls !== undefined) {
-    checkCallTotal(calls, items.length);
-    // Options of a job are checked with its call (a bad one fails only that call).
-    const r = await handle.enqueueCalls(items, calls, { signal, idem: extra.idem });
-    if (!("results" in r)) return { first: String(r.first), n: r.n };
-    const errors = r.errors.map(([c, e]): [number, WireError] => [c, errorToWire(e)]);
-    if (errors.length > 0) return { results: r.results, errors };
-    return compact ? compactEnqueueResults(r.results as EnqueueResult[]) : { results: r.results };
+  if (calls !== undefined) checkCallTotal(calls, items.length);
+  // Options of a job are checked with its call (a bad one fails only that call).
+  const r = await q.enqueueCalls(items, calls, { signal, identity: extra.idem });
+  if ("first" in r) {
+    if (compact) return { first: String(r.first), n: r.count };
+    return { results: Array.from({ length: r.count }, (_, k): EnqueueResult => ({ id: String(r.first + k), duplicate: false })) };
   }
-  const r = await handle.enqueueRaw(items, { signal, compact, idem: extra.idem });
-  if (Array.isArray(r)) return compact ? compactEnqueueResults(r) : { results: r };
-  return { first: String(r.first), n: r.n };
+  const errors = r.errors.map(([c, e]): [number, WireError] => [c, errorToWire(e)]);
+  if (errors.length > 0) return { results: r.results, errors };
+  const all = r.results as EnqueueResult[];
+  return compact ? compactEnqueueResults(all) : { results: all };
 }
 
 /** At most this many calls per request (one job each at least, except empty calls). */
@@ -605,22 +490,4 @@ export function compactEnqueueResults(results: EnqueueResult[]): { first: string
     if (r.duplicate || r.id !== String(base + k)) return { results };
   }
   return { first, n: results.length };
-}
-
-/** Validates the per-item options of an enqueue request (they travel as JSON). */
-export function enqueueItems(values: { value: unknown; headers?: Record<string, string | Uint8Array> }[], opts: unknown): EnqueueItem[] {
-  if (opts !== undefined && (!Array.isArray(opts) || opts.length !== values.length)) {
-    throw new ValidationError("opts must be an array with one entry per job");
-  }
-  return values.map((v, i) => {
-    const o = ((opts as unknown[] | undefined)?.[i] ?? {}) as Record<string, unknown>;
-    if (o === null || typeof o !== "object") throw new ValidationError(`opts[${i}] must be an object`);
-    const item: EnqueueItem = { data: v.value as EnqueueItem["data"] };
-    if (v.headers) item.headers = v.headers;
-    if (o.key !== undefined) item.key = o.key as string | null;
-    if (o.delayMs !== undefined) item.delayMs = o.delayMs as number;
-    if (o.deliverAt !== undefined) item.deliverAt = o.deliverAt as number;
-    if (o.dedupeId !== undefined) item.dedupeId = o.dedupeId as string;
-    return item;
-  });
 }

@@ -6,7 +6,7 @@
  */
 import { ValidationError } from "../errors.js";
 import type { BrokerHost } from "../broker/host.js";
-import type { Queue } from "../queues/types.js";
+import type { HostQueue } from "../queues/host-api.js";
 import type { Frame, OneWayOpName, RequestOpName } from "../wire/index.js";
 import type { RemoteMember } from "./remote-member.js";
 import type { RemoteWorker } from "./remote-queue.js";
@@ -50,7 +50,7 @@ export interface Session {
   endedReason(id: number): string | undefined;
   rememberEnded(id: number, reason: string): void;
   /** The queue handle a request's `queue` and `config` name (cached per connection). */
-  queueFor(meta: Record<string, unknown>): Queue<unknown>;
+  queueFor(meta: Record<string, unknown>): HostQueue;
   forgetQueue(name: string): void;
 }
 

@@ -24,6 +24,7 @@ import { HEADER_SIZE, readHeader, type PreparedRecord, type ProducerInfo, type S
 import type { TopicConfig, TopicDescription } from "../types.js";
 import type { AppendResult, CommittedOffset, EncodedBatches, EngineTopic, PartitionOffsets, StorageEngine } from "./engine.js";
 import { validateName } from "./names.js";
+import { DiskQueueStore } from "./disk/queues/store.js";
 import { crc32c } from "../log/crc32c.js";
 import type { FileHandle } from "../log/io.js";
 
@@ -317,6 +318,8 @@ export class DiskEngine implements StorageEngine {
   private readonly logger: Logger;
   private readonly telemetry: Telemetry;
   private readonly offsetsLogCompactBytes: number;
+  /** Work queues under `<dataDir>/queues/` (src/store/disk/queues/). */
+  readonly queues: DiskQueueStore;
   private topics = new Map<string, Topic>();
   private groups = new Map<string, GroupOffsets>();
   private producerFile: { nextId: number; epochs: Record<string, number> } = { nextId: 0, epochs: {} };
@@ -333,6 +336,7 @@ export class DiskEngine implements StorageEngine {
     this.telemetry = opts.telemetry ?? noopTelemetry;
     this.logger = opts.logger ?? this.telemetry.logger;
     this.offsetsLogCompactBytes = opts.offsetsLogCompactBytes ?? OFFSETS_LOG_COMPACT_BYTES;
+    this.queues = new DiskQueueStore({ dir: this.inside("queues"), fs: this.fs, telemetry: { ...this.telemetry, logger: this.logger } });
   }
 
   /** FS-1: every path the engine touches stays inside the data dir. */
@@ -367,6 +371,7 @@ export class DiskEngine implements StorageEngine {
       else if (n.endsWith(".log")) groupNames.add(n.slice(0, -4));
     }
     for (const name of groupNames) this.groups.set(name, await GroupOffsets.open(fs, this.inside("groups"), name, this.logger, this.offsetsLogCompactBytes));
+    await this.queues.start();
   }
 
   private openLog(t: Topic, p: number): Promise<PartitionLog> {
@@ -629,6 +634,7 @@ export class DiskEngine implements StorageEngine {
     this.closed = true;
     for (const wake of this.recoveryWakers) wake();
     await Promise.all(this.recovering.values());
+    await this.queues.close();
     for (const g of this.groups.values()) await g.close();
     for (const t of this.topics.values()) await Promise.all(t.logs.map((l) => l.close()));
   }

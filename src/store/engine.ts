@@ -16,6 +16,7 @@
  */
 import type { PreparedRecord, StoredRecord, ProducerInfo } from "../log/record-batch.js";
 import type { TopicConfig, TopicDescription } from "../types.js";
+import type { QueueStore } from "./queue-store.js";
 
 export type { PreparedRecord, StoredRecord, ProducerInfo };
 
@@ -102,4 +103,12 @@ export interface StorageEngine {
   getCommitted(group: string, topic: string): Promise<Map<number, CommittedOffset>>;
   /** Durable once resolved; refuses offsets beyond a partition's high watermark (META-3). */
   commitOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void>;
+
+  // ── work queues ──
+  /**
+   * The engine's queues (src/store/queue-store.ts): jobs, leases, settlements, dead-letter
+   * moves. Opened and closed with the engine; the queue policy (src/queues) reaches queue
+   * storage only through this.
+   */
+  readonly queues: QueueStore;
 }

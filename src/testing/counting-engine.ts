@@ -8,12 +8,16 @@
  */
 import type { AppendResult, CommittedOffset, EncodedBatches, EngineTopic, PartitionOffsets, PreparedRecord, ProducerInfo, StorageEngine, StoredRecord } from "../store/engine.js";
 import type { TopicConfig, TopicDescription } from "../types.js";
+import type { QueueStore } from "../store/queue-store.js";
+import { CountingQueueStore } from "./counting-queue-store.js";
 
 export class CountingEngine implements StorageEngine {
   /** Calls per method name (`encoded.appendEncoded` for the capability's methods). */
   readonly calls = new Map<string, number>();
   readonly kind: string;
   readonly encoded?: EncodedBatches;
+  /** The inner engine's queues, counted as `queues.<method>` (every opened queue wrapped too). */
+  readonly queues: QueueStore;
 
   /**
    * @param opts.encoded false: hide the inner engine's encoded-batch capability, so the broker
@@ -24,6 +28,7 @@ export class CountingEngine implements StorageEngine {
     opts: { encoded?: boolean } = {},
   ) {
     this.kind = `counting(${inner.kind})`;
+    this.queues = new CountingQueueStore(inner.queues, (name, fn) => this.count(name, fn));
     const enc = opts.encoded === false ? undefined : inner.encoded;
     if (enc) {
       this.encoded = {

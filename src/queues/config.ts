@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * Queue policy: config validation and defaults, and the limits of the queue API, declared once
+ * for every layer that checks them (the embedded queue, the network client and server).
+ * Engines receive the resolved settings (`QueueSettings`, src/store/queue-store.ts).
+ */
+import { ValidationError } from "../errors.js";
+import type { QueueSettings } from "../store/queue-store.js";
+import type { QueueConfig } from "./types.js";
+
+/** Unsettled jobs a worker may hold (`prefetch`), and handlers `process()` runs at once. */
+export const MAX_PREFETCH = 10_000;
+export const DEFAULT_PREFETCH = 16;
+/** Handlers `process()` runs at once by default. */
+export const DEFAULT_PROCESS_CONCURRENCY = 1;
+export const MAX_ATTEMPTS_LIMIT = 1000;
+export const MAX_KEY_BYTES = 1024;
+export const MAX_DEDUPE_ID_BYTES = 256;
+export const MAX_HEADERS = 64;
+/** Jobs per enqueueBatch (also per network enqueue request). */
+export const MAX_BATCH_ITEMS = 10_000;
+/** Error messages are cut to this many characters in history and DLQ metadata. */
+export const MAX_ERROR_CHARS = 500;
+/** Longest delay (`delayMs`, `deliverAt`, nack `delayMs`): a year. */
+export const MAX_DELAY_MS = 366 * 86_400_000;
+/** Longest lease (`visibilityTimeoutMs`, `extend(ms)`). */
+export const MAX_LEASE_MS = 12 * 3_600_000;
+export const MIN_LEASE_MS = 10;
+/** Names of redacted headers per queue. */
+const MAX_REDACT_HEADERS = 256;
+
+/** The resolved config of a queue (every default filled in). */
+export type ResolvedQueueConfig = QueueSettings;
+
+function num(v: unknown, name: string, min: number, max: number, dflt: number): number {
+  if (v === undefined) return dflt;
+  if (typeof v !== "number" || !Number.isFinite(v) || v < min || v > max)
+    throw new ValidationError(`${name} must be a number in [${min}, ${max}], got ${String(v)}`);
+  return v;
+}
+
+/** An integer option within bounds (floored), or its default. */
+export function intOption(v: unknown, name: string, min: number, max: number, dflt: number): number {
+  return Math.floor(num(v, name, min, max, dflt));
+}
+
+/** A lease length option in [MIN_LEASE_MS, MAX_LEASE_MS], or its default. */
+export function leaseOption(v: unknown, name: string, dflt: number): number {
+  return num(v, name, MIN_LEASE_MS, MAX_LEASE_MS, dflt);
+}
+
+/** Validates a queue config and fills defaults. Throws ValidationError before anything is allocated. */
+export function resolveQueueConfig(name: string, c: QueueConfig = {}): ResolvedQueueConfig {
+  if (c === null || typeof c !== "object") throw new ValidationError("queue config must be an object");
+  const minDelayMs = num(c.backoff?.minDelayMs, "backoff.minDelayMs", 0, 86_400_000, 1000);
+  const maxDelayMs = num(c.backoff?.maxDelayMs, "backoff.maxDelayMs", minDelayMs, 30 * 86_400_000, Math.max(minDelayMs, 300_000));
+  const type = c.backoff?.type ?? "exponential";
+  if (type !== "exponential" && type !== "fixed") throw new ValidationError(`backoff.type must be "exponential" or "fixed"`);
+  const overflow = c.overflow ?? "reject";
+  if (overflow !== "reject" && overflow !== "block") throw new ValidationError(`overflow must be "reject" or "block"`);
+  const durability = c.durability ?? "always";
+  if (durability !== "always" && durability !== "interval" && durability !== "never")
+    throw new ValidationError(`durability must be always|interval|never`);
+  let deadLetter: string | null;
+  if (c.deadLetter === undefined) deadLetter = name.endsWith(".dlq") ? null : `${name}.dlq`;
+  else if (c.deadLetter === null) deadLetter = null;
+  else {
+    validateQueueName(c.deadLetter);
+    deadLetter = c.deadLetter;
+  }
+  if (deadLetter === name) throw new ValidationError(`queue ${name} cannot be its own dead-letter queue`);
+  const redact = c.redactHeaders ?? [];
+  if (!Array.isArray(redact) || redact.length > MAX_REDACT_HEADERS || redact.some((h) => typeof h !== "string"))
+    throw new ValidationError(`redactHeaders must be an array of at most ${MAX_REDACT_HEADERS} header names`);
+  return {
+    visibilityTimeoutMs: leaseOption(c.visibilityTimeoutMs, "visibilityTimeoutMs", 30_000),
+    maxAttempts: intOption(c.maxAttempts, "maxAttempts", 1, MAX_ATTEMPTS_LIMIT, 5),
+    backoff: { type, minDelayMs, maxDelayMs },
+    deadLetter,
+    maxDepth: intOption(c.maxDepth, "maxDepth", 1, 1e12, 10_000_000),
+    maxBytes: intOption(c.maxBytes, "maxBytes", 1, 2 ** 50, 1024 ** 3),
+    overflow,
+    blockTimeoutMs: num(c.blockTimeoutMs, "blockTimeoutMs", 0, 3_600_000, 5000),
+    dedupeWindowMs: num(c.dedupeWindowMs, "dedupeWindowMs", 0, 30 * 86_400_000, 0),
+    maxDedupeEntries: intOption(c.maxDedupeEntries, "maxDedupeEntries", 1, 100_000_000, 1_000_000),
+    redactHeaders: redact.map((h) => h.toLowerCase()),
+    maxRedrives: intOption(c.maxRedrives, "maxRedrives", 0, 1000, 3),
+    maxMessageBytes: intOption(c.maxMessageBytes, "maxMessageBytes", 64, 64 * 1024 * 1024 - 1024, 1024 * 1024),
+    durability,
+    maxInFlight: intOption(c.maxInFlight, "maxInFlight", 1, 10_000_000, 100_000),
+    segmentBytes: intOption(c.segmentBytes, "segmentBytes", 16 * 1024, 1024 ** 3, 64 * 1024 * 1024),
+  };
+}
+
+const NAME_RE = /^[a-zA-Z0-9._-]{1,200}$/;
+export function validateQueueName(name: unknown): asserts name is string {
+  if (typeof name !== "string" || !NAME_RE.test(name) || name === "." || name === "..")
+    throw new ValidationError(`invalid queue name ${JSON.stringify(String(name).slice(0, 300))}: use 1-200 of [a-zA-Z0-9._-], not "." or ".."`);
+}
+
+/** `prefetch` (or `concurrency`) of a worker: an integer in [1, MAX_PREFETCH]. */
+export function prefetchOption(v: unknown, name: "prefetch" | "concurrency", dflt: number): number {
+  if (v === undefined) return dflt;
+  if (typeof v !== "number" || !Number.isInteger(v) || v < 1 || v > MAX_PREFETCH) throw new ValidationError(`${name} must be an integer in [1, ${MAX_PREFETCH}]`);
+  return v;
+}

@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * The job handle of an embedded worker: `job.ack()`, `job.nack()`, `job.extend()`,
+ * `job.signal` over one lease of the engine (`GrantedJob`). Settlements go through the
+ * queue's policy (runtime.ts); lease loss reaches the job through its worker (LEASE-2).
+ */
+import { decodeValue } from "../log/record-batch.js";
+import type { GrantedJob, Lease } from "../store/queue-store.js";
+import type { DeliveredJob } from "./host-api.js";
+import type { DeadLetterInfo, NackOptions } from "./types.js";
+
+/** What a job needs from the worker that holds it. */
+export interface JobOwner {
+  ack(job: LeasedJob<unknown>): Promise<void>;
+  nack(job: LeasedJob<unknown>, opts: NackOptions): Promise<void>;
+  extend(job: LeasedJob<unknown>, ms: number): Promise<void>;
+  /** Gives the job back without a failure record (`counted` false: not an attempt). */
+  release(job: LeasedJob<unknown>, counted: boolean): void;
+  restartLease(job: LeasedJob<unknown>): void;
+}
+
+const UNDECODED: unique symbol = Symbol("undecoded");
+
+function headerObject(h: [string, Buffer][] | null): Record<string, Uint8Array> {
+  const out: Record<string, Uint8Array> = {};
+  if (h) for (const [k, v] of h) out[k] = v;
+  return out;
+}
+
+/** Runs `fn`, turning a synchronous throw into a rejected promise. */
+function settle(fn: () => Promise<void>): Promise<void> {
+  try {
+    return fn();
+  } catch (e) {
+    return Promise.reject(e);
+  }
+}
+
+export class LeasedJob<T> implements DeliveredJob {
+  readonly id: string;
+  readonly key: string | null;
+  readonly attempt: number;
+  readonly enqueuedAt: number;
+  readonly redriveCount: number;
+  readonly deadLetter: DeadLetterInfo | null;
+  readonly lease: Lease;
+  tag = -1;
+  /** Set once the lease ended (settled through this job, or lost). */
+  private ended = false;
+  /** Created lazily on first `signal` access (an AbortController per job is costly). */
+  private ac: AbortController | null = null;
+  private abortReason: unknown = undefined;
+  /** `data` and `headers` are decoded on first access: the network server never needs them
+   * (it forwards the stored bytes), and a JSON parse per job is not free. */
+  private decoded: T | typeof UNDECODED = UNDECODED;
+  private headerObj: Record<string, Uint8Array> | null = null;
+
+  constructor(
+    private readonly owner: JobOwner,
+    readonly stored: GrantedJob,
+  ) {
+    this.id = stored.id;
+    this.key = stored.key;
+    this.lease = stored.lease;
+    this.attempt = stored.lease.attempt;
+    this.enqueuedAt = stored.enqueuedAt;
+    this.redriveCount = stored.redriveCount;
+    this.deadLetter = stored.deadLetter;
+  }
+
+  get data(): T {
+    if (this.decoded === UNDECODED) {
+      const r = this.stored;
+      try {
+        this.decoded = decodeValue(r.value, r.valueKind) as T;
+      } catch {
+        this.decoded = r.value as T;
+      }
+    }
+    return this.decoded;
+  }
+  get headers(): Record<string, Uint8Array> {
+    return (this.headerObj ??= headerObject(this.stored.headers));
+  }
+  get receipt(): string {
+    return this.lease.receipt;
+  }
+  get leaseExpiresAt(): number {
+    return this.lease.deadline;
+  }
+  get signal(): AbortSignal {
+    if (this.ac === null) {
+      this.ac = new AbortController();
+      if (this.abortReason !== undefined) this.ac.abort(this.abortReason);
+    }
+    return this.ac.signal;
+  }
+  get leaseHeld(): boolean {
+    return !this.ended;
+  }
+
+  ack(): Promise<void> {
+    return settle(() => this.owner.ack(this));
+  }
+  nack(opts: NackOptions = {}): Promise<void> {
+    return settle(() => this.owner.nack(this, opts));
+  }
+  extend(ms: number): Promise<void> {
+    return settle(() => this.owner.extend(this, ms));
+  }
+  unstart(): void {
+    this.owner.release(this, false);
+  }
+  restartLease(): void {
+    this.owner.restartLease(this);
+  }
+
+  /** Aborts `signal` (lease lost, or shutdown: then the lease stays). */
+  abort(reason: unknown): void {
+    if (this.abortReason !== undefined) return;
+    this.abortReason = reason;
+    this.ac?.abort(reason);
+  }
+
+  /** The lease ended; returns false when it had already. */
+  end(): boolean {
+    if (this.ended) return false;
+    this.ended = true;
+    return true;
+  }
+}

@@ -1,0 +1,197 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * A disk queue as callers hold it (`StoredQueue`): a stable object over the queue's current
+ * open instance (queue-instance.ts), which it replaces when a storage fault stops it.
+ *
+ * Q-7 (docs/ARCHITECTURE.md): a queue whose write failed reopens itself from disk, as a
+ * faulted partition does (DiskEngine.scheduleRecovery): the failed instance is closed without
+ * a snapshot and the queue is recovered from its logs (recovery.ts), retried with backoff while
+ * the disk keeps failing. Meanwhile every call gets a retriable StorageError. Leases of the
+ * failed instance are lost (their holders were told, LEASE-2); the jobs they held are restored
+ * as leases "before restart" from the journal and expire at their stored deadline. Listeners
+ * (the policy's dispatchers) stay attached and hear `available` once the queue is back.
+ */
+import { BrokerClosedError, StorageError } from "../../../errors.js";
+import type { FileSystem } from "../../../log/io.js";
+import type { Telemetry } from "../../../observability/telemetry.js";
+import type { AttemptRecord, QueueStats, RedriveOptions, RedriveResult } from "../../../queues/types.js";
+import type {
+  EnqueueOutcome,
+  EnqueueRequestOptions,
+  GrantedJob,
+  GrantRequest,
+  Lease,
+  NewJob,
+  QueueListener,
+  QueueSettings,
+  StoredQueue,
+} from "../../queue-store.js";
+import { nextRecoveryDelay, RECOVERY_MIN_DELAY_MS } from "../recovery-backoff.js";
+import { QueueInstance, type InstanceOptions } from "./queue-instance.js";
+
+export interface DiskQueueOptions {
+  name: string;
+  incarnation: string;
+  dir: string;
+  fs: FileSystem;
+  settings: QueueSettings;
+  telemetry: Telemetry;
+  peer(name: string): Promise<StoredQueue>;
+}
+
+export class DiskQueue implements StoredQueue {
+  readonly name: string;
+  readonly incarnation: string;
+  private current: QueueInstance | null = null;
+  private readonly listeners = new Set<QueueListener>();
+  private recovering: Promise<void> | null = null;
+  private wakeRecovery: (() => void) | null = null;
+  private closed = false;
+  private _settings: QueueSettings;
+
+  private constructor(private readonly o: DiskQueueOptions) {
+    this.name = o.name;
+    this.incarnation = o.incarnation;
+    this._settings = o.settings;
+  }
+
+  static async open(o: DiskQueueOptions): Promise<DiskQueue> {
+    const q = new DiskQueue(o);
+    q.current = await QueueInstance.open(q.instanceOptions());
+    return q;
+  }
+
+  get settings(): QueueSettings {
+    return this._settings;
+  }
+
+  /** New settings (the stored config changed); log-level ones apply from the next open. */
+  configure(s: QueueSettings): void {
+    this._settings = s;
+    if (this.current) this.current.settings = s;
+  }
+
+  private instanceOptions(): InstanceOptions {
+    return {
+      name: this.name,
+      incarnation: this.incarnation,
+      dir: this.o.dir,
+      fs: this.o.fs,
+      settings: this._settings,
+      telemetry: this.o.telemetry,
+      peer: this.o.peer,
+      available: () => this.notify(),
+      onFault: () => this.scheduleRecovery(),
+    };
+  }
+
+  private notify(): void {
+    for (const l of this.listeners) l.available();
+  }
+
+  /** The instance to work on, or the reason there is none right now. */
+  private live(): QueueInstance {
+    const q = this.current;
+    if (this.closed && q === null) throw new BrokerClosedError(`queue ${this.name} is closed`);
+    if (q === null) throw new StorageError(`queue ${this.name} is being reopened after a storage failure; retry shortly`);
+    q.check();
+    return q;
+  }
+
+  /** Q-7: reopens the queue from disk, with backoff while that fails. */
+  private scheduleRecovery(): void {
+    if (this.recovering || this.closed) return;
+    const failed = this.current;
+    this.recovering = (async () => {
+      await failed?.close().catch(() => {});
+      this.current = null;
+      let delay = RECOVERY_MIN_DELAY_MS;
+      for (;;) {
+        await new Promise<void>((resolve) => {
+          // Unref'd: a queue nobody uses does not keep the process alive to recover.
+          const timer = setTimeout(done, delay);
+          timer.unref();
+          function done(): void {
+            clearTimeout(timer);
+            resolve();
+          }
+          this.wakeRecovery = done;
+        });
+        this.wakeRecovery = null;
+        if (this.closed) return;
+        try {
+          const q = await QueueInstance.open(this.instanceOptions());
+          if (this.closed) {
+            await q.close();
+            return;
+          }
+          this.current = q;
+          this.o.telemetry.logger.info({ queue: this.name }, "queue recovered from disk after a storage failure");
+          this.notify();
+          return;
+        } catch (e) {
+          delay = nextRecoveryDelay(delay);
+          this.o.telemetry.logger.warn({ err: e, queue: this.name, retryInMs: delay }, "queue recovery failed; retrying");
+        }
+      }
+    })().finally(() => {
+      this.recovering = null;
+    });
+  }
+
+  enqueue(jobs: readonly NewJob[], opts?: EnqueueRequestOptions): Promise<EnqueueOutcome> {
+    try {
+      return this.live().enqueue(jobs, opts);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+  grant(requests: readonly GrantRequest[]): Promise<GrantedJob[][]> {
+    return this.live().grant(requests);
+  }
+  ack(lease: Lease): Promise<void> {
+    return this.live().ack(lease);
+  }
+  retry(lease: Lease, visibleAt: number, failure: AttemptRecord): Promise<void> {
+    return this.live().retry(lease, visibleAt, failure);
+  }
+  deadLetter(lease: Lease, failure: AttemptRecord): Promise<void> {
+    return this.live().deadLetter(lease, failure);
+  }
+  extend(lease: Lease, ms: number): Promise<void> {
+    return this.live().extend(lease, ms);
+  }
+  release(lease: Lease, counted: boolean): void {
+    this.current?.release(lease, counted);
+  }
+  restartLease(lease: Lease): void {
+    this.current?.restartLease(lease);
+  }
+  async stats(): Promise<QueueStats> {
+    return this.live().stats();
+  }
+  async purge(): Promise<number> {
+    return this.live().purge();
+  }
+  async redrive(opts: RedriveOptions): Promise<RedriveResult> {
+    return this.live().redrive(opts);
+  }
+  listen(listener: QueueListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+  async whenIdle(): Promise<void> {
+    await this.current?.whenIdle();
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.wakeRecovery?.();
+    await this.recovering;
+    // The instance stays reachable while it closes: releases of grants still in flight land in
+    // its journal before the final snapshot (their holders are gone).
+    await this.current?.close();
+    this.current = null;
+  }
+}

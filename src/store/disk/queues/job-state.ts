@@ -1,0 +1,434 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * The in-memory state of one queue and its transitions: the job table (TBL-1), the ready and
+ * delay heaps, the per-key chains (KEY-1), the leases and per-job side maps, and the counters
+ * behind `stats()`. Pure: no I/O, no timers, clocks passed in, so it can be driven by a model
+ * test (test/queue-state-model.test.ts). The queue (queue-instance.ts) journals what these
+ * transitions decide and schedules the timers.
+ *
+ * Status meaning (table.ts): READY in the ready heap; DELAYED in the delay heap; BLOCKED held
+ * behind its key's head; INFLIGHT leased (exactly the rows with an entry in `leases`); MOVING
+ * being dead-lettered (an entry in `moving`) or redriven; DONE / DEAD terminal.
+ */
+import type { AttemptRecord } from "../../../queues/types.js";
+import type { GrantRequest, Lease, LeaseConsumer } from "../../queue-store.js";
+import { KeyChains } from "./chains.js";
+import { OffsetHeap } from "./heap.js";
+import { isTerminal, JobTable, St } from "./table.js";
+
+/** History entries kept per job (the most recent); bounds memory of repeatedly failing jobs. */
+export const MAX_HISTORY = 20;
+/** Attempts fit the table's u16 column. */
+const MAX_ATTEMPT = 65535;
+
+/** What DLQ_INTENT stores: everything about the failure not derivable from the record. */
+export interface DlqIntent {
+  at: number;
+  attempts: number;
+  errorClass: string;
+  error: string;
+  codeVersion?: string;
+  history: AttemptRecord[];
+}
+
+/** A lease of the disk engine (the object `grant` hands out is the lease's identity, Q-3). */
+export class DiskLease implements Lease {
+  readonly jobId: string;
+  readonly receipt: string;
+  /** Set once the lease ended (settled, released, expired, lost); a later use is stale. */
+  ended = false;
+  constructor(
+    readonly off: number,
+    readonly attempt: number,
+    public deadlineMono: number,
+    public deadlineWall: number,
+    public startedMono: number,
+    /** null for a lease restored from disk (its holder is gone). */
+    readonly consumer: LeaseConsumer | null,
+    readonly consumerId: string,
+    readonly codeVersion: string | undefined,
+  ) {
+    this.jobId = String(off);
+    this.receipt = `${off}.${attempt}`;
+  }
+  get deadline(): number {
+    return this.deadlineWall;
+  }
+}
+
+/** A lease as journaled (restored on recovery before its holder is known). */
+export interface LeaseRecord {
+  attempt: number;
+  deadlineWall: number;
+  consumer: string;
+}
+
+export class JobState {
+  table: JobTable;
+  readonly ready = new OffsetHeap();
+  readonly delayed = new OffsetHeap();
+  readonly chains = new KeyChains();
+  readonly leases = new Map<number, DiskLease>();
+  readonly history = new Map<number, AttemptRecord[]>();
+  readonly moving = new Map<number, DlqIntent>();
+  /** Leases held per consumer (granted and not ended): `GrantRequest.upTo` caps it. */
+  private readonly held = new Map<LeaseConsumer, number>();
+  /** Rows per status. */
+  readonly counts = new Float64Array(8);
+  live = 0;
+  liveBytes = 0;
+  redeliveries = 0;
+  retries = 0;
+  completed = 0;
+  deadLettered = 0;
+  /** Jobs whose record could not be read back (damaged storage): never delivered. */
+  unreadable = 0;
+  private readonly ackBuckets = new Float64Array(10);
+  private ackBucketSec = 0;
+  private rr = 0;
+
+  constructor(table: JobTable) {
+    this.table = table;
+  }
+
+  // ─────────────────────────────── rows ───────────────────────────────
+
+  setStatus(i: number, s: St): void {
+    this.counts[this.table.status[i]]--;
+    this.table.status[i] = s;
+    this.counts[s]++;
+  }
+
+  /** A newly stored job (its offset is the table's end). */
+  addJob(off: number, key: string | null, deliverAt: number, enqueuedAt: number, size: number, now: number): void {
+    let chain = -1;
+    let isHead = true;
+    if (key !== null) [chain, isHead] = this.chains.push(key, off);
+    const s = !isHead ? St.BLOCKED : deliverAt <= now ? St.READY : St.DELAYED;
+    this.table.add(off, s, deliverAt, enqueuedAt, chain, size);
+    this.counts[s]++;
+    this.live++;
+    this.liveBytes += size;
+    if (s === St.READY) this.ready.push(off, off);
+    else if (s === St.DELAYED) this.delayed.push(deliverAt, off);
+  }
+
+  /**
+   * A job lost to damaged storage (recovery could not read its record): a terminal row keeps
+   * the table contiguous (TBL-1) and the floor can pass it.
+   */
+  addUnreadable(off: number, now: number): void {
+    this.table.add(off, St.DEAD, now, now, -1, 0);
+    this.counts[St.DEAD]++;
+    this.unreadable++;
+  }
+
+  /** Makes row `off` visible at `visibleAt` (READY now or DELAYED), respecting KEY-1. */
+  makeVisible(off: number, visibleAt: number, now: number): void {
+    const t = this.table;
+    const i = t.idx(off);
+    t.visibleAt[i] = visibleAt;
+    const c = t.chain[i];
+    if (c >= 0 && this.chains.head(c) !== off) {
+      this.setStatus(i, St.BLOCKED);
+      return;
+    }
+    if (visibleAt <= now) {
+      this.setStatus(i, St.READY);
+      this.ready.push(off, off);
+    } else {
+      this.setStatus(i, St.DELAYED);
+      this.delayed.push(visibleAt, off);
+    }
+  }
+
+  /** Terminal transition (DONE or DEAD): frees the row and unblocks the key's next job. */
+  finish(off: number, s: St.DONE | St.DEAD, now: number): void {
+    const t = this.table;
+    const i = t.idx(off);
+    const c = t.chain[i];
+    this.setStatus(i, s);
+    this.live--;
+    this.liveBytes -= t.size[i];
+    this.history.delete(off);
+    this.moving.delete(off);
+    if (c >= 0) {
+      const next = this.chains.remove(c, off);
+      if (next >= 0 && t.has(next)) {
+        const ni = t.idx(next);
+        if (t.status[ni] === St.BLOCKED) this.makeVisible(next, t.visibleAt[ni], now);
+      }
+    }
+    if (off === t.floor) t.advanceFloor();
+  }
+
+  /** Status of `off`, or 0 when it has no row (below the floor or past the end). */
+  statusOf(off: number): number {
+    const t = this.table;
+    return t.has(off) ? t.status[t.idx(off)] : 0;
+  }
+
+  pushHistory(off: number, rec: AttemptRecord): void {
+    let h = this.history.get(off);
+    if (h === undefined) this.history.set(off, (h = []));
+    // Replay may repeat an event already reflected in the snapshot (JRN-1): keep history idempotent.
+    if (h.some((x) => x.attempt === rec.attempt && x.at === rec.at)) return;
+    h.push(rec);
+    if (h.length > MAX_HISTORY) h.splice(0, h.length - MAX_HISTORY);
+  }
+
+  /** Delayed jobs whose time has come become READY. */
+  promoteDue(now: number): void {
+    const t = this.table;
+    while (this.delayed.size > 0 && this.delayed.peekPriority() <= now) {
+      const at = this.delayed.peekPriority();
+      const off = this.delayed.pop();
+      if (!t.has(off)) continue;
+      const i = t.idx(off);
+      if (t.status[i] !== St.DELAYED || t.visibleAt[i] !== at) continue;
+      this.setStatus(i, St.READY);
+      this.ready.push(off, off);
+    }
+  }
+
+  /** The next READY offset (lazy deletion of stale heap entries), or -1. */
+  private popReady(): number {
+    const t = this.table;
+    while (this.ready.size > 0) {
+      const o = this.ready.pop();
+      if (t.has(o) && t.status[t.idx(o)] === St.READY) return o;
+    }
+    return -1;
+  }
+
+  // ─────────────────────────────── leases ───────────────────────────────
+
+  heldBy(c: LeaseConsumer): number {
+    return this.held.get(c) ?? 0;
+  }
+
+  /**
+   * Leases READY jobs, one per request in turn (round-robin, starting one further each call),
+   * until requests are capped, nothing is READY or `maxInFlight` leases exist. Attempts rise by
+   * one (the caller journals DELIVER for each before handing them out, Q-1).
+   */
+  grant(requests: readonly GrantRequest[], maxInFlight: number, wallNow: number, monoNow: number): DiskLease[][] {
+    const out: DiskLease[][] = requests.map(() => []);
+    const n = requests.length;
+    const t = this.table;
+    let progress = true;
+    while (progress && this.ready.size > 0 && this.leases.size < maxInFlight) {
+      progress = false;
+      for (let k = 0; k < n && this.leases.size < maxInFlight; k++) {
+        const idx = (this.rr + k) % n;
+        const { consumer, upTo } = requests[idx];
+        if (this.heldBy(consumer) >= upTo) continue;
+        const off = this.popReady();
+        if (off < 0) break;
+        const i = t.idx(off);
+        const attempt = Math.min(MAX_ATTEMPT, t.attempts[i] + 1);
+        t.attempts[i] = attempt;
+        if (attempt > 1) this.redeliveries++;
+        this.setStatus(i, St.INFLIGHT);
+        const ms = consumer.leaseMs;
+        const lease = new DiskLease(off, attempt, monoNow + ms, wallNow + ms, monoNow, consumer, consumer.consumerId, consumer.codeVersion);
+        this.leases.set(off, lease);
+        this.held.set(consumer, this.heldBy(consumer) + 1);
+        out[idx].push(lease);
+        progress = true;
+      }
+      this.rr++;
+    }
+    return out;
+  }
+
+  /** A lease restored from the journal (its holder is gone; it runs to its stored deadline). */
+  restoreLease(off: number, r: LeaseRecord | undefined, attempts: number, wallNow: number, monoNow: number): void {
+    const deadlineWall = r?.deadlineWall ?? wallNow;
+    const attempt = r?.attempt ?? attempts;
+    const lease = new DiskLease(off, attempt, monoNow + Math.max(0, deadlineWall - wallNow), deadlineWall, monoNow, null, r?.consumer ?? "(before restart)", undefined);
+    this.leases.set(off, lease);
+  }
+
+  /** The current lease of `lease`'s job if it is `lease` itself (Q-3), else null. */
+  current(lease: Lease): DiskLease | null {
+    const cur = this.leases.get(Number(lease.jobId));
+    return cur !== undefined && cur === lease && !cur.ended ? cur : null;
+  }
+
+  /** Ends a lease (every way a lease ends goes through here). */
+  endLease(l: DiskLease): void {
+    l.ended = true;
+    this.leases.delete(l.off);
+    const c = l.consumer;
+    if (c !== null) {
+      const n = this.heldBy(c) - 1;
+      if (n > 0) this.held.set(c, n);
+      else this.held.delete(c);
+    }
+  }
+
+  ack(l: DiskLease, now: number, mono: number): void {
+    this.endLease(l);
+    this.finish(l.off, St.DONE, now);
+    this.countAck(mono);
+  }
+
+  /** A failed attempt: history, then visible again at `visibleAt`. */
+  retry(l: DiskLease, visibleAt: number, rec: AttemptRecord, now: number): void {
+    this.endLease(l);
+    this.pushHistory(l.off, rec);
+    this.retries++;
+    this.makeVisible(l.off, visibleAt, now);
+  }
+
+  /** Gives the job back at once; `counted` false undoes this delivery's attempt. */
+  release(l: DiskLease, counted: boolean, now: number): void {
+    this.endLease(l);
+    if (!counted) {
+      // Never handed to any consumer: this delivery is not an attempt. (Replay may still see
+      // its DELIVER and count it; attempts can skip after a restart, never go back.)
+      const i = this.table.idx(l.off);
+      if (this.table.attempts[i] === l.attempt && l.attempt > 0) {
+        this.table.attempts[i] = l.attempt - 1;
+        if (l.attempt > 1) this.redeliveries--;
+      }
+    }
+    this.makeVisible(l.off, now, now);
+  }
+
+  /**
+   * The lease ran out (LEASE-3): the attempt is recorded; at `maxAttempts` the job is to be
+   * dead-lettered (returns true, the caller starts the move), else it is visible again at once.
+   */
+  expire(l: DiskLease, rec: AttemptRecord, maxAttempts: number, now: number): boolean {
+    this.endLease(l);
+    this.pushHistory(l.off, rec);
+    if (l.attempt >= maxAttempts) return true;
+    this.makeVisible(l.off, now, now);
+    return false;
+  }
+
+  /** Dead-letter move started (Q-4): not deliverable until the move lands. */
+  startMove(off: number, intent: DlqIntent): void {
+    this.setStatus(this.table.idx(off), St.MOVING);
+    this.moving.set(off, intent);
+  }
+
+  /** The move landed (or the job is dropped without a dead-letter queue). */
+  finishMove(off: number, now: number): boolean {
+    if (this.statusOf(off) !== St.MOVING) return false;
+    this.finish(off, St.DEAD, now);
+    this.deadLettered++;
+    return true;
+  }
+
+  /** Every live row below `end` becomes DONE; returns the leases that ended (to be told). */
+  purge(): { purged: number; leases: DiskLease[] } {
+    const t = this.table;
+    const ended: DiskLease[] = [];
+    let n = 0;
+    t.forEachLive((o, i) => {
+      const l = this.leases.get(o);
+      if (l) {
+        this.endLease(l);
+        ended.push(l);
+      }
+      this.counts[t.status[i]]--;
+      t.status[i] = St.DONE;
+      this.counts[St.DONE]++;
+      n++;
+    });
+    this.live = 0;
+    this.liveBytes = 0;
+    this.history.clear();
+    this.moving.clear();
+    this.chains.clear();
+    this.ready.clear();
+    this.delayed.clear();
+    t.advanceFloor();
+    return { purged: n, leases: ended };
+  }
+
+  /** Earliest monotonic lease deadline, or Infinity. */
+  nextLeaseDeadline(): number {
+    let next = Infinity;
+    for (const l of this.leases.values()) if (l.deadlineMono < next) next = l.deadlineMono;
+    return next;
+  }
+
+  /** Leases whose monotonic deadline has passed. */
+  expiredLeases(mono: number): DiskLease[] {
+    const out: DiskLease[] = [];
+    for (const l of this.leases.values()) if (l.deadlineMono <= mono) out.push(l);
+    return out;
+  }
+
+  // ─────────────────────────────── counters ───────────────────────────────
+
+  private countAck(mono: number): void {
+    this.completed++;
+    const sec = Math.floor(mono / 1000);
+    if (sec !== this.ackBucketSec) {
+      for (let s = this.ackBucketSec + 1; s <= sec && s <= this.ackBucketSec + 10; s++) this.ackBuckets[s % 10] = 0;
+      this.ackBucketSec = sec;
+    }
+    this.ackBuckets[sec % 10]++;
+  }
+
+  /** Acks over the last ~10 s (per second). */
+  completionRate(mono: number): number {
+    const sec = Math.floor(mono / 1000);
+    let acks = 0;
+    for (let s = sec - 9; s <= sec; s++) if (s <= this.ackBucketSec && s > this.ackBucketSec - 10) acks += this.ackBuckets[((s % 10) + 10) % 10];
+    return acks / 10;
+  }
+
+  /** Age of the oldest READY job (lazily dropping stale heap tops). */
+  oldestWaitingAge(now: number): number {
+    const t = this.table;
+    while (this.ready.size > 0) {
+      const o = this.ready.peekOffset();
+      if (t.has(o) && t.status[t.idx(o)] === St.READY) {
+        const i = t.idx(o);
+        return Math.max(0, now - Math.max(t.enqueuedAt[i], t.visibleAt[i]));
+      }
+      this.ready.pop();
+    }
+    return 0;
+  }
+
+  /**
+   * After recovery filled the table (snapshot rows, rows rebuilt from the message log, journal
+   * replayed): rebuilds counts, chains (KEY-1: only a chain's head is deliverable), heaps and
+   * leases (restored ones run to their stored wall-clock deadline, LEASE-1), and drops side
+   * entries of settled jobs.
+   */
+  rebuild(keyIds: Map<string, number>, restored: Map<number, LeaseRecord>, wallNow: number, monoNow: number): void {
+    for (const [key, id] of keyIds) this.chains.restore(id, key);
+    const t = this.table;
+    t.forEachLive((o, i) => {
+      this.live++;
+      this.liveBytes += t.size[i];
+      const c = t.chain[i];
+      let s = t.status[i] as St;
+      if (c >= 0) {
+        const isHead = this.chains.head(c) === -1;
+        this.chains.append(c, o);
+        if (!isHead && (s === St.READY || s === St.DELAYED || s === St.BLOCKED)) s = St.BLOCKED;
+        else if (s === St.BLOCKED) s = St.READY;
+      } else if (s === St.BLOCKED) s = St.READY;
+      if (s === St.READY || s === St.DELAYED) s = t.visibleAt[i] <= wallNow ? St.READY : St.DELAYED;
+      if (s === St.INFLIGHT) this.restoreLease(o, restored.get(o), t.attempts[i], wallNow, monoNow);
+      if (s === St.MOVING && !this.moving.has(o)) s = St.READY; // redrive marks are in-memory only
+      t.status[i] = s;
+      this.counts[s]++;
+      if (s === St.READY) this.ready.push(o, o);
+      else if (s === St.DELAYED) this.delayed.push(t.visibleAt[i], o);
+    });
+    this.chains.finishRestore();
+    for (const o of [...this.history.keys()]) if (!t.has(o) || isTerminal(t.status[t.idx(o)])) this.history.delete(o);
+    for (const o of [...this.moving.keys()]) if (!t.has(o) || t.status[t.idx(o)] !== St.MOVING) this.moving.delete(o);
+    t.advanceFloor();
+  }
+}

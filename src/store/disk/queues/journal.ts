@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * The queue's state journal: a group-commit writer on top of its own PartitionLog. Events
+ * (events.ts) of one event-loop turn and of the time an append is in flight go into one batch;
+ * each batch is appended as one record per 64 KiB chunk, and every event of the batch resolves
+ * with one shared promise once the append is durable (JRN-2: a settlement resolves only after
+ * the record holding its event is durable; Q-2). Appends are strictly one at a time, so the
+ * journal's order is the order events were issued.
+ *
+ * Snapshots are taken here, between two appends (JRN-3): with no append in flight every record
+ * below the journal's end is reflected in memory, so the snapshot can name that end as its
+ * replay start.
+ */
+import type { Logger } from "../../../observability/telemetry.js";
+import type { PartitionLog } from "../../../log/partition-log.js";
+import { EVENT_FIXED_BYTES, writeEvent, type Ev } from "./events.js";
+
+/** Bytes per journal record (one chunk of a batch). */
+export const MAX_JOURNAL_RECORD_BYTES = 1024 * 1024;
+const JOURNAL_CHUNK_BYTES = 64 * 1024;
+/** Take a snapshot (and delete what it covers) after this many journal bytes. */
+const SNAPSHOT_EVERY_JOURNAL_BYTES = 32 * 1024 * 1024;
+
+export interface Deferred<T = void> {
+  promise: Promise<T>;
+  resolve(v: T): void;
+  reject(e: unknown): void;
+}
+
+export function deferred<T = void>(): Deferred<T> {
+  let resolve!: (v: T) => void;
+  let reject!: (e: unknown) => void;
+  const promise = new Promise<T>((a, b) => {
+    resolve = a;
+    reject = b;
+  });
+  // Shared by many waiters, some fire-and-forget: never an unhandled rejection.
+  promise.catch(() => {});
+  return { promise, resolve, reject };
+}
+
+interface JournalBatch {
+  chunks: Buffer[];
+  cur: Buffer;
+  pos: number;
+  bytes: number;
+  d: Deferred;
+}
+
+export interface JournalHooks {
+  /** Throws when the queue cannot take events (closed or failed). */
+  check(): void;
+  /** An append failed: the queue's memory is ahead of its disk (it must be reopened). */
+  failed(err: unknown): Error;
+  /** Writes a snapshot covering the journal up to `journalEnd`. */
+  snapshot(journalEnd: number): Promise<void>;
+  logger: Logger;
+  queue: string;
+  now(): number;
+}
+
+export class Journal {
+  private batch: JournalBatch | null = null;
+  private running = false;
+  private broken = false;
+  private sinceSnapshot = 0;
+  private snapshotRequested = false;
+  private snapshotting: Promise<void> | null = null;
+
+  constructor(
+    readonly log: PartitionLog,
+    private readonly hooks: JournalHooks,
+  ) {}
+
+  /** Queues an event (encoded, or null for none); resolves once it is durable. */
+  event(buf: Buffer | null): Promise<void> {
+    const b = this.open();
+    if (buf !== null) {
+      if (b.pos + buf.length > b.cur.length) this.newChunk(b, buf.length);
+      buf.copy(b.cur, b.pos);
+      b.pos += buf.length;
+      b.bytes += buf.length;
+    }
+    return b.d.promise;
+  }
+
+  /** Fast path for fixed-size events: written straight into the batch buffer. */
+  fixed(type: Ev, off: number, attempt: number, time: number): Promise<void> {
+    const b = this.open();
+    if (b.pos + EVENT_FIXED_BYTES > b.cur.length) this.newChunk(b, EVENT_FIXED_BYTES);
+    b.pos = writeEvent(b.cur, b.pos, type, off, attempt, time);
+    b.bytes += EVENT_FIXED_BYTES;
+    return b.d.promise;
+  }
+
+  /** Asks for a snapshot after the batches in flight (message log grew enough). */
+  requestSnapshot(): void {
+    if (this.snapshotRequested) return;
+    this.snapshotRequested = true;
+    void this.event(null).catch(() => {});
+  }
+
+  /** Forces a snapshot now (after pending events are durable). */
+  async compact(): Promise<void> {
+    this.snapshotRequested = true;
+    await this.event(null);
+    while (this.snapshotting) await this.snapshotting;
+  }
+
+  /** Resolves once no append or snapshot is running. */
+  async idle(): Promise<void> {
+    while (this.running) await new Promise((r) => setImmediate(r));
+  }
+
+  /** Journal bytes since the last snapshot reset the count. */
+  snapshotTaken(): void {
+    this.sinceSnapshot = 0;
+  }
+
+  private newChunk(b: JournalBatch, need: number): void {
+    if (b.pos > 0) b.chunks.push(b.cur.subarray(0, b.pos));
+    b.cur = Buffer.allocUnsafe(Math.max(JOURNAL_CHUNK_BYTES, need));
+    b.pos = 0;
+  }
+
+  private open(): JournalBatch {
+    this.hooks.check();
+    if (this.batch === null) this.batch = { chunks: [], cur: Buffer.allocUnsafe(JOURNAL_CHUNK_BYTES), pos: 0, bytes: 0, d: deferred() };
+    const b = this.batch;
+    if (!this.running) {
+      this.running = true;
+      queueMicrotask(() => void this.loop());
+    }
+    return b;
+  }
+
+  private async loop(): Promise<void> {
+    try {
+      for (;;) {
+        const b = this.batch;
+        if (b === null) break;
+        this.batch = null;
+        try {
+          if (b.bytes > 0) {
+            // One journal record per chunk; events never straddle chunks.
+            if (b.pos > 0) b.chunks.push(b.cur.subarray(0, b.pos));
+            const ts = this.hooks.now();
+            await this.log.append(b.chunks.map((value) => ({ key: null, value, valueKind: 0 as const, timestamp: ts, headers: null })));
+            this.sinceSnapshot += b.bytes;
+          }
+          b.d.resolve();
+        } catch (e) {
+          this.broken = true;
+          b.d.reject(this.hooks.failed(e));
+          // Events queued behind it can never be written in order: they fail the same way.
+          const rest = this.batch as JournalBatch | null;
+          this.batch = null;
+          rest?.d.reject(this.hooks.failed(e));
+          break;
+        }
+        if (this.batch === null && (this.snapshotRequested || this.sinceSnapshot > SNAPSHOT_EVERY_JOURNAL_BYTES)) await this.takeSnapshot();
+      }
+    } finally {
+      this.running = false;
+      if (this.batch !== null && !this.broken) {
+        this.running = true;
+        queueMicrotask(() => void this.loop());
+      }
+    }
+  }
+
+  private async takeSnapshot(): Promise<void> {
+    this.snapshotRequested = false;
+    const s = this.hooks.snapshot(this.log.logEndOffset);
+    this.snapshotting = s;
+    try {
+      await s;
+    } catch (e) {
+      this.hooks.logger.error({ err: e, queue: this.hooks.queue }, "queue snapshot failed; will retry later");
+    } finally {
+      this.snapshotting = null;
+    }
+  }
+}

@@ -1,0 +1,573 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * One open incarnation of a disk queue, from open to close or to a storage fault:
+ *
+ *   msgs/        a PartitionLog of the jobs (records.ts: payload, key, headers, delivery time)
+ *   journal/     a PartitionLog of state events (events.ts), group-committed (journal.ts)
+ *   snapshot.bin the state at a journal offset (snapshot.ts); what it covers is then deleted
+ *   redrive.json a redrive in progress (dead-letters.ts)
+ *
+ * Its parts: job-state.ts (the transitions), enqueuer.ts (the enqueue path), payload-cache.ts
+ * (records for hand-outs), dead-letters.ts (moves), recovery.ts (open). This file grants,
+ * settles, runs the lease and delay timers, and reports faults: a failed write leaves memory
+ * ahead of disk, so the instance stops (every lease is lost, LEASE-2) and its owner
+ * (disk-queue.ts) reopens the queue from disk (Q-7).
+ */
+import { join } from "node:path";
+import { BrokerClosedError, LeaseExpiredError, StorageError } from "../../../errors.js";
+import type { FileSystem } from "../../../log/io.js";
+import { PartitionLog, type LogConfig } from "../../../log/partition-log.js";
+import type { Telemetry } from "../../../observability/telemetry.js";
+import type { AttemptRecord, QueueStats, RedriveOptions, RedriveResult } from "../../../queues/types.js";
+import type { EnqueueOutcome, EnqueueRequestOptions, GrantedJob, GrantRequest, Lease, NewJob, QueueSettings, StoredQueue } from "../../queue-store.js";
+import { Mover } from "./dead-letters.js";
+import { encodeEvent, Ev } from "./events.js";
+import { Enqueuer, type PendingJob } from "./enqueuer.js";
+import { JobState, type DiskLease } from "./job-state.js";
+import { Journal, MAX_JOURNAL_RECORD_BYTES } from "./journal.js";
+import { PayloadCache } from "./payload-cache.js";
+import { recoverQueue } from "./recovery.js";
+import { grantedJob, RESERVED_HEADER_ROOM } from "./records.js";
+import { encodeSnapshot, writeSnapshot } from "./snapshot.js";
+import { isTerminal, St } from "./table.js";
+
+/** Snapshot after this many message-log bytes (or twice the last snapshot's size, whichever is larger). */
+const SNAPSHOT_EVERY_MSG_BYTES = 64 * 1024 * 1024;
+const MAX_TIMER_MS = 2 ** 31 - 1;
+/** A queue's logs roll their segments at most weekly (settled segments are deleted whole). */
+const SEGMENT_MS = 7 * 86_400_000;
+/** Journal segments: a quarter of the message log's, within [16 KiB, 16 MiB]. */
+const MIN_JOURNAL_SEGMENT = 16 * 1024;
+const MAX_JOURNAL_SEGMENT = 16 * 1024 * 1024;
+/** Keys listed in stats().blockedKeys, and chains examined for them. */
+const MAX_BLOCKED_KEYS = 100;
+const MAX_BLOCKED_SCAN = 100_000;
+
+export interface InstanceOptions {
+  name: string;
+  incarnation: string;
+  dir: string;
+  fs: FileSystem;
+  settings: QueueSettings;
+  telemetry: Telemetry;
+  peer(name: string): Promise<StoredQueue>;
+  /** Grantable jobs may exist. */
+  available(): void;
+  /** A write failed: the owner reopens the queue from disk. */
+  onFault(err: StorageError): void;
+}
+
+export class QueueInstance {
+  readonly name: string;
+  readonly incarnation: string;
+  settings: QueueSettings;
+  private readonly o: InstanceOptions;
+  private st!: JobState;
+  private msgs!: PartitionLog;
+  private journal!: Journal;
+  private enqueuer!: Enqueuer;
+  private cache!: PayloadCache;
+  private mover!: Mover;
+  private msgBytesSinceSnapshot = 0;
+  private lastSnapshotBytes = 0;
+  private delayTimer: NodeJS.Timeout | null = null;
+  private delayTimerAt = Infinity;
+  private leaseTimer: NodeJS.Timeout | null = null;
+  private leaseTimerAt = Infinity;
+  private closed = false;
+  private broken: StorageError | null = null;
+  private background = new Set<Promise<unknown>>();
+
+  private constructor(o: InstanceOptions) {
+    this.o = o;
+    this.name = o.name;
+    this.incarnation = o.incarnation;
+    this.settings = o.settings;
+  }
+
+  static async open(o: InstanceOptions): Promise<QueueInstance> {
+    const q = new QueueInstance(o);
+    await q.recover();
+    return q;
+  }
+
+  private get logger() {
+    return this.o.telemetry.logger;
+  }
+  private now(): number {
+    return this.o.telemetry.clock.now();
+  }
+  private mono(): number {
+    return this.o.telemetry.clock.monotonicMs();
+  }
+
+  // ─────────────────────────────── open ───────────────────────────────
+
+  private logConfig(maxMessageBytes: number, segmentBytes: number): LogConfig {
+    return { segmentBytes, segmentMs: SEGMENT_MS, maxMessageBytes, durability: this.settings.durability, flushIntervalMs: 1000, retentionMs: -1, retentionBytes: -1 };
+  }
+
+  private openLog(sub: string, topic: string, config: LogConfig): Promise<PartitionLog> {
+    return PartitionLog.open({ fs: this.o.fs, dir: join(this.o.dir, sub), topic, partition: 0, config, telemetry: this.o.telemetry, onFault: (e) => this.failed(e) });
+  }
+
+  private async recover(): Promise<void> {
+    const s = this.settings;
+    await this.o.fs.mkdir(this.o.dir);
+    this.msgs = await this.openLog("msgs", `queue:${this.name}`, this.logConfig(s.maxMessageBytes + RESERVED_HEADER_ROOM, s.segmentBytes));
+    const journalSegment = Math.max(MIN_JOURNAL_SEGMENT, Math.min(MAX_JOURNAL_SEGMENT, s.segmentBytes / 4));
+    let journalLog: PartitionLog;
+    try {
+      journalLog = await this.openLog("journal", `queue-journal:${this.name}`, this.logConfig(MAX_JOURNAL_RECORD_BYTES + 128 * 1024, journalSegment));
+    } catch (e) {
+      await this.msgs.close().catch(() => {});
+      throw e;
+    }
+    try {
+      const r = await recoverQueue({ fs: this.o.fs, dir: this.o.dir, queue: this.name, msgs: this.msgs, journal: journalLog, dedupeWindowMs: s.dedupeWindowMs, logger: this.logger, now: this.now(), monoNow: this.mono() });
+      this.st = r.state;
+      this.journal = new Journal(journalLog, {
+        check: () => this.check(),
+        failed: (e) => this.failed(e),
+        snapshot: (end) => this.snapshot(end),
+        logger: this.logger,
+        queue: this.name,
+        now: () => this.now(),
+      });
+      this.enqueuer = new Enqueuer(this.enqueueHost(), this.msgs, r.dedupe, r.producers);
+      this.cache = new PayloadCache(this.msgs, (off) => this.st.table.has(off) && !isTerminal(this.st.table.status[this.st.table.idx(off)]), () => this.st.table.end);
+    } catch (e) {
+      await Promise.allSettled([this.msgs.close(), journalLog.close()]);
+      throw e;
+    }
+    this.mover = new Mover(this.moveHost());
+    this.scheduleDelayTimer();
+    this.scheduleLeaseTimer(0);
+    // Interrupted dead-letter moves and redrives continue in the background (they may need
+    // other queues, which may need this one: never awaited inside open).
+    this.mover.resume();
+    await this.mover.resumeRedrive();
+  }
+
+  private enqueueHost() {
+    return {
+      name: this.name,
+      settings: () => this.settings,
+      check: () => this.check(),
+      depth: () => ({ jobs: this.st.live, bytes: this.st.liveBytes }),
+      failed: (e: unknown) => this.failed(e),
+      stored: (base: number, jobs: readonly PendingJob[]) => this.stored(base, jobs),
+      appended: (bytes: number) => {
+        this.msgBytesSinceSnapshot += bytes;
+        if (this.msgBytesSinceSnapshot > Math.max(SNAPSHOT_EVERY_MSG_BYTES, 2 * this.lastSnapshotBytes)) this.journal.requestSnapshot();
+      },
+      now: () => this.now(),
+      monoNow: () => this.mono(),
+    };
+  }
+
+  private moveHost() {
+    return {
+      name: this.name,
+      incarnation: this.incarnation,
+      dir: this.o.dir,
+      fs: this.o.fs,
+      logger: this.logger,
+      settings: () => this.settings,
+      state: () => this.st,
+      journal: () => this.journal,
+      cache: () => this.cache,
+      peer: (n: string) => this.o.peer(n),
+      check: () => this.check(),
+      alive: () => !this.closed && this.broken === null,
+      track: (p: Promise<unknown>) => this.track(p),
+      settled: (off: number) => this.settled(off),
+      available: () => this.o.available(),
+      enqueueDrained: () => this.enqueuer.drained(),
+      now: () => this.now(),
+    };
+  }
+
+  private track(p: Promise<unknown>): void {
+    this.background.add(p);
+    void p.finally(() => this.background.delete(p));
+  }
+
+  async whenIdle(): Promise<void> {
+    while (this.background.size > 0) await Promise.allSettled([...this.background]);
+  }
+
+  // ─────────────────────────────── health ───────────────────────────────
+
+  /** Throws when the queue cannot take work. */
+  check(): void {
+    if (this.broken) throw new StorageError(`queue ${this.name} is recovering from a storage failure (${this.broken.message})`, this.broken);
+    if (this.closed) throw new BrokerClosedError(`queue ${this.name} is closed`);
+  }
+
+  get faulted(): StorageError | null {
+    return this.broken;
+  }
+
+  /**
+   * A failed write (Q-7): memory is ahead of disk. Every lease is lost (LEASE-2), blocked
+   * enqueues wake (and throw), and the owner reopens the queue from disk. Logged once.
+   */
+  private failed(e: unknown): StorageError {
+    if (this.broken) return this.broken;
+    const err = e instanceof StorageError ? e : new StorageError(`queue ${this.name}: storage failed: ${(e as Error)?.message ?? String(e)}`, e);
+    this.broken = err;
+    this.logger.error({ err: e, queue: this.name }, "queue storage failed; reopening it from disk");
+    this.loseLeases(err);
+    this.enqueuer?.wakeAll();
+    this.o.onFault(err);
+    return err;
+  }
+
+  private loseLeases(reason: Error): void {
+    if (this.st === undefined) return; // failed while recovering: no lease was granted yet
+    for (const l of [...this.st.leases.values()]) {
+      this.st.endLease(l);
+      l.consumer?.leaseLost(l, reason);
+    }
+  }
+
+  // ─────────────────────────────── enqueue ───────────────────────────────
+
+  enqueue(jobs: readonly NewJob[], opts?: EnqueueRequestOptions): Promise<EnqueueOutcome> {
+    return this.enqueuer.enqueue(jobs, opts);
+  }
+
+  /** Rows for jobs whose append is durable (Q-1); they may be granted from now on. */
+  private stored(base: number, jobs: readonly PendingJob[]): void {
+    if (this.closed) return;
+    const now = this.now();
+    let off = base;
+    for (const { job, rec, size } of jobs) {
+      this.st.addJob(off, job.key, job.deliverAt, job.enqueuedAt, size, now);
+      // Delayed jobs are not cached: they are delivered much later (read back in order then).
+      if (job.deliverAt <= job.enqueuedAt) this.cache.add(off, rec);
+      off++;
+    }
+    this.scheduleDelayTimer();
+    this.o.available();
+  }
+
+  // ─────────────────────────────── grants ───────────────────────────────
+
+  grant(requests: readonly GrantRequest[]): Promise<GrantedJob[][]> {
+    this.check();
+    const now = this.now();
+    this.st.promoteDue(now);
+    const mono = this.mono();
+    const leases = this.st.grant(requests, this.settings.maxInFlight, now, mono);
+    let durable: Promise<void> | null = null;
+    let first = Infinity;
+    for (const list of leases)
+      for (const l of list) {
+        durable = this.journal.fixed(Ev.DELIVER, l.off, l.attempt, l.deadlineWall);
+        if (l.deadlineMono < first) first = l.deadlineMono;
+      }
+    if (durable === null) return Promise.resolve(leases.map(() => []));
+    this.scheduleLeaseTimer(first);
+    return this.handOut(leases, durable);
+  }
+
+  /** Q-1: jobs reach consumers only once their DELIVER events are durable. */
+  private async handOut(leases: DiskLease[][], durable: Promise<void>): Promise<GrantedJob[][]> {
+    const offs: number[] = [];
+    for (const list of leases) for (const l of list) offs.push(l.off);
+    let recs: Awaited<ReturnType<PayloadCache["fetch"]>>;
+    try {
+      [, recs] = await Promise.all([durable, this.cache.fetch(offs)]);
+    } catch {
+      // The journal failed: those leases were lost with it (LEASE-2).
+      return leases.map(() => []);
+    }
+    // LEASE-1: the lease runs from the hand-out, not from the grant: the consumer gets the
+    // whole lease even when the DELIVER fdatasync was slow.
+    const handoff = this.mono();
+    const now = this.now();
+    return leases.map((list) => {
+      const out: GrantedJob[] = [];
+      for (const l of list) {
+        if (l.ended) continue;
+        const r = recs.get(l.off);
+        l.deadlineMono += handoff - l.startedMono;
+        l.startedMono = handoff;
+        if (r === undefined || r instanceof Error) {
+          this.unreadable(l, r, now);
+          continue;
+        }
+        this.cache.remove(l.off);
+        out.push(grantedJob(l.jobId, r, l));
+      }
+      return out;
+    });
+  }
+
+  /**
+   * A job whose record cannot be read back (damaged storage, REC-1): it can be neither
+   * delivered nor copied, so it is parked as dead, counted in `stats().unreadable` and logged.
+   */
+  private unreadable(l: DiskLease, err: Error | undefined, now: number): void {
+    this.logger.error({ err, queue: this.name, offset: l.off }, "job unreadable (damaged message log); it is counted in stats().unreadable and never delivered");
+    this.st.endLease(l);
+    this.st.finish(l.off, St.DEAD, now);
+    this.st.unreadable++;
+    this.settled(l.off);
+    void this.journal.fixed(Ev.DEAD, l.off, l.attempt, now).catch(() => {});
+  }
+
+  // ─────────────────────────────── settlement ───────────────────────────────
+
+  /** Q-3: the lease must be current and its monotonic deadline not passed. */
+  private leaseOf(lease: Lease): DiskLease {
+    this.check();
+    const l = this.st.current(lease);
+    if (l === null) throw new LeaseExpiredError();
+    if (this.mono() >= l.deadlineMono) {
+      this.expire(l);
+      throw new LeaseExpiredError();
+    }
+    return l;
+  }
+
+  /** A terminal transition happened: free the cache slot, wake blocked enqueues. */
+  private settled(off: number): void {
+    this.cache.remove(off);
+    this.enqueuer.room();
+  }
+
+  ack(lease: Lease): Promise<void> {
+    const l = this.leaseOf(lease);
+    const now = this.now();
+    this.st.ack(l, now, this.mono());
+    this.settled(l.off);
+    // The consumer has room again, and a key's successor may be grantable now (KEY-1).
+    this.o.available();
+    return this.journal.fixed(Ev.ACK, l.off, l.attempt, now);
+  }
+
+  retry(lease: Lease, visibleAt: number, failure: AttemptRecord): Promise<void> {
+    const l = this.leaseOf(lease);
+    const now = this.now();
+    this.st.retry(l, visibleAt, failure, now);
+    this.afterVisible();
+    return this.journal.event(encodeEvent(Ev.NACK, l.off, l.attempt, visibleAt, failure));
+  }
+
+  deadLetter(lease: Lease, failure: AttemptRecord): Promise<void> {
+    const l = this.leaseOf(lease);
+    this.st.endLease(l);
+    this.st.pushHistory(l.off, failure);
+    return this.mover.deadLetter(l.off, failure);
+  }
+
+  extend(lease: Lease, ms: number): Promise<void> {
+    const l = this.leaseOf(lease);
+    l.deadlineMono = this.mono() + ms;
+    l.deadlineWall = this.now() + ms;
+    this.scheduleLeaseTimer(l.deadlineMono);
+    return this.journal.fixed(Ev.EXTEND, l.off, l.attempt, l.deadlineWall);
+  }
+
+  release(lease: Lease, counted: boolean): void {
+    if (this.closed || this.broken) return;
+    const l = this.st.current(lease);
+    if (l === null) return;
+    const now = this.now();
+    this.st.release(l, counted, now);
+    this.afterVisible();
+    void this.journal.event(encodeEvent(Ev.NACK, l.off, l.attempt, now)).catch(() => {});
+  }
+
+  restartLease(lease: Lease): void {
+    const l = this.st.current(lease);
+    if (l === null) return;
+    const ttl = l.deadlineMono - l.startedMono;
+    const mono = this.mono();
+    l.startedMono = mono;
+    l.deadlineMono = mono + ttl;
+    l.deadlineWall = this.now() + ttl;
+  }
+
+  /** A job became visible (now or later): timers and listeners. */
+  private afterVisible(): void {
+    this.scheduleDelayTimer();
+    this.o.available();
+  }
+
+  // ─────────────────────────────── timers ───────────────────────────────
+
+  private scheduleDelayTimer(): void {
+    if (this.closed) return;
+    const at = this.st.delayed.peekPriority();
+    if (at === Infinity || at >= this.delayTimerAt) return;
+    if (this.delayTimer) clearTimeout(this.delayTimer);
+    this.delayTimerAt = at;
+    this.delayTimer = setTimeout(() => {
+      this.delayTimer = null;
+      this.delayTimerAt = Infinity;
+      if (this.closed || this.broken) return;
+      this.st.promoteDue(this.now());
+      this.scheduleDelayTimer();
+      this.o.available();
+    }, Math.min(MAX_TIMER_MS, Math.max(0, at - this.now() + 1)));
+    this.delayTimer.unref();
+  }
+
+  private scheduleLeaseTimer(atMono: number): void {
+    if (this.closed || this.st.leases.size === 0 || atMono >= this.leaseTimerAt) return;
+    if (this.leaseTimer) clearTimeout(this.leaseTimer);
+    this.leaseTimerAt = atMono;
+    this.leaseTimer = setTimeout(() => this.checkLeases(), Math.min(MAX_TIMER_MS, Math.max(0, atMono - this.mono() + 1)));
+    this.leaseTimer.unref();
+  }
+
+  private checkLeases(): void {
+    this.leaseTimer = null;
+    this.leaseTimerAt = Infinity;
+    if (this.closed || this.broken) return;
+    for (const l of this.st.expiredLeases(this.mono())) this.expire(l);
+    const next = this.st.nextLeaseDeadline();
+    if (next < Infinity) this.scheduleLeaseTimer(next);
+  }
+
+  /** LEASE-3: the lease ran out; its holder is told, the attempt recorded, the job visible again or dead-lettered. */
+  private expire(l: DiskLease): void {
+    const rec: AttemptRecord = {
+      at: this.now(),
+      attempt: l.attempt,
+      consumer: l.consumerId,
+      errorClass: "LeaseExpiredError",
+      error: "lease expired before the job was settled",
+      ...(l.codeVersion !== undefined ? { codeVersion: l.codeVersion } : {}),
+    };
+    const dead = this.st.expire(l, rec, this.settings.maxAttempts, rec.at);
+    l.consumer?.leaseLost(l, new LeaseExpiredError());
+    if (dead) {
+      this.track(this.mover.deadLetter(l.off, rec).catch((e) => this.logger.error({ err: e, queue: this.name }, "dead-letter move failed")));
+      return;
+    }
+    this.afterVisible();
+    void this.journal.event(encodeEvent(Ev.EXPIRE, l.off, l.attempt, rec.at, rec)).catch(() => {});
+  }
+
+  // ─────────────────────────────── admin ───────────────────────────────
+
+  async purge(): Promise<number> {
+    this.check();
+    await this.enqueuer.drained();
+    const end = this.st.table.end;
+    const { purged, leases } = this.st.purge();
+    for (const l of leases) l.consumer?.leaseLost(l, new LeaseExpiredError("job was purged"));
+    this.cache.clear();
+    this.enqueuer.room();
+    await this.journal.fixed(Ev.PURGE, end, 0, this.now());
+    await this.journal.compact();
+    return purged;
+  }
+
+  redrive(opts: RedriveOptions): Promise<RedriveResult> {
+    return this.mover.redrive(opts);
+  }
+
+  stats(): QueueStats {
+    this.check();
+    const st = this.st;
+    const t = st.table;
+    const now = this.now();
+    const mono = this.mono();
+    let oldestLease = 0;
+    for (const l of st.leases.values()) oldestLease = Math.max(oldestLease, mono - l.startedMono);
+    const blockedKeys: QueueStats["blockedKeys"] = [];
+    let scanned = 0;
+    for (const c of st.chains.entries()) {
+      if (blockedKeys.length >= MAX_BLOCKED_KEYS || scanned++ > MAX_BLOCKED_SCAN) break;
+      const h = c.offs[c.h];
+      if (h === undefined || !t.has(h)) continue;
+      const i = t.idx(h);
+      if (t.attempts[i] > 0 && t.status[i] !== St.INFLIGHT) blockedKeys.push({ key: c.key, ageMs: Math.max(0, now - t.enqueuedAt[i]), attempts: t.attempts[i] });
+    }
+    return {
+      name: this.name,
+      waiting: st.counts[St.READY],
+      delayed: st.counts[St.DELAYED],
+      inFlight: st.counts[St.INFLIGHT],
+      blockedByKey: st.counts[St.BLOCKED],
+      deadLettered: st.deadLettered,
+      depth: st.live,
+      bytes: st.liveBytes,
+      oldestWaitingAgeMs: st.oldestWaitingAge(now),
+      oldestLeaseAgeMs: Math.round(oldestLease),
+      redeliveries: st.redeliveries,
+      retries: st.retries,
+      completed: st.completed,
+      completionRatePerSec: st.completionRate(mono),
+      blockedKeys,
+      unreadable: st.unreadable,
+    };
+  }
+
+  /** Memory held by the job table, heaps and tail cache (docs and the memory benchmark). */
+  memoryBytes(): number {
+    return this.st.table.capacityBytes + this.st.ready.capacityBytes + this.st.delayed.capacityBytes + this.cache.heldBytes;
+  }
+
+  // ─────────────────────────────── snapshots ───────────────────────────────
+
+  /**
+   * Writes the state at the journal's end (JRN-3), then deletes what it covers: the journal
+   * below that offset and the message log below the table floor (Q-6).
+   */
+  private async snapshot(journalEnd: number): Promise<void> {
+    const now = this.now();
+    const { body, meta } = encodeSnapshot(this.st, {
+      incarnation: this.incarnation,
+      journalOffset: journalEnd,
+      dedupe: this.enqueuer.dedupe.snapshot(now),
+      // Completed requests only: their jobs lie below `rows` (completed where rows are added);
+      // pending ones append after it and are found by the recovery scan.
+      idem: this.enqueuer.producers.snapshot(),
+    });
+    this.journal.snapshotTaken();
+    this.msgBytesSinceSnapshot = 0;
+    this.lastSnapshotBytes = body.length;
+    await writeSnapshot(this.o.fs, this.o.dir, body);
+    // The snapshot is durable: what it covers may go (storage proportional to backlog).
+    await this.journal.log.advanceLogStart(Math.min(meta.journalOffset, this.journal.log.highWatermark));
+    await this.msgs.advanceLogStart(Math.min(meta.floor, this.msgs.highWatermark));
+  }
+
+  /** Forces a snapshot (after pending events are durable). */
+  compact(): Promise<void> {
+    return this.journal.compact();
+  }
+
+  // ─────────────────────────────── close ───────────────────────────────
+
+  /**
+   * Closes the queue. Cleanly (a final snapshot) unless it faulted: then the logs are closed
+   * as they are and the next open recovers from what the disk holds.
+   */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    await this.enqueuer.drained().catch(() => {});
+    await this.whenIdle().catch(() => {});
+    if (!this.broken) {
+      try {
+        await this.journal.compact();
+      } catch (e) {
+        this.logger.warn({ err: e, queue: this.name }, "final queue snapshot failed");
+      }
+    }
+    await this.journal.idle();
+    this.closed = true;
+    if (this.delayTimer) clearTimeout(this.delayTimer);
+    if (this.leaseTimer) clearTimeout(this.leaseTimer);
+    this.enqueuer.wakeAll();
+    this.loseLeases(new BrokerClosedError(`queue ${this.name} is closing`));
+    await Promise.allSettled([this.msgs.close(), this.journal.log.close()]);
+  }
+}

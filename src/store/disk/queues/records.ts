@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * How a job is laid out as a record of the queue's message log: key = FIFO key, value =
+ * payload, headers = user headers plus the reserved `sluice-*` headers below (the engine's own
+ * columns; user header names may not start with `sluice-`, the policy layer refuses them).
+ */
+import { recordSize, type PreparedRecord, type StoredRecord } from "../../../log/record-batch.js";
+import type { DeadLetterInfo } from "../../../queues/types.js";
+import { RESERVED_HEADER_PREFIX, type GrantedJob, type Lease, type NewJob } from "../../queue-store.js";
+
+/** Delivery time (f64 ms) of a job enqueued with a delay. */
+export const H_DELIVER_AT = "sluice-at";
+/** Dedupe id (UTF-8). */
+export const H_DEDUPE = "sluice-dd";
+/** Redrive count (decimal). */
+export const H_REDRIVES = "sluice-rd";
+/** First enqueue of the original job (decimal ms), on redriven jobs. */
+export const H_FIRST_ENQUEUED = "sluice-fe";
+/** Dead-letter record (JSON of DeadLetterInfo + key), on jobs in a dead-letter queue. */
+export const H_DLQ = "sluice-dlq";
+/**
+ * Room the message log leaves above `maxMessageBytes` for the reserved headers (delivery time,
+ * dedupe id, idempotent request, redrive fields), so a job the policy admitted always fits.
+ */
+export const RESERVED_HEADER_ROOM = 4096;
+/** A dead-letter record larger than this keeps only the last 3 attempts of its history. */
+const MAX_DLQ_META_BYTES = 256 * 1024;
+
+export function getHeader(h: [string, Buffer][] | null, name: string): Buffer | undefined {
+  if (h) for (const [k, v] of h) if (k === name) return v;
+  return undefined;
+}
+
+/** The record a new job is stored as (the reserved headers appended to the user's). */
+export function encodeJob(job: NewJob): PreparedRecord {
+  let headers = job.headers;
+  const extra: [string, Buffer][] = [];
+  const o = job.origin;
+  if (o !== null) {
+    if (o.redriveCount > 0) extra.push([H_REDRIVES, Buffer.from(String(o.redriveCount))]);
+    if (o.firstEnqueuedAt !== job.enqueuedAt) extra.push([H_FIRST_ENQUEUED, Buffer.from(String(o.firstEnqueuedAt))]);
+    if (o.deadLetter !== null) extra.push([H_DLQ, dlqMeta(o.deadLetter)]);
+  }
+  if (job.deliverAt > job.enqueuedAt) {
+    const b = Buffer.allocUnsafe(8);
+    b.writeDoubleLE(job.deliverAt, 0);
+    extra.push([H_DELIVER_AT, b]);
+  }
+  if (job.dedupeId !== null) extra.push([H_DEDUPE, Buffer.from(job.dedupeId, "utf8")]);
+  if (extra.length > 0) headers = headers === null ? extra : [...headers, ...extra];
+  return {
+    key: job.key === null ? null : Buffer.from(job.key, "utf8"),
+    value: job.value,
+    valueKind: job.valueKind,
+    timestamp: job.enqueuedAt,
+    headers: headers !== null && headers.length > 0 ? headers : null,
+  };
+}
+
+function dlqMeta(info: DeadLetterInfo & { key: string | null }): Buffer {
+  let meta = Buffer.from(JSON.stringify(info), "utf8");
+  if (meta.length > MAX_DLQ_META_BYTES) meta = Buffer.from(JSON.stringify({ ...info, history: info.history.slice(-3) }), "utf8");
+  return meta;
+}
+
+/** Encoded size as the log checks it (the policy checked the user part; this adds ours). */
+export function encodedSize(rec: PreparedRecord): number {
+  return recordSize(rec);
+}
+
+/** Bytes a stored job counts against `maxBytes` after recovery (payload and key). */
+export function storedSize(r: StoredRecord): number {
+  return (r.value?.length ?? 0) + (r.key?.length ?? 0) + 16;
+}
+
+/** Wall-clock time the stored job becomes deliverable. */
+export function deliverAtOf(r: PreparedRecord): number {
+  const at = getHeader(r.headers, H_DELIVER_AT);
+  return at !== undefined && at.length === 8 ? at.readDoubleLE(0) : r.timestamp;
+}
+
+export function dedupeIdOf(r: PreparedRecord): string | null {
+  const d = getHeader(r.headers, H_DEDUPE);
+  return d === undefined ? null : d.toString("utf8");
+}
+
+/** The dead-letter record of a job in a dead-letter queue (with the source job's key). */
+export function deadLetterOf(r: PreparedRecord): (DeadLetterInfo & { key?: string | null }) | null {
+  const m = getHeader(r.headers, H_DLQ);
+  return m === undefined ? null : (JSON.parse(m.toString("utf8")) as DeadLetterInfo & { key?: string | null });
+}
+
+export function redriveCountOf(r: PreparedRecord): number {
+  const rd = getHeader(r.headers, H_REDRIVES);
+  return rd === undefined ? 0 : Number(rd.toString("utf8")) || 0;
+}
+
+export function firstEnqueuedAtOf(r: PreparedRecord): number {
+  const fe = getHeader(r.headers, H_FIRST_ENQUEUED);
+  return fe === undefined ? r.timestamp : Number(fe.toString("utf8")) || r.timestamp;
+}
+
+/** User headers only (null when there are none). */
+export function userHeaders(h: [string, Buffer][] | null): [string, Buffer][] | null {
+  if (h === null) return null;
+  let out: [string, Buffer][] | null = null;
+  for (const e of h) if (!e[0].startsWith(RESERVED_HEADER_PREFIX)) (out ??= []).push(e);
+  return out;
+}
+
+/** The neutral view of a stored job, with its lease when it is handed out. */
+export function grantedJob(id: string, r: PreparedRecord, lease: Lease): GrantedJob {
+  return {
+    id,
+    key: r.key === null ? null : r.key.toString("utf8"),
+    value: r.value,
+    valueKind: r.valueKind,
+    headers: userHeaders(r.headers),
+    enqueuedAt: r.timestamp,
+    redriveCount: redriveCountOf(r),
+    // The stored record also names the source job's key (for redrive); harmless to expose.
+    deadLetter: deadLetterOf(r),
+    lease,
+  };
+}

@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * Rebuilds a queue's state on open: the snapshot, then rows for the jobs appended after it
+ * (read from the message log: delivery time, key, dedupe id, idempotent request), then the
+ * journal replayed from the snapshot's offset (JRN-1: idempotent assignments, terminal rows
+ * stay terminal), then the derived structures (JobState.rebuild).
+ *
+ * Damaged storage (REC-1): a record of the message log after the snapshot that fails its
+ * checksum holds jobs that can never be read back; recovery does not refuse to open the queue
+ * for it. The jobs of the damaged range get terminal rows (the table stays contiguous, TBL-1),
+ * are counted in `stats().unreadable` and the range is logged at error level; every intact job
+ * before and after it is recovered. A damaged journal record is skipped the same way (logged):
+ * the settlements it held are lost, so those jobs are delivered again (at least once).
+ */
+import { CorruptRecordError } from "../../../errors.js";
+import type { Logger } from "../../../observability/telemetry.js";
+import type { FileSystem } from "../../../log/io.js";
+import type { PartitionLog } from "../../../log/partition-log.js";
+import type { StoredRecord } from "../../../log/record-batch.js";
+import type { AttemptRecord } from "../../../queues/types.js";
+import { DedupeTable } from "./dedupe.js";
+import { decodeEvents, Ev, type JournalEvent } from "./events.js";
+import { JobState, type DlqIntent, type LeaseRecord } from "./job-state.js";
+import { decodeIdemHeader, EnqueueProducers, H_IDEMPOTENCE } from "./producers.js";
+import { dedupeIdOf, deliverAtOf, getHeader, storedSize } from "./records.js";
+import { readSnapshot } from "./snapshot.js";
+import { isTerminal, JobTable, St } from "./table.js";
+
+/** Bytes per read while scanning the logs on recovery. */
+const RECOVERY_READ_BYTES = 4 * 1024 * 1024;
+
+export interface RecoveryContext {
+  fs: FileSystem;
+  dir: string;
+  queue: string;
+  msgs: PartitionLog;
+  journal: PartitionLog;
+  dedupeWindowMs: number;
+  logger: Logger;
+  now: number;
+  monoNow: number;
+}
+
+export interface Recovered {
+  state: JobState;
+  dedupe: DedupeTable;
+  producers: EnqueueProducers;
+}
+
+export async function recoverQueue(c: RecoveryContext): Promise<Recovered> {
+  const dedupe = new DedupeTable(c.dedupeWindowMs);
+  const producers = new EnqueueProducers();
+  const keyIds = new Map<string, number>();
+  const leases = new Map<number, LeaseRecord>();
+  let journalFrom = c.journal.logStartOffset;
+  let state: JobState;
+  const snap = await readSnapshot(c.fs, c.dir, c.queue);
+  if (snap !== null) {
+    const { meta } = snap;
+    state = new JobState(snap.table);
+    for (const [id, key] of meta.chains) keyIds.set(key, id);
+    for (const [off, attempt, deadlineWall, consumer] of meta.leases) leases.set(off, { attempt, deadlineWall, consumer });
+    for (const [off, h] of meta.history) state.history.set(off, h);
+    for (const [off, m] of meta.moving) state.moving.set(off, m);
+    dedupe.load(meta.dedupe);
+    if (meta.idem !== undefined) producers.load(meta.idem);
+    state.redeliveries = meta.counters.redeliveries;
+    state.retries = meta.counters.retries;
+    state.completed = meta.counters.completed;
+    state.deadLettered = meta.counters.deadLettered;
+    journalFrom = Math.max(journalFrom, meta.journalOffset);
+  } else {
+    state = new JobState(new JobTable(c.msgs.logStartOffset));
+  }
+  if (state.table.end > c.msgs.highWatermark) {
+    // Only possible with durability "interval"/"never": the log lost an unsynced tail the snapshot had seen.
+    c.logger.warn({ queue: c.queue, snapshotEnd: state.table.end, logEnd: c.msgs.highWatermark }, "queue jobs lost with the unsynced log tail");
+    state.table.truncate(c.msgs.highWatermark);
+    producers.truncate(c.msgs.highWatermark);
+  }
+  await scanJobs(c, state, keyIds, dedupe, producers);
+  await replayJournal(c, state, leases, journalFrom);
+  state.rebuild(keyIds, leases, c.now, c.monoNow);
+  return { state, dedupe, producers };
+}
+
+/** Rows for the jobs after the snapshot, from the message log (REC-1 for damaged ranges). */
+async function scanJobs(c: RecoveryContext, st: JobState, keyIds: Map<string, number>, dedupe: DedupeTable, producers: EnqueueProducers): Promise<void> {
+  let nextChainId = 0;
+  for (const id of keyIds.values()) nextChainId = Math.max(nextChainId, id + 1);
+  const chainOf = (key: string): number => {
+    let chain = keyIds.get(key);
+    if (chain === undefined) keyIds.set(key, (chain = nextChainId++));
+    return chain;
+  };
+  const add = (r: StoredRecord): void => {
+    const chain = r.key === null ? -1 : chainOf(r.key.toString("utf8"));
+    st.table.add(r.offset, St.READY, deliverAtOf(r), r.timestamp, chain, storedSize(r));
+    const dd = dedupeIdOf(r);
+    if (dd !== null) dedupe.restore(dd, r.offset, r.timestamp, c.now);
+    // IDEM-1: the first new job of an idempotent request names it; the request's jobs are
+    // exactly as durable as this record.
+    const ip = getHeader(r.headers, H_IDEMPOTENCE);
+    if (ip !== undefined) {
+      const h = decodeIdemHeader(ip);
+      if (h !== null) producers.restore(h.producerId, h.sequence, r.offset, h.count);
+      else c.logger.warn({ queue: c.queue, offset: r.offset }, "ignoring a malformed idempotent-enqueue header");
+    }
+  };
+  let off = Math.max(st.table.end, c.msgs.logStartOffset);
+  const end = c.msgs.highWatermark;
+  while (off < end) {
+    let read: { records: StoredRecord[]; nextOffset: number };
+    try {
+      read = await c.msgs.read(off, RECOVERY_READ_BYTES);
+    } catch (e) {
+      if (!(e instanceof CorruptRecordError)) throw e;
+      const resume = Math.min(end, Math.max(off + 1, e.nextOffset ?? end));
+      c.logger.error(
+        { err: e, queue: c.queue, from: off, to: resume, lost: resume - off },
+        "queue message log is damaged: the jobs in this range cannot be read and are skipped (counted in stats().unreadable)",
+      );
+      for (let o = off; o < resume; o++) st.addUnreadable(o, c.now);
+      off = resume;
+      continue;
+    }
+    for (const r of read.records) add(r);
+    if (read.nextOffset <= off) break;
+    off = read.nextOffset;
+  }
+}
+
+async function replayJournal(c: RecoveryContext, st: JobState, leases: Map<number, LeaseRecord>, from: number): Promise<void> {
+  let j = from;
+  const end = c.journal.highWatermark;
+  while (j < end) {
+    let read: { records: StoredRecord[]; nextOffset: number };
+    try {
+      read = await c.journal.read(j, RECOVERY_READ_BYTES);
+    } catch (e) {
+      if (!(e instanceof CorruptRecordError)) throw e;
+      const resume = Math.min(end, Math.max(j + 1, e.nextOffset ?? end));
+      c.logger.error({ err: e, queue: c.queue, from: j, to: resume }, "queue journal is damaged: the settlements in this range are lost (those jobs are delivered again)");
+      j = resume;
+      continue;
+    }
+    for (const r of read.records) {
+      if (r.value === null) continue;
+      for (const ev of decodeEvents(r.value)) replay(st, ev, leases);
+    }
+    if (read.nextOffset <= j) break;
+    j = read.nextOffset;
+  }
+}
+
+/** Applies one journal event (JRN-1: assignments, never deltas; terminal rows stay terminal). */
+export function replay(st: JobState, ev: JournalEvent, leases: Map<number, LeaseRecord>): void {
+  const t = st.table;
+  if (ev.type === Ev.PURGE) {
+    t.forEachLive((o, i) => {
+      if (o < ev.offset) {
+        t.status[i] = St.DONE;
+        leases.delete(o);
+        st.history.delete(o);
+        st.moving.delete(o);
+      }
+    });
+    return;
+  }
+  if (!t.has(ev.offset)) return;
+  const i = t.idx(ev.offset);
+  if (isTerminal(t.status[i])) return;
+  const o = ev.offset;
+  switch (ev.type) {
+    case Ev.DELIVER:
+      t.attempts[i] = Math.max(t.attempts[i], ev.attempt);
+      t.status[i] = St.INFLIGHT;
+      leases.set(o, { attempt: ev.attempt, deadlineWall: ev.time, consumer: "(before restart)" });
+      break;
+    case Ev.EXTEND: {
+      const l = leases.get(o);
+      if (l && l.attempt === ev.attempt) l.deadlineWall = ev.time;
+      break;
+    }
+    case Ev.ACK:
+      t.status[i] = St.DONE;
+      leases.delete(o);
+      break;
+    case Ev.NACK:
+    case Ev.EXPIRE:
+      t.attempts[i] = Math.max(t.attempts[i], ev.attempt);
+      t.status[i] = St.DELAYED;
+      t.visibleAt[i] = ev.time;
+      leases.delete(o);
+      if (ev.data !== undefined) st.pushHistory(o, ev.data as AttemptRecord);
+      break;
+    case Ev.DLQ_INTENT:
+      t.status[i] = St.MOVING;
+      leases.delete(o);
+      st.moving.set(o, ev.data as DlqIntent);
+      break;
+    case Ev.DEAD:
+      t.status[i] = St.DEAD;
+      leases.delete(o);
+      st.moving.delete(o);
+      break;
+  }
+}

@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * The queue snapshot (`snapshot.bin`, replaced with writeFileAtomic): `SLQSNAP1`, u32 JSON
+ * length, JSON metadata (floor, journal offset, leases, history, dead-letter moves, dedupe ids,
+ * chains, counters, idempotent requests), then the job table's columns (table.ts).
+ *
+ * JRN-3: a snapshot is taken only between two journal appends (journal.ts), so every journal
+ * record below `journalOffset` is reflected in it; events after it replay idempotently
+ * (JRN-1). Q-6: it never claims more than the logs hold: its rows end at the message log's
+ * durable end (jobs are added to the table only once their append is durable), and after it is
+ * durable the journal below `journalOffset` and the message log below `floor` are deleted.
+ */
+import { join } from "node:path";
+import { StorageError } from "../../../errors.js";
+import { writeFileAtomic, type FileSystem } from "../../../log/io.js";
+import type { AttemptRecord } from "../../../queues/types.js";
+import type { DlqIntent, JobState } from "./job-state.js";
+import type { IdemSnapshot } from "./producers.js";
+import { JobTable } from "./table.js";
+
+const SNAP_MAGIC = Buffer.from("SLQSNAP1");
+export const SNAPSHOT_FILE = "snapshot.bin";
+
+export interface SnapshotMeta {
+  version: 1;
+  incarnation: string;
+  floor: number;
+  rows: number;
+  journalOffset: number;
+  chains: [number, string][];
+  leases: [number, number, number, string][];
+  history: [number, AttemptRecord[]][];
+  moving: [number, DlqIntent][];
+  dedupe: [string, number, number][];
+  counters: { redeliveries: number; retries: number; completed: number; deadLettered: number };
+  /** Idempotent enqueue requests of jobs below `rows` (absent in snapshots of older versions). */
+  idem?: IdemSnapshot;
+}
+
+/** Everything a snapshot holds besides the state (dedupe ids and idempotent requests). */
+export interface SnapshotExtras {
+  incarnation: string;
+  journalOffset: number;
+  dedupe: [string, number, number][];
+  idem: IdemSnapshot;
+}
+
+/** Serialises the state (its floor advanced first). */
+export function encodeSnapshot(st: JobState, x: SnapshotExtras): { body: Buffer; meta: SnapshotMeta } {
+  const t = st.table;
+  t.advanceFloor();
+  const chainsUsed = new Map<number, string>();
+  t.forEachLive((_o, i) => {
+    const c = t.chain[i];
+    if (c >= 0 && !chainsUsed.has(c)) chainsUsed.set(c, st.chains.get(c)?.key ?? "");
+  });
+  const meta: SnapshotMeta = {
+    version: 1,
+    incarnation: x.incarnation,
+    floor: t.floor,
+    rows: t.rows,
+    journalOffset: x.journalOffset,
+    chains: [...chainsUsed],
+    leases: [...st.leases.values()].map((l) => [l.off, l.attempt, l.deadlineWall, l.consumerId]),
+    history: [...st.history],
+    moving: [...st.moving],
+    dedupe: x.dedupe,
+    counters: { redeliveries: st.redeliveries, retries: st.retries, completed: st.completed, deadLettered: st.deadLettered },
+    idem: x.idem,
+  };
+  const json = Buffer.from(JSON.stringify(meta), "utf8");
+  const head = Buffer.alloc(12);
+  SNAP_MAGIC.copy(head, 0);
+  head.writeUInt32LE(json.length, 8);
+  return { body: Buffer.concat([head, json, t.encode()]), meta };
+}
+
+export async function writeSnapshot(fs: FileSystem, dir: string, body: Buffer): Promise<void> {
+  await writeFileAtomic(fs, join(dir, SNAPSHOT_FILE), body);
+}
+
+export async function readSnapshot(fs: FileSystem, dir: string, queue: string): Promise<{ meta: SnapshotMeta; table: JobTable } | null> {
+  const path = join(dir, SNAPSHOT_FILE);
+  if ((await fs.stat(path)) === null) return null;
+  const buf = await fs.readFile(path);
+  if (buf.length < 12 || !buf.subarray(0, 8).equals(SNAP_MAGIC)) throw new StorageError(`queue ${queue}: bad snapshot ${path}`);
+  const jl = buf.readUInt32LE(8);
+  if (jl > buf.length - 12) throw new StorageError(`queue ${queue}: truncated snapshot ${path}`);
+  const meta = JSON.parse(buf.toString("utf8", 12, 12 + jl)) as SnapshotMeta;
+  const table = JobTable.decode(meta.floor, meta.rows, buf.subarray(12 + jl));
+  return { meta, table };
+}

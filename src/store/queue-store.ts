@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * The queue half of the storage engine contract (`StorageEngine.queues`): what a work queue
+ * needs from storage, in neutral types, so that the queue policy above it (src/queues: config
+ * validation, backoff, the dead-letter decision, job and worker handles, prefetch,
+ * `process()`) runs unchanged on any engine.
+ *
+ * The disk engine implements it in src/store/disk/queues/ (a message log and a state journal
+ * per queue). A PostgreSQL engine would keep a jobs table: `enqueue` an INSERT (dedupe and
+ * admission in the same transaction), `grant` a `SELECT ... FOR UPDATE SKIP LOCKED` that
+ * writes the new attempt and deadline, each settlement one transaction, the dead-letter move an
+ * INSERT into the dead-letter queue and an UPDATE of the source in one transaction.
+ *
+ * Contract (every engine; the invariants are in docs/ARCHITECTURE.md):
+ *  - Q-1 a job is granted only once its enqueue is durable, and a grant resolves only once the
+ *    new attempt number is durable, so attempts never go backwards across crashes.
+ *  - Q-2 a settlement (`ack`, `retry`, `deadLetter`, `extend`) resolves only once durable.
+ *  - Q-3 a settlement names the current lease of its job (the object `grant` returned); a
+ *    stale one throws LeaseExpiredError and changes nothing.
+ *  - Q-4 a dead-letter move leaves the job in the source or in the dead-letter queue after any
+ *    crash, never in neither; Q-5 a redrive removes the dead-letter entry only once the copy
+ *    in the target is durable.
+ *  - KEY-1 jobs sharing a key are granted in enqueue order, at most one in flight.
+ *  - LEASE-1..3 lease clocks, expiry and lease loss (see `Lease`, `LeaseConsumer`).
+ * Errors known at once (a stale lease, a bad argument, a closed or failed queue) are thrown
+ * synchronously by the settlement methods; their promise reports the write. Settlements made
+ * durable together may share one promise (callers group on identity).
+ */
+import type { ValueKind } from "../log/record-batch.js";
+import type {
+  AttemptRecord,
+  DeadLetterInfo,
+  EnqueueResult,
+  QueueConfig,
+  QueueStats,
+  RedriveOptions,
+  RedriveResult,
+} from "../queues/types.js";
+
+export type { ValueKind };
+
+/** Header names starting with this are the engine's; the policy refuses them in user input. */
+export const RESERVED_HEADER_PREFIX = "sluice-";
+/** Dedupe ids starting with this are the broker's own (dead-letter moves, redrives: 7-day window). */
+export const SYSTEM_DEDUPE_PREFIX = "sys:";
+
+/** Identity of an idempotent enqueue request: the network client's producer id and the
+ * request's sequence number for this queue (src/queues/idempotence.ts, IDEM-1). */
+export interface EnqueueIdentity {
+  producerId: number;
+  sequence: number;
+}
+
+/**
+ * A queue's configuration with every default filled in, as the policy layer resolved it from
+ * the stored `QueueConfig` (src/queues/config.ts). The engine enforces the storage-side limits
+ * (depth, bytes, dedupe, in-flight) and applies the dead-letter rules that run without a caller
+ * (lease expiry at `maxAttempts`, redaction, the redrive `repeat` mark).
+ */
+export interface QueueSettings {
+  visibilityTimeoutMs: number;
+  maxAttempts: number;
+  backoff: { type: "exponential" | "fixed"; minDelayMs: number; maxDelayMs: number };
+  deadLetter: string | null;
+  maxDepth: number;
+  maxBytes: number;
+  overflow: "reject" | "block";
+  blockTimeoutMs: number;
+  dedupeWindowMs: number;
+  maxDedupeEntries: number;
+  redactHeaders: string[];
+  maxRedrives: number;
+  maxMessageBytes: number;
+  durability: "always" | "interval" | "never";
+  maxInFlight: number;
+  segmentBytes: number;
+}
+
+/** Where a job came from when it is a copy made by the broker (a dead-letter move, a redrive). */
+export interface JobOrigin {
+  /** Redrives so far (a redriven job carries its count + 1). */
+  redriveCount: number;
+  /** First enqueue of the original job (kept across moves). */
+  firstEnqueuedAt: number;
+  /** Set on a job in a dead-letter queue. */
+  deadLetter: (DeadLetterInfo & { key: string | null }) | null;
+}
+
+/** A job validated and encoded by the policy layer, not yet stored. */
+export interface NewJob {
+  key: string | null;
+  value: Buffer | null;
+  valueKind: ValueKind;
+  /** User headers (names never start with `sluice-`: reserved for the engine). */
+  headers: [string, Buffer][] | null;
+  enqueuedAt: number;
+  /** Deliverable from this wall-clock time; `<= enqueuedAt` means at once. */
+  deliverAt: number;
+  /** `sys:`-prefixed ids are the broker's own (dead-letter moves, redrives): 7-day window. */
+  dedupeId: string | null;
+  /** Counted against `maxBytes` (the policy checked it against `maxMessageBytes`). */
+  size: number;
+  origin: JobOrigin | null;
+}
+
+/** A stored job as handed to a consumer. */
+export interface StoredJob {
+  /** Engine-assigned, unique within the queue's incarnation. */
+  readonly id: string;
+  readonly key: string | null;
+  readonly value: Buffer | null;
+  readonly valueKind: ValueKind;
+  /** User headers only. */
+  readonly headers: [string, Buffer][] | null;
+  readonly enqueuedAt: number;
+  readonly redriveCount: number;
+  readonly deadLetter: DeadLetterInfo | null;
+}
+
+/**
+ * One delivery of a job. The object `grant` returned is the lease's identity: settlements take
+ * it back (Q-3). LEASE-1: the lease runs from the hand-out, for the consumer's `leaseMs`, on a
+ * monotonic clock; its wall-clock deadline is stored, and after a restart an unexpired lease
+ * stays in force until it.
+ */
+export interface Lease {
+  readonly jobId: string;
+  /** 1 on first delivery; every grant of the job raises it (durably, Q-1). */
+  readonly attempt: number;
+  /** `<jobId>.<attempt>`: unique per delivery. */
+  readonly receipt: string;
+  /** Wall-clock ms when the lease ends (informational; expiry uses a monotonic clock). */
+  readonly deadline: number;
+}
+
+/**
+ * Who leases jobs: the policy's worker. LEASE-2: the engine calls `leaseLost` synchronously
+ * when a lease granted to this consumer ends other than by a settlement through it: expiry,
+ * purge, the queue failing or closing, or a release the engine made.
+ */
+export interface LeaseConsumer {
+  readonly consumerId: string;
+  readonly codeVersion: string | undefined;
+  /** Lease length for this consumer's grants. */
+  readonly leaseMs: number;
+  leaseLost(lease: Lease, reason: Error): void;
+}
+
+/** Grant to `consumer` until it holds `upTo` leases of this queue (granted, not yet ended). */
+export interface GrantRequest {
+  consumer: LeaseConsumer;
+  upTo: number;
+}
+
+export interface GrantedJob extends StoredJob {
+  readonly lease: Lease;
+}
+
+export interface EnqueueRequestOptions {
+  /** Aborts a wait for room (overflow "block"); nothing is stored then (AbortedError). */
+  signal?: AbortSignal;
+  /**
+   * An idempotent request of the network client: one already stored is answered with its
+   * original ids (IDEM-1, src/queues/idempotence.ts).
+   */
+  identity?: EnqueueIdentity;
+  /** Answer `{ first, count }` (ids `first .. first + count - 1`) when every job is new. */
+  compact?: boolean;
+}
+
+export type EnqueueOutcome = EnqueueResult[] | { first: number; count: number };
+
+/** Notifications from a stored queue to the policy layer. */
+export interface QueueListener {
+  /** Jobs may have become grantable (enqueued, due, unblocked, released, queue recovered). */
+  available(): void;
+}
+
+/** One open queue (its current incarnation). */
+export interface StoredQueue {
+  readonly name: string;
+  /** Changes when the queue is deleted and re-created: old jobs never come back. */
+  readonly incarnation: string;
+  readonly settings: QueueSettings;
+
+  /** Stores jobs (dedupe, admission, Q-1); results in job order. */
+  enqueue(jobs: readonly NewJob[], opts?: EnqueueRequestOptions): Promise<EnqueueOutcome>;
+  /**
+   * Grants leases on grantable jobs, round-robin over the requests, at most `maxInFlight` in
+   * the queue; resolves (one array per request) once the grants are durable (Q-1). Jobs whose
+   * lease ended meanwhile are left out.
+   */
+  grant(requests: readonly GrantRequest[]): Promise<GrantedJob[][]>;
+  ack(lease: Lease): Promise<void>;
+  /** A failed attempt: visible again at `visibleAt` (`failure` joins the job's history). */
+  retry(lease: Lease, visibleAt: number, failure: AttemptRecord): Promise<void>;
+  /** Moves the job to the dead-letter queue (or drops it without one), Q-4. */
+  deadLetter(lease: Lease, failure: AttemptRecord): Promise<void>;
+  /** Pushes the deadline out to `ms` from now. */
+  extend(lease: Lease, ms: number): Promise<void>;
+  /**
+   * Gives an unsettled job back, visible at once, without a failure record. `counted` false:
+   * it never reached application code, so this delivery is not an attempt. Not awaited: if the
+   * record is lost in a crash, the lease simply expires. No-op for a lease that already ended.
+   */
+  release(lease: Lease, counted: boolean): void;
+  /** Restarts the lease clock (same length) at a later hand-out; not durable (LEASE-1). */
+  restartLease(lease: Lease): void;
+
+  stats(): Promise<QueueStats>;
+  /** Durably drops every job enqueued before the call; returns how many. */
+  purge(): Promise<number>;
+  /** Treats this queue as a dead-letter queue and moves matching entries back (Q-5). */
+  redrive(opts: RedriveOptions): Promise<RedriveResult>;
+  listen(listener: QueueListener): () => void;
+  /** Resolves when background work (resumed moves and redrives) has finished. */
+  whenIdle(): Promise<void>;
+}
+
+export interface OpenQueueRequest {
+  /** The user's config to store (replacing a different stored one). Absent: keep the stored
+   * one; a new queue stores `{}` (or `{ deadLetter: null }` when `implicit`). */
+  config?: QueueConfig;
+  /** Created by the broker itself (a dead-letter queue on first use). */
+  implicit?: boolean;
+  /** The policy's validation and defaults for a stored config (ValidationError when bad). */
+  settings(config: QueueConfig): QueueSettings;
+  /**
+   * Other queues (dead-letter and redrive targets), opened through the policy layer, so the
+   * engine's moves go through the same `StoredQueue` objects (and any wrapper around them).
+   */
+  peer(name: string): Promise<StoredQueue>;
+}
+
+export interface QueueStore {
+  /** Opens (creating if needed) the current incarnation of `name`, recovered. */
+  open(name: string, req: OpenQueueRequest): Promise<StoredQueue>;
+  /** Existing queues, sorted by name. */
+  list(): Promise<string[]>;
+  /**
+   * Durably deletes the queue and its jobs (NotFoundError `QUEUE_NOT_FOUND` when absent). Its
+   * open `StoredQueue` stops working (BrokerClosedError); the next `open` creates a new
+   * incarnation.
+   */
+  delete(name: string): Promise<void>;
+}
