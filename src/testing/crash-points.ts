@@ -211,8 +211,10 @@ class Runner {
     const ledger = new Ledger();
     // Virtual clocks: the monotonic one advances 1 ms per counted operation, the wall clock only
     // when the workload sleeps.
+    // (From a fixed start: compared with a log's initial 0 -- e.g. the tail-read window -- the
+    // real uptime would make the first run in a process behave unlike the later ones.)
     const perf = globalThis.performance as unknown as { now: () => number };
-    let virtual = perf.now();
+    let virtual = 10_000_000;
     Object.defineProperty(perf, "now", { value: () => virtual, configurable: true, writable: true });
     const realDateNow = Date.now;
     let wall = realDateNow();
