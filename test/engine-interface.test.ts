@@ -62,6 +62,9 @@ test("every conformance run went through the counting engine: appends, reads, co
       assert.ok(total(name, m) > 0, `${name}: ${m} was called`);
     const appended = total(name, "append") + total(name, "encoded.appendEncoded");
     assert.ok(appended > 0, `${name}: records were appended`);
+    // Work queues reach storage only through `engine.queues` (dead-letter copies included).
+    for (const m of ["queues.open", "queues.enqueue", "queues.grant", "queues.ack", "queues.retry", "queues.deadLetter", "queues.stats", "queues.purge"])
+      assert.ok(total(name, m) > 0, `${name}: ${m} was called`);
   }
   // The server publishes client-encoded batches and pushes stored batches when it can.
   assert.ok(total("counting engine, server", "encoded.appendEncoded") > 0, "server publishes use appendEncoded");

@@ -18,6 +18,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
+  AbortedError,
   BrokerError,
   GroupActiveError,
   InvalidNameError,
@@ -565,5 +566,54 @@ export function defineConformanceSuite(name: string, factory: () => Promise<Conf
     assert.equal(dead.deadLetter?.errorClass, "PermanentError");
     await dead.ack();
     await w.close();
+  });
+
+  // Shutdown semantics of process() (docs/queues.md, PROC-1), the same embedded and remote.
+  t("queues: process() shutdown: running jobs' signals abort; a handler that returns acks, one that throws is released (not failed); unstarted jobs keep their attempts", async (b) => {
+    const name = uniq("shutdown");
+    // maxAttempts 1: a failure recorded for the interrupted job would dead-letter it.
+    const q = b.queue<string>(name, { maxAttempts: 1, visibilityTimeoutMs: 60_000 });
+    await q.enqueueBatch(["finishes", "interrupted", "unstarted"].map((data) => ({ data })));
+    const ac = new AbortController();
+    const reasons = new Map<string, unknown>();
+    const order: string[] = [];
+    let letFinish!: () => void;
+    const finishGate = new Promise<void>((r) => (letFinish = r));
+    const done = q.process(
+      async (job) => {
+        await new Promise<void>((r) => job.signal.addEventListener("abort", () => r(), { once: true }));
+        reasons.set(job.data, job.signal.reason);
+        if (job.data === "interrupted") {
+          order.push("interrupted threw");
+          throw new Error("interrupted by the shutdown");
+        }
+        await finishGate;
+        order.push("finishes returned");
+      },
+      { concurrency: 2, signal: ac.signal },
+    );
+    void done.then(() => order.push("process resolved"));
+    await waitUntil(async () => (await q.stats()).inFlight === 2, "two handlers running");
+    ac.abort(new Error("shutting down"));
+    await waitUntil(() => reasons.size === 2, "both signals aborted");
+    for (const [data, reason] of reasons) assert.ok(reason instanceof AbortedError, `${data}: signal aborted with AbortedError`);
+    letFinish();
+    await done;
+    assert.deepEqual(order, ["interrupted threw", "finishes returned", "process resolved"], "process() resolves after its handlers finished");
+    const s = await q.stats();
+    assert.equal(s.inFlight, 0, "nothing left leased");
+    assert.equal(s.deadLettered, 0, "the interrupted job was not failed");
+    assert.equal(s.completed, 1, "the handler that returned was acked");
+    assert.equal(s.depth, 2);
+    const w = q.work({ prefetch: 2 });
+    const it = w[Symbol.asyncIterator]();
+    const attempts = new Map<string, number>();
+    for (let i = 0; i < 2; i++) {
+      const j = await nextJob(it);
+      attempts.set(j.data, j.attempt);
+      await j.ack();
+    }
+    await w.close();
+    assert.deepEqual(Object.fromEntries(attempts), { interrupted: 2, unstarted: 1 }, "released with its delivery counted; never delivered: first attempt");
   });
 }

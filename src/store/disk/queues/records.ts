@@ -34,20 +34,8 @@ export function getHeader(h: [string, Buffer][] | null, name: string): Buffer | 
 /** The record a new job is stored as (the reserved headers appended to the user's). */
 export function encodeJob(job: NewJob): PreparedRecord {
   let headers = job.headers;
-  const extra: [string, Buffer][] = [];
-  const o = job.origin;
-  if (o !== null) {
-    if (o.redriveCount > 0) extra.push([H_REDRIVES, Buffer.from(String(o.redriveCount))]);
-    if (o.firstEnqueuedAt !== job.enqueuedAt) extra.push([H_FIRST_ENQUEUED, Buffer.from(String(o.firstEnqueuedAt))]);
-    if (o.deadLetter !== null) extra.push([H_DLQ, dlqMeta(o.deadLetter)]);
-  }
-  if (job.deliverAt > job.enqueuedAt) {
-    const b = Buffer.allocUnsafe(8);
-    b.writeDoubleLE(job.deliverAt, 0);
-    extra.push([H_DELIVER_AT, b]);
-  }
-  if (job.dedupeId !== null) extra.push([H_DEDUPE, Buffer.from(job.dedupeId, "utf8")]);
-  if (extra.length > 0) headers = headers === null ? extra : [...headers, ...extra];
+  // Most jobs carry no reserved header at all: no array for them (the hot path).
+  if (job.origin !== null || job.deliverAt > job.enqueuedAt || job.dedupeId !== null) headers = withReserved(job);
   return {
     key: job.key === null ? null : Buffer.from(job.key, "utf8"),
     value: job.value,
@@ -55,6 +43,23 @@ export function encodeJob(job: NewJob): PreparedRecord {
     timestamp: job.enqueuedAt,
     headers: headers !== null && headers.length > 0 ? headers : null,
   };
+}
+
+function withReserved(job: NewJob): [string, Buffer][] {
+  const out: [string, Buffer][] = job.headers === null ? [] : [...job.headers];
+  const o = job.origin;
+  if (o !== null) {
+    if (o.redriveCount > 0) out.push([H_REDRIVES, Buffer.from(String(o.redriveCount))]);
+    if (o.firstEnqueuedAt !== job.enqueuedAt) out.push([H_FIRST_ENQUEUED, Buffer.from(String(o.firstEnqueuedAt))]);
+    if (o.deadLetter !== null) out.push([H_DLQ, dlqMeta(o.deadLetter)]);
+  }
+  if (job.deliverAt > job.enqueuedAt) {
+    const b = Buffer.allocUnsafe(8);
+    b.writeDoubleLE(job.deliverAt, 0);
+    out.push([H_DELIVER_AT, b]);
+  }
+  if (job.dedupeId !== null) out.push([H_DEDUPE, Buffer.from(job.dedupeId, "utf8")]);
+  return out;
 }
 
 function dlqMeta(info: DeadLetterInfo & { key: string | null }): Buffer {
