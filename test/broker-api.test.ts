@@ -443,16 +443,15 @@ test("fetch: long-poll returns when a record is published; times out empty other
   assert.deepEqual(got.records.map((r) => [r.offset, r.value]), [[1, "second"]]);
   // Abort: an AbortSignal ends the wait early with AbortedError (as a client's fetch does).
   const ac = new AbortController();
-  let aborted = false;
-  const abortedAt = Date.now();
-  const p = b.fetch("t", 0, 2, { maxWaitMs: 30_000, signal: ac.signal }).finally(() => {
-    aborted = true;
-  });
+  let outcome: unknown = "pending";
+  void b.fetch("t", 0, 2, { maxWaitMs: 30_000, signal: ac.signal }).then(
+    (r) => (outcome = r),
+    (err: unknown) => (outcome = err),
+  );
   await new Promise((r) => setImmediate(r));
   ac.abort();
-  await waitUntil(() => aborted, "aborted fetch to end", 5_000);
-  await assert.rejects(p, AbortedError);
-  assert.ok(Date.now() - abortedAt < 10_000, "ended by the abort, not by maxWaitMs");
+  await waitUntil(() => outcome !== "pending", "aborted fetch to end", 5_000);
+  assert.ok(outcome instanceof AbortedError, `ended with ${String(outcome)}`);
 });
 
 test("fetch: earliest, latest and offsetForTimestamp (first offset with ts >= target; beyond all -> hwm)", async () => {
