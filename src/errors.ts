@@ -94,14 +94,6 @@ export class InvalidNameError extends RegisteredError {
  * this one for a path that names no resource. */
 export class NotFoundError extends RegisteredError {
   static override readonly spec = spec("NOT_FOUND", false, 404, "server", () => new NotFoundError(""));
-  /**
-   * @param legacyCode Deprecated: only for callers that still raise `QUEUE_NOT_FOUND` as a plain
-   * NotFoundError (src/queues/manager.ts until it raises `QueueNotFoundError`).
-   */
-  constructor(message: string, legacyCode?: string) {
-    super(message);
-    if (legacyCode !== undefined) Object.defineProperty(this, "code", { value: legacyCode });
-  }
 }
 
 export class TopicNotFoundError extends NotFoundError {
