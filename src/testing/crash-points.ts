@@ -458,11 +458,16 @@ export function formatCrashPointReport(r: CrashPointReport, maxFailures = 30): s
   }
   for (const f of r.failures.slice(0, maxFailures)) {
     lines.push(`FAIL seed ${r.seed} k ${f.k} [${f.phase}] at ${f.op}, power loss "${f.powerLoss}"${f.diverged ? ` (diverged: ${f.diverged})` : ""}`);
-    for (const p of f.problems.slice(0, 6)) lines.push(`    ${p.invariant}: ${p.detail}`);
-    if (f.problems.length > 6) {
+    // The first problem of each broken invariant, then the first few of the rest.
+    const shown: Problem[] = [];
+    const seenInv = new Set<string>();
+    for (const p of f.problems) if (!seenInv.has(p.invariant) && shown.length < 10) (seenInv.add(p.invariant), shown.push(p));
+    for (const p of f.problems) if (shown.length < 6 && !shown.includes(p)) shown.push(p);
+    for (const p of f.problems.filter((x) => shown.includes(x))) lines.push(`    ${p.invariant}: ${p.detail}`);
+    if (f.problems.length > shown.length) {
       const more = new Map<string, number>();
-      for (const p of f.problems.slice(6)) more.set(p.invariant, (more.get(p.invariant) ?? 0) + 1);
-      lines.push(`    ... and ${f.problems.length - 6} more (${[...more].map(([k, n]) => `${k} x${n}`).join(", ")})`);
+      for (const p of f.problems) if (!shown.includes(p)) more.set(p.invariant, (more.get(p.invariant) ?? 0) + 1);
+      lines.push(`    ... and ${f.problems.length - shown.length} more (${[...more].map(([k, n]) => `${k} x${n}`).join(", ")})`);
     }
     if (f.powerLossReport) {
       const pl = f.powerLossReport;
