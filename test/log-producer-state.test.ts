@@ -171,3 +171,21 @@ test("two evictions of idle segment handles at once never close one handle twice
     await log.close();
   }
 });
+
+test("a new partition's first segment is durable in its directory before its first record is acknowledged (FS-2)", async () => {
+  using tmp = tempDir("sluice-first-seg-");
+  const fs = new FaultyFileSystem({ crashModel: { scratchDir: join(tmp.dir, "scratch") } });
+  const dataDir = join(tmp.dir, "data");
+  const b = await openBroker({ dataDir, fs, retentionCheckIntervalMs: 0 });
+  await b.createTopic("t", { partitions: 1 });
+  const r = await b.publish("t", "acknowledged", { partition: 0 });
+  assert.equal(r.offset, 0);
+  // Power loss: every directory entry not fsynced and every byte not fdatasynced is lost.
+  await fs.powerLoss({ mode: "drop", seed: 0 });
+  const b2 = await openBroker({ dataDir, retentionCheckIntervalMs: 0 });
+  try {
+    assert.deepEqual((await b2.fetch("t", 0, 0)).records.map((x) => x.value), ["acknowledged"]);
+  } finally {
+    await b2.close();
+  }
+});

@@ -58,7 +58,11 @@ export async function loadLog(ctx: LogContext, onFault: ((err: StorageError) => 
   if (st.logStart < st.segments[0].baseOffset) st.logStart = st.segments[0].baseOffset;
 
   const active = st.active;
+  // A new log (or one whose start passed all its segments) creates its first segment here:
+  // its directory entry must be durable before anything appended to it is acknowledged (FS-2).
+  const created = (await fs.stat(active.logPath)) === null;
   active.handle = await fs.open(active.logPath, "create");
+  if (created) await fs.fsyncDir(dir);
   active.size = await active.handle.size();
   // A clean close truncated the file to its last batch, so its size is the logical size.
   const trusted = clean && (await active.loadIndexes(active.size, null));
