@@ -15,6 +15,7 @@ import { AbortedError, LeaseExpiredError, ProtocolError, TimeoutError, Validatio
 import { DEFAULT_PREFETCH, MAX_BATCH_ITEMS, MAX_PREFETCH, prefetchOption } from "../queues/config.js";
 import { ENQUEUE_REQUESTS_KEPT } from "../queues/idempotence.js";
 import { processWorkerOptions, runProcess, type ProcessWorker } from "../queues/process.js";
+import { workerIterator } from "../queues/iterate.js";
 import type {
   DeadLetterInfo,
   EnqueueItem,
@@ -417,13 +418,7 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
   }
 
   [Symbol.asyncIterator](): AsyncIterator<Job<T>> {
-    return {
-      next: () => this.next(),
-      return: async () => {
-        await this.close();
-        return { value: undefined, done: true };
-      },
-    };
+    return workerIterator(this);
   }
 
   /** Stop taking new jobs; jobs received but not handed out are released. Settles keep working. */

@@ -27,15 +27,6 @@ function headerObject(h: [string, Buffer][] | null): Record<string, Uint8Array> 
   return out;
 }
 
-/** Runs `fn`, turning a synchronous throw into a rejected promise. */
-function settle(fn: () => Promise<void>): Promise<void> {
-  try {
-    return fn();
-  } catch (e) {
-    return Promise.reject(e);
-  }
-}
-
 export class LeasedJob<T> implements DeliveredJob {
   readonly id: string;
   readonly key: string | null;
@@ -99,14 +90,28 @@ export class LeasedJob<T> implements DeliveredJob {
     return !this.ended;
   }
 
+  // Errors known at once (a stale lease, a bad argument) are thrown synchronously by the
+  // engine; users get them as rejections.
   ack(): Promise<void> {
-    return settle(() => this.owner.ack(this));
+    try {
+      return this.owner.ack(this);
+    } catch (e) {
+      return Promise.reject(e);
+    }
   }
   nack(opts: NackOptions = {}): Promise<void> {
-    return settle(() => this.owner.nack(this, opts));
+    try {
+      return this.owner.nack(this, opts);
+    } catch (e) {
+      return Promise.reject(e);
+    }
   }
   extend(ms: number): Promise<void> {
-    return settle(() => this.owner.extend(this, ms));
+    try {
+      return this.owner.extend(this, ms);
+    } catch (e) {
+      return Promise.reject(e);
+    }
   }
   unstart(): void {
     this.owner.release(this, false);

@@ -5,7 +5,7 @@
  * RecordTooLargeError here, before anything reaches the engine.
  */
 import { RecordTooLargeError, ValidationError } from "../errors.js";
-import { prepareValue, recordSize, type ValueKind } from "../log/record-batch.js";
+import { prepareValue, recordSize, type PreparedRecord, type ValueKind } from "../log/record-batch.js";
 import { RESERVED_HEADER_PREFIX, SYSTEM_DEDUPE_PREFIX, type NewJob } from "../store/queue-store.js";
 import { MAX_DEDUPE_ID_BYTES, MAX_DELAY_MS, MAX_HEADERS, MAX_KEY_BYTES } from "./config.js";
 import type { EnqueueItem } from "./types.js";
@@ -46,12 +46,11 @@ export function prepareRaw(value: Buffer | null, valueKind: ValueKind, item: Enq
     if (item.dedupeId.startsWith(SYSTEM_DEDUPE_PREFIX)) throw new ValidationError(`dedupeId prefix "${SYSTEM_DEDUPE_PREFIX}" is reserved`);
     dedupeId = item.dedupeId;
   }
-  const headers = prepareHeaders(item.headers);
-  const keyBytes = key === null ? null : Buffer.from(key, "utf8");
+  const record: PreparedRecord = { key: key === null ? null : Buffer.from(key, "utf8"), value, valueKind, timestamp: now, headers: prepareHeaders(item.headers) };
   // The size as the storage format measures a record (what maxMessageBytes bounds).
-  const size = recordSize({ key: keyBytes, value, valueKind, timestamp: now, headers });
+  const size = recordSize(record);
   if (size > maxMessageBytes) throw new RecordTooLargeError(size, maxMessageBytes);
-  return { key, value, valueKind, headers, enqueuedAt: now, deliverAt, dedupeId, size, origin: null };
+  return { record, key, deliverAt, dedupeId, size, origin: null };
 }
 
 function prepareHeaders(h: EnqueueItem["headers"]): [string, Buffer][] | null {

@@ -59,21 +59,13 @@ export async function runProcess<T>(worker: ProcessWorker<T>, fn: Handler<T>, si
   const finish = (): void => {
     if (--running === 0 && drained !== null) drained();
   };
-  const settle = (p: () => Promise<void>): void => {
-    let q: Promise<void>;
-    try {
-      q = p();
-    } catch {
-      q = Promise.resolve();
-    }
-    // A failed settlement means the lease was lost meanwhile: the job is someone else's now
-    // (at least once; idempotent handlers make that safe).
-    q.then(finish, finish);
-  };
+  // A failed settlement means the lease was lost meanwhile: the job is someone else's now (at
+  // least once; idempotent handlers make that safe). Job methods never throw synchronously.
+  const ok = (job: Job<T>): void => void job.ack().then(finish, finish);
   const fail = (job: Job<T>, e: unknown): void => {
-    if (e instanceof PermanentError) settle(() => job.nack({ requeue: false, error: e }));
+    if (e instanceof PermanentError) job.nack({ requeue: false, error: e }).then(finish, finish);
     else if (stopping && job.signal.aborted) finish(); // interrupted by the shutdown: released on close
-    else settle(() => job.nack({ error: e }));
+    else job.nack({ error: e }).then(finish, finish);
   };
   worker.onJob = (job) => {
     running++;
@@ -86,10 +78,10 @@ export async function runProcess<T>(worker: ProcessWorker<T>, fn: Handler<T>, si
     }
     if (isThenable(r))
       r.then(
-        () => settle(() => job.ack()),
+        () => ok(job),
         (e) => fail(job, e),
       );
-    else settle(() => job.ack());
+    else ok(job);
   };
   const onAbort = (): void => {
     stopping = true;

@@ -14,6 +14,7 @@ import { DEFAULT_PREFETCH, leaseOption, MAX_PREFETCH, prefetchOption } from "./c
 import type { DeliveredJob, PushWorker } from "./host-api.js";
 import { LeasedJob, type JobOwner } from "./job.js";
 import type { ProcessWorker } from "./process.js";
+import { workerIterator } from "./iterate.js";
 import type { QueueRuntime, RuntimeWorker } from "./runtime.js";
 import type { Job, NackOptions, WorkOptions, Worker } from "./types.js";
 
@@ -106,8 +107,12 @@ export class QueueWorker<T> implements Worker<T>, RuntimeWorker, PushWorker, Pro
       for (const g of granted) rt.stored.release(g.lease, false);
       return;
     }
-    const jobs = granted.map((g) => new LeasedJob<T>(this, g));
-    for (const j of jobs) this.held.set(j.lease, j);
+    const jobs = new Array<LeasedJob<T>>(granted.length);
+    for (let i = 0; i < granted.length; i++) {
+      const j = new LeasedJob<T>(this, granted[i]);
+      this.held.set(j.lease, j);
+      jobs[i] = j;
+    }
     if (this.onJobs !== null) this.onJobs(jobs);
     else if (this.onJob !== null) for (const j of jobs) this.onJob(j);
     else {
@@ -178,13 +183,7 @@ export class QueueWorker<T> implements Worker<T>, RuntimeWorker, PushWorker, Pro
   }
 
   [Symbol.asyncIterator](): AsyncIterator<Job<T>> {
-    return {
-      next: () => this.next(),
-      return: async () => {
-        await this.close();
-        return { value: undefined, done: true };
-      },
-    };
+    return workerIterator(this);
   }
 
   // ─────────────────────────────── stopping ───────────────────────────────

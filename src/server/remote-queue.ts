@@ -368,6 +368,11 @@ export class RemoteWorker {
     if (!this.receiving) return;
     this.receiving = false;
     this.worker.setPrefetch(0);
+    this.returnParked();
+  }
+
+  /** Parked jobs never reached the client: back to the queue without counting an attempt. */
+  private returnParked(): void {
     if (this.parkTimer !== null) clearTimeout(this.parkTimer);
     this.parkTimer = null;
     const parked = this.parked;
@@ -387,14 +392,8 @@ export class RemoteWorker {
   /** Stops the worker; unsettled jobs are nacked (released for redelivery) by the embedded worker. */
   async close(): Promise<void> {
     this.ended = true;
-    if (this.parkTimer !== null) clearTimeout(this.parkTimer);
-    this.parkTimer = null;
-    // Parked jobs never reached the client: back to the queue without counting an attempt
-    // (whatever onUnsettled says; it is about jobs the client may be working on).
-    const parked = this.parked;
-    this.parked = [];
-    this.parkedAt = [];
-    for (const j of parked) if (j.leaseHeld) j.unstart();
+    // Whatever onUnsettled says: it is about jobs the client may be working on.
+    this.returnParked();
     try {
       await this.worker.close();
     } catch {

@@ -26,7 +26,7 @@
  * synchronously by the settlement methods; their promise reports the write. Settlements made
  * durable together may share one promise (callers group on identity).
  */
-import type { ValueKind } from "../log/record-batch.js";
+import type { PreparedRecord, ValueKind } from "../log/record-batch.js";
 import type {
   AttemptRecord,
   DeadLetterInfo,
@@ -37,7 +37,7 @@ import type {
   RedriveResult,
 } from "../queues/types.js";
 
-export type { ValueKind };
+export type { PreparedRecord, ValueKind };
 
 /** Header names starting with this are the engine's; the policy refuses them in user input. */
 export const RESERVED_HEADER_PREFIX = "sluice-";
@@ -86,19 +86,21 @@ export interface JobOrigin {
   deadLetter: (DeadLetterInfo & { key: string | null }) | null;
 }
 
-/** A job validated and encoded by the policy layer, not yet stored. */
+/**
+ * A job validated and encoded by the policy layer, not yet stored. Its payload travels as a
+ * neutral record (as topics' records do, src/store/engine.ts): key bytes, value bytes and
+ * kind, enqueue time, user headers (names never start with `sluice-`: reserved for the
+ * engine). The engine may keep the record object as it is.
+ */
 export interface NewJob {
+  record: PreparedRecord;
+  /** `record.key` as text: the per-key FIFO key, or null. */
   key: string | null;
-  value: Buffer | null;
-  valueKind: ValueKind;
-  /** User headers (names never start with `sluice-`: reserved for the engine). */
-  headers: [string, Buffer][] | null;
-  enqueuedAt: number;
-  /** Deliverable from this wall-clock time; `<= enqueuedAt` means at once. */
+  /** Deliverable from this wall-clock time; `<= record.timestamp` means at once. */
   deliverAt: number;
   /** `sys:`-prefixed ids are the broker's own (dead-letter moves, redrives): 7-day window. */
   dedupeId: string | null;
-  /** Counted against `maxBytes` (the policy checked it against `maxMessageBytes`). */
+  /** Counted against `maxBytes` (the policy checked `recordSize(record)` against `maxMessageBytes`). */
   size: number;
   origin: JobOrigin | null;
 }

@@ -164,14 +164,11 @@ export class Mover {
     };
     const now = this.q.now();
     return {
+      record: { key: null, value: r.value, valueKind: r.valueKind, timestamp: now, headers: kept.length > 0 ? kept : null },
       key: null,
-      value: r.value,
-      valueKind: r.valueKind,
-      headers: kept.length > 0 ? kept : null,
-      enqueuedAt: now,
       deliverAt: now,
       dedupeId: `sys:dlq:${this.q.incarnation}:${off}`,
-      size: 0, // measured on the encoded copy (Enqueuer.encode)
+      size: 0, // measured on the encoded copy (storedJobSize)
       // The DLQ copy keeps the source's redrive count in its record, not in its own headers.
       origin: { redriveCount: 0, firstEnqueuedAt: now, deadLetter: info },
     };
@@ -252,15 +249,13 @@ export class Mover {
       const headers: [string, Buffer][] = [];
       for (const [k, v] of r.headers ?? []) if (!k.startsWith(RESERVED_HEADER_PREFIX)) headers.push([k, v]);
       const now = this.q.now();
+      const key = info?.key ?? null;
       const job: NewJob = {
-        key: info?.key ?? null,
-        value: r.value,
-        valueKind: r.valueKind,
-        headers: headers.length > 0 ? headers : null,
-        enqueuedAt: now,
+        record: { key: key === null ? null : Buffer.from(key, "utf8"), value: r.value, valueKind: r.valueKind, timestamp: now, headers: headers.length > 0 ? headers : null },
+        key,
         deliverAt: now,
         dedupeId: `sys:rd:${this.q.incarnation}:${o}`,
-        size: 0, // measured on the encoded copy (Enqueuer.encode)
+        size: 0, // measured on the encoded copy (storedJobSize)
         origin: { redriveCount: (info?.redriveCount ?? 0) + 1, firstEnqueuedAt: info?.firstEnqueuedAt ?? r.timestamp, deadLetter: null },
       };
       let list = byTarget.get(target);

@@ -14,27 +14,27 @@ import type { EnqueueOutcome, EnqueueRequestOptions, NewJob, QueueSettings } fro
 import { DedupeTable, isSystemDedupeId } from "./dedupe.js";
 import { deferred, type Deferred } from "./journal.js";
 import { encodeIdemHeader, EnqueueProducers, H_IDEMPOTENCE, type IdemEntry } from "./producers.js";
-import { encodedSize, encodeJob, RESERVED_HEADER_ROOM } from "./records.js";
+import { encodedSize, encodeJob, RESERVED_HEADER_ROOM, withHeader } from "./records.js";
 
 /** Records and bytes per message-log append (a single group may exceed them). */
 const MAX_APPEND_RECORDS = 8192;
 const MAX_APPEND_BYTES = 8 * 1024 * 1024;
 
-/** A job as the append loop needs it. */
-export interface PendingJob {
-  job: NewJob;
-  rec: PreparedRecord;
-  /** Bytes counted against `maxBytes`. */
-  size: number;
-}
-
 /** One enqueue call's new jobs: appended together (never split), one promise for the group. */
 interface PendingGroup {
-  jobs: PendingJob[];
+  jobs: readonly NewJob[];
+  /** Their records as stored (encodeJob). */
+  recs: PreparedRecord[];
   bytes: number;
   d: Deferred<number>;
   /** The request's idempotency entry, completed where the rows are added (IDEM-1). */
   idem: { id: EnqueueIdentity; entry: IdemEntry } | null;
+}
+
+/** Bytes a job counts against `maxBytes`: the policy measured the user's record; a copy made
+ * by a move (dead letter, redrive) is measured with its reserved headers. */
+export function storedJobSize(job: NewJob, rec: PreparedRecord): number {
+  return job.origin === null ? job.size : encodedSize(rec);
 }
 
 /** What the enqueue path needs from its queue. */
@@ -48,7 +48,7 @@ export interface EnqueueHost {
   /** The append of `groups` failed: the queue must be reopened; returns the error to report. */
   failed(err: unknown): Error;
   /** Rows for jobs just made durable (in offset order from `base`). */
-  stored(base: number, jobs: readonly PendingJob[]): void;
+  stored(base: number, jobs: readonly NewJob[], recs: readonly PreparedRecord[]): void;
   /** Message-log bytes appended (snapshot pacing). */
   appended(bytes: number): void;
   now(): number;
@@ -86,9 +86,9 @@ export class Enqueuer {
   /** Stores a request's jobs; resolves after the append is durable (Q-1). */
   async enqueue(jobs: readonly NewJob[], opts: EnqueueRequestOptions = {}): Promise<EnqueueOutcome> {
     this.host.check();
-    const prepared = this.encode(jobs);
+    const recs = this.encode(jobs);
     const compact = opts.compact === true;
-    if (opts.identity === undefined) return this.evaluate(prepared, opts.signal, null, compact);
+    if (opts.identity === undefined) return this.evaluate(jobs, recs, opts.signal, null, compact);
     const id = validateIdentity(opts.identity);
     for (;;) {
       const e = this.producers.lookup(id);
@@ -113,7 +113,7 @@ export class Enqueuer {
     const entry = this.producers.begin(id);
     let r: EnqueueOutcome;
     try {
-      r = await this.evaluate(prepared, opts.signal, { id, entry }, compact);
+      r = await this.evaluate(jobs, recs, opts.signal, { id, entry }, compact);
     } catch (err) {
       // Nothing stored (IDEM-1: an entry whose jobs are durable is never dropped; a failed
       // append already dropped it in the loop).
@@ -127,19 +127,18 @@ export class Enqueuer {
   }
 
   /** The records, checked against the message log's limit before anything is queued. */
-  private encode(jobs: readonly NewJob[]): PendingJob[] {
+  private encode(jobs: readonly NewJob[]): PreparedRecord[] {
     const limit = this.host.settings().maxMessageBytes + RESERVED_HEADER_ROOM;
-    const out = new Array<PendingJob>(jobs.length);
+    const out = new Array<PreparedRecord>(jobs.length);
     for (let i = 0; i < jobs.length; i++) {
       const job = jobs[i];
       const rec = encodeJob(job);
-      let size = job.size;
       // The policy checked the user's part; a copy made by a move carries more headers.
       if (job.origin !== null) {
-        size = encodedSize(rec);
+        const size = encodedSize(rec);
         if (size > limit) throw new RecordTooLargeError(size, limit);
       }
-      out[i] = { job, rec, size };
+      out[i] = rec;
     }
     return out;
   }
@@ -151,21 +150,21 @@ export class Enqueuer {
   }
 
   /** Dedupe, admission and append of one request. */
-  private async evaluate(jobs: PendingJob[], signal: AbortSignal | undefined, idem: PendingGroup["idem"], compact: boolean): Promise<EnqueueOutcome> {
+  private async evaluate(jobs: readonly NewJob[], recs: PreparedRecord[], signal: AbortSignal | undefined, idem: PendingGroup["idem"], compact: boolean): Promise<EnqueueOutcome> {
     const now = this.host.now();
-    if (jobs.length > 0 && jobs.every((j) => j.job.dedupeId === null)) {
+    if (jobs.length > 0 && jobs.every((j) => j.dedupeId === null)) {
       // The common case: every job is new, one group, no per-job bookkeeping.
       if (this.dedupe.size > 0) this.dedupe.sweep(now);
-      const first = await this.appendGroup(jobs, signal, idem);
+      const first = await this.appendGroup(jobs, recs, signal, idem);
       return compact ? { first, count: jobs.length } : this.freshResults(first, jobs.length);
     }
     const results: (EnqueueResult | Promise<EnqueueResult>)[] = new Array(jobs.length);
-    const fresh: { i: number; job: PendingJob }[] = [];
+    const fresh: number[] = [];
     this.dedupe.sweep(now);
     const seenInBatch = new Map<string, number>();
     const dupOf: [number, number][] = [];
     for (let i = 0; i < jobs.length; i++) {
-      const id = jobs[i].job.dedupeId;
+      const id = jobs[i].dedupeId;
       if (id !== null) {
         const window = this.dedupe.window(id);
         const e = window > 0 ? this.dedupe.get(id) : undefined;
@@ -182,19 +181,25 @@ export class Enqueuer {
         if (window > 0 && !isSystemDedupeId(id) && this.dedupe.userSize >= this.host.settings().maxDedupeEntries) throw this.full();
         if (window > 0) seenInBatch.set(id, i);
       }
-      fresh.push({ i, job: jobs[i] });
+      fresh.push(i);
     }
     if (fresh.length > 0) {
-      const group = fresh.map((f) => f.job);
-      const base = await this.appendGroup(group, signal, idem, (d) => {
-        // Claimed now so a concurrent duplicate waits for this job's id (the window survives a
-        // restart via the record's header).
-        for (let k = 0; k < group.length; k++) {
-          const id = group[k].job.dedupeId;
-          if (id !== null && this.dedupe.window(id) > 0) this.dedupe.set(id, { off: -1, exp: now + this.dedupe.window(id), wait: d, idx: k });
-        }
-      });
-      for (let k = 0; k < fresh.length; k++) results[fresh[k].i] = { id: String(base + k), duplicate: false };
+      const group = fresh.map((i) => jobs[i]);
+      const base = await this.appendGroup(
+        group,
+        fresh.map((i) => recs[i]),
+        signal,
+        idem,
+        (d) => {
+          // Claimed now so a concurrent duplicate waits for this job's id (the window survives a
+          // restart via the record's header).
+          for (let k = 0; k < group.length; k++) {
+            const id = group[k].dedupeId;
+            if (id !== null && this.dedupe.window(id) > 0) this.dedupe.set(id, { off: -1, exp: now + this.dedupe.window(id), wait: d, idx: k });
+          }
+        },
+      );
+      for (let k = 0; k < fresh.length; k++) results[fresh[k]] = { id: String(base + k), duplicate: false };
     }
     const out = await Promise.all(results);
     for (const [i, first] of dupOf) out[i] = { id: out[first].id, duplicate: true };
@@ -202,13 +207,19 @@ export class Enqueuer {
   }
 
   /** Admits and queues one group; resolves with its first offset once durable. */
-  private async appendGroup(jobs: PendingJob[], signal: AbortSignal | undefined, idem: PendingGroup["idem"], claim?: (d: Deferred<number>) => void): Promise<number> {
+  private async appendGroup(
+    jobs: readonly NewJob[],
+    recs: PreparedRecord[],
+    signal: AbortSignal | undefined,
+    idem: PendingGroup["idem"],
+    claim?: (d: Deferred<number>) => void,
+  ): Promise<number> {
     let bytes = 0;
-    for (const j of jobs) bytes += j.size;
+    for (let i = 0; i < jobs.length; i++) bytes += storedJobSize(jobs[i], recs[i]);
     await this.admit(jobs.length, bytes, signal);
     const d = deferred<number>();
     claim?.(d);
-    this.push({ jobs, bytes, d, idem });
+    this.push({ jobs, recs, bytes, d, idem });
     return d.promise;
   }
 
@@ -216,12 +227,8 @@ export class Enqueuer {
   private push(g: PendingGroup): void {
     this.reservedDepth += g.jobs.length;
     this.reservedBytes += g.bytes;
-    if (g.idem !== null) {
-      // IDEM-1: the request's identity rides on its first new job, in the same append.
-      const rec = g.jobs[0].rec;
-      const h: [string, Buffer] = [H_IDEMPOTENCE, encodeIdemHeader(g.idem.id, g.jobs.length)];
-      rec.headers = rec.headers === null ? [h] : [...rec.headers, h];
-    }
+    // IDEM-1: the request's identity rides on its first new job, in the same append.
+    if (g.idem !== null) g.recs[0] = withHeader(g.recs[0], H_IDEMPOTENCE, encodeIdemHeader(g.idem.id, g.jobs.length));
     this.pending.push(g);
     if (!this.running) {
       this.running = true;
@@ -290,7 +297,7 @@ export class Enqueuer {
         }
         const records: PreparedRecord[] = new Array(recs);
         let r = 0;
-        for (const g of groups) for (const j of g.jobs) records[r++] = j.rec;
+        for (const g of groups) for (const rec of g.recs) records[r++] = rec;
         let base: number;
         try {
           base = (await this.msgs.append(records)).baseOffset;
@@ -304,9 +311,9 @@ export class Enqueuer {
         let off = base;
         for (const g of groups) {
           const gBase = off;
-          this.host.stored(gBase, g.jobs);
-          for (const pj of g.jobs) {
-            const id = pj.job.dedupeId;
+          this.host.stored(gBase, g.jobs, g.recs);
+          for (const job of g.jobs) {
+            const id = job.dedupeId;
             if (id !== null) {
               const e = this.dedupe.get(id);
               if (e !== undefined && e.wait === g.d) {
@@ -348,8 +355,8 @@ export class Enqueuer {
   private failRound(groups: PendingGroup[], e: unknown): void {
     const err = this.host.failed(e);
     for (const g of groups) {
-      for (const pj of g.jobs) {
-        const id = pj.job.dedupeId;
+      for (const job of g.jobs) {
+        const id = job.dedupeId;
         if (id !== null && this.dedupe.get(id)?.wait === g.d) this.dedupe.delete(id);
       }
       this.reservedDepth -= g.jobs.length;

@@ -10,8 +10,8 @@
  * behind its key's head; INFLIGHT leased (exactly the rows with an entry in `leases`); MOVING
  * being dead-lettered (an entry in `moving`) or redriven; DONE / DEAD terminal.
  */
-import type { AttemptRecord } from "../../../queues/types.js";
-import type { GrantRequest, Lease, LeaseConsumer } from "../../queue-store.js";
+import type { AttemptRecord, DeadLetterInfo } from "../../../queues/types.js";
+import type { GrantedJob, GrantRequest, Lease, LeaseConsumer, ValueKind } from "../../queue-store.js";
 import { KeyChains } from "./chains.js";
 import { OffsetHeap } from "./heap.js";
 import { isTerminal, JobTable, St } from "./table.js";
@@ -31,12 +31,23 @@ export interface DlqIntent {
   history: AttemptRecord[];
 }
 
-/** A lease of the disk engine (the object `grant` hands out is the lease's identity, Q-3). */
-export class DiskLease implements Lease {
+/**
+ * A lease of the disk engine, and once handed out also the job it leases (`GrantedJob`): one
+ * object per delivery. The object `grant` hands out is the lease's identity (Q-3).
+ */
+export class DiskLease implements Lease, GrantedJob {
   readonly jobId: string;
   readonly receipt: string;
   /** Set once the lease ended (settled, released, expired, lost); a later use is stale. */
   ended = false;
+  // The job, filled in at the hand-out (records.ts).
+  key: string | null = null;
+  value: Buffer | null = null;
+  valueKind: ValueKind = 0;
+  headers: [string, Buffer][] | null = null;
+  enqueuedAt = 0;
+  redriveCount = 0;
+  deadLetter: DeadLetterInfo | null = null;
   constructor(
     readonly off: number,
     readonly attempt: number,
@@ -53,6 +64,12 @@ export class DiskLease implements Lease {
   }
   get deadline(): number {
     return this.deadlineWall;
+  }
+  get id(): string {
+    return this.jobId;
+  }
+  get lease(): Lease {
+    return this;
   }
 }
 
@@ -213,18 +230,24 @@ export class JobState {
    * one (the caller journals DELIVER for each before handing them out, Q-1).
    */
   grant(requests: readonly GrantRequest[], maxInFlight: number, wallNow: number, monoNow: number): DiskLease[][] {
-    const out: DiskLease[][] = requests.map(() => []);
     const n = requests.length;
+    const out: DiskLease[][] = new Array(n);
+    // Room per request, read once (the per-consumer count is written back once per request).
+    const room = new Array<number>(n);
+    let open = 0;
+    for (let k = 0; k < n; k++) {
+      out[k] = [];
+      room[k] = requests[k].upTo - this.heldBy(requests[k].consumer);
+      if (room[k] > 0) open++;
+    }
     const t = this.table;
-    let progress = true;
-    while (progress && this.ready.size > 0 && this.leases.size < maxInFlight) {
-      progress = false;
+    while (open > 0 && this.ready.size > 0 && this.leases.size < maxInFlight) {
       for (let k = 0; k < n && this.leases.size < maxInFlight; k++) {
         const idx = (this.rr + k) % n;
-        const { consumer, upTo } = requests[idx];
-        if (this.heldBy(consumer) >= upTo) continue;
+        if (room[idx] <= 0) continue;
         const off = this.popReady();
         if (off < 0) break;
+        const consumer = requests[idx].consumer;
         const i = t.idx(off);
         const attempt = Math.min(MAX_ATTEMPT, t.attempts[i] + 1);
         t.attempts[i] = attempt;
@@ -233,12 +256,12 @@ export class JobState {
         const ms = consumer.leaseMs;
         const lease = new DiskLease(off, attempt, monoNow + ms, wallNow + ms, monoNow, consumer, consumer.consumerId, consumer.codeVersion);
         this.leases.set(off, lease);
-        this.held.set(consumer, this.heldBy(consumer) + 1);
         out[idx].push(lease);
-        progress = true;
+        if (--room[idx] === 0) open--;
       }
       this.rr++;
     }
+    for (let k = 0; k < n; k++) if (out[k].length > 0) this.held.set(requests[k].consumer, this.heldBy(requests[k].consumer) + out[k].length);
     return out;
   }
 

@@ -19,15 +19,15 @@ import type { FileSystem } from "../../../log/io.js";
 import { PartitionLog, type LogConfig } from "../../../log/partition-log.js";
 import type { Telemetry } from "../../../observability/telemetry.js";
 import type { AttemptRecord, QueueStats, RedriveOptions, RedriveResult } from "../../../queues/types.js";
-import type { EnqueueOutcome, EnqueueRequestOptions, GrantedJob, GrantRequest, Lease, NewJob, QueueSettings, StoredQueue } from "../../queue-store.js";
+import type { EnqueueOutcome, EnqueueRequestOptions, GrantedJob, GrantRequest, Lease, NewJob, PreparedRecord, QueueSettings, StoredQueue } from "../../queue-store.js";
 import { Mover } from "./dead-letters.js";
 import { encodeEvent, Ev } from "./events.js";
-import { Enqueuer, type PendingJob } from "./enqueuer.js";
+import { Enqueuer, storedJobSize } from "./enqueuer.js";
 import { JobState, type DiskLease } from "./job-state.js";
 import { Journal, MAX_JOURNAL_RECORD_BYTES } from "./journal.js";
 import { PayloadCache } from "./payload-cache.js";
 import { recoverQueue } from "./recovery.js";
-import { grantedJob, RESERVED_HEADER_ROOM } from "./records.js";
+import { fillGrantedJob, RESERVED_HEADER_ROOM } from "./records.js";
 import { encodeSnapshot, writeSnapshot } from "./snapshot.js";
 import { isTerminal, St } from "./table.js";
 
@@ -156,7 +156,7 @@ export class QueueInstance {
       check: () => this.check(),
       depth: () => ({ jobs: this.st.live, bytes: this.st.liveBytes }),
       failed: (e: unknown) => this.failed(e),
-      stored: (base: number, jobs: readonly PendingJob[]) => this.stored(base, jobs),
+      stored: (base: number, jobs: readonly NewJob[], recs: readonly PreparedRecord[]) => this.stored(base, jobs, recs),
       appended: (bytes: number) => {
         this.msgBytesSinceSnapshot += bytes;
         if (this.msgBytesSinceSnapshot > Math.max(SNAPSHOT_EVERY_MSG_BYTES, 2 * this.lastSnapshotBytes)) this.journal.requestSnapshot();
@@ -239,15 +239,15 @@ export class QueueInstance {
   }
 
   /** Rows for jobs whose append is durable; they may be granted from now on. */
-  private stored(base: number, jobs: readonly PendingJob[]): void {
+  private stored(base: number, jobs: readonly NewJob[], recs: readonly PreparedRecord[]): void {
     if (this.closed) return;
     const now = this.now();
-    let off = base;
-    for (const { job, rec, size } of jobs) {
-      this.st.addJob(off, job.key, job.deliverAt, job.enqueuedAt, size, now);
+    for (let i = 0; i < jobs.length; i++) {
+      const job = jobs[i];
+      const rec = recs[i];
+      this.st.addJob(base + i, job.key, job.deliverAt, rec.timestamp, storedJobSize(job, rec), now);
       // Delayed jobs are not cached: they are delivered much later (read back in order then).
-      if (job.deliverAt <= job.enqueuedAt) this.cache.add(off, rec);
-      off++;
+      if (job.deliverAt <= rec.timestamp) this.cache.add(base + i, rec);
     }
     this.scheduleDelayTimer();
     this.o.available();
@@ -300,7 +300,8 @@ export class QueueInstance {
           continue;
         }
         this.cache.remove(l.off);
-        out.push(grantedJob(l.jobId, r, l));
+        fillGrantedJob(l, r);
+        out.push(l);
       }
       return out;
     });

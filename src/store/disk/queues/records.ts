@@ -6,7 +6,7 @@
  */
 import { recordSize, type PreparedRecord, type StoredRecord } from "../../../log/record-batch.js";
 import type { DeadLetterInfo } from "../../../queues/types.js";
-import { RESERVED_HEADER_PREFIX, type GrantedJob, type Lease, type NewJob } from "../../queue-store.js";
+import { RESERVED_HEADER_PREFIX, type NewJob, type ValueKind } from "../../queue-store.js";
 
 /** Delivery time (f64 ms) of a job enqueued with a delay. */
 export const H_DELIVER_AT = "sluice-at";
@@ -31,35 +31,31 @@ export function getHeader(h: [string, Buffer][] | null, name: string): Buffer | 
   return undefined;
 }
 
-/** The record a new job is stored as (the reserved headers appended to the user's). */
+/** The record a new job is stored as: the policy's record, with the reserved headers it needs. */
 export function encodeJob(job: NewJob): PreparedRecord {
-  let headers = job.headers;
-  // Most jobs carry no reserved header at all: no array for them (the hot path).
-  if (job.origin !== null || job.deliverAt > job.enqueuedAt || job.dedupeId !== null) headers = withReserved(job);
-  return {
-    key: job.key === null ? null : Buffer.from(job.key, "utf8"),
-    value: job.value,
-    valueKind: job.valueKind,
-    timestamp: job.enqueuedAt,
-    headers: headers !== null && headers.length > 0 ? headers : null,
-  };
-}
-
-function withReserved(job: NewJob): [string, Buffer][] {
-  const out: [string, Buffer][] = job.headers === null ? [] : [...job.headers];
+  const r = job.record;
+  // Most jobs carry no reserved header at all: stored as handed over (the hot path).
+  if (job.origin === null && job.deliverAt <= r.timestamp && job.dedupeId === null) return r;
+  const out: [string, Buffer][] = r.headers === null ? [] : [...r.headers];
   const o = job.origin;
   if (o !== null) {
     if (o.redriveCount > 0) out.push([H_REDRIVES, Buffer.from(String(o.redriveCount))]);
-    if (o.firstEnqueuedAt !== job.enqueuedAt) out.push([H_FIRST_ENQUEUED, Buffer.from(String(o.firstEnqueuedAt))]);
+    if (o.firstEnqueuedAt !== r.timestamp) out.push([H_FIRST_ENQUEUED, Buffer.from(String(o.firstEnqueuedAt))]);
     if (o.deadLetter !== null) out.push([H_DLQ, dlqMeta(o.deadLetter)]);
   }
-  if (job.deliverAt > job.enqueuedAt) {
+  if (job.deliverAt > r.timestamp) {
     const b = Buffer.allocUnsafe(8);
     b.writeDoubleLE(job.deliverAt, 0);
     out.push([H_DELIVER_AT, b]);
   }
   if (job.dedupeId !== null) out.push([H_DEDUPE, Buffer.from(job.dedupeId, "utf8")]);
-  return out;
+  return { ...r, headers: out.length > 0 ? out : null };
+}
+
+/** The same record with one more reserved header (the idempotent request's identity). */
+export function withHeader(r: PreparedRecord, name: string, value: Buffer): PreparedRecord {
+  const h: [string, Buffer] = [name, value];
+  return { ...r, headers: r.headers === null ? [h] : [...r.headers, h] };
 }
 
 function dlqMeta(info: DeadLetterInfo & { key: string | null }): Buffer {
@@ -113,18 +109,27 @@ export function userHeaders(h: [string, Buffer][] | null): [string, Buffer][] | 
   return out;
 }
 
-/** The neutral view of a stored job, with its lease when it is handed out. */
-export function grantedJob(id: string, r: PreparedRecord, lease: Lease): GrantedJob {
-  return {
-    id,
-    key: r.key === null ? null : r.key.toString("utf8"),
-    value: r.value,
-    valueKind: r.valueKind,
-    headers: userHeaders(r.headers),
-    enqueuedAt: r.timestamp,
-    redriveCount: redriveCountOf(r),
+/** Fills in the job a lease hands out (the lease object is the granted job, job-state.ts). */
+export function fillGrantedJob(g: DiskLeaseJob, r: PreparedRecord): void {
+  g.key = r.key === null ? null : r.key.toString("utf8");
+  g.value = r.value;
+  g.valueKind = r.valueKind;
+  g.headers = userHeaders(r.headers);
+  g.enqueuedAt = r.timestamp;
+  if (r.headers !== null) {
+    g.redriveCount = redriveCountOf(r);
     // The stored record also names the source job's key (for redrive); harmless to expose.
-    deadLetter: deadLetterOf(r),
-    lease,
-  };
+    g.deadLetter = deadLetterOf(r);
+  }
+}
+
+/** The job fields of a granted lease. */
+export interface DiskLeaseJob {
+  key: string | null;
+  value: Buffer | null;
+  valueKind: ValueKind;
+  headers: [string, Buffer][] | null;
+  enqueuedAt: number;
+  redriveCount: number;
+  deadLetter: DeadLetterInfo | null;
 }
