@@ -261,6 +261,25 @@ export class StorageError extends RegisteredError {
   }
 }
 
+/**
+ * The data directory is in use by another broker, server or CLI command (its exclusive lock is
+ * held, FS-3). Nothing was changed. Not retriable as such: stop the holder, or talk to it.
+ */
+export class DataDirLockedError extends RegisteredError {
+  static override readonly spec = spec("DATA_DIR_LOCKED", false, 409, "broker", (d) => new DataDirLockedError(str(d.dataDir), d.pid === null || d.pid === undefined ? null : num(d.pid), d.host === undefined ? null : (d.host as string | null), d.since === undefined ? null : (d.since as string | null)));
+  constructor(
+    readonly dataDir: string,
+    readonly pid: number | null,
+    readonly host: string | null,
+    readonly since: string | null,
+  ) {
+    super(`data directory ${dataDir} is in use by another process (pid ${pid ?? "?"} on ${host ?? "?"} since ${since ?? "?"}); stop it first, or talk to the running server`);
+  }
+  override wireDetails(): WireDetails {
+    return { dataDir: this.dataDir, pid: this.pid, host: this.host, since: this.since };
+  }
+}
+
 export class OutOfOrderSequenceError extends RegisteredError {
   static override readonly spec = spec("OUT_OF_ORDER_SEQUENCE", false, 409, "broker", () => new OutOfOrderSequenceError(""));
 }
@@ -387,6 +406,7 @@ export const errors = {
   InvalidBatchError,
   StorageFullError,
   StorageError,
+  DataDirLockedError,
   OutOfOrderSequenceError,
   ProducerFencedError,
   BrokerClosedError,

@@ -317,9 +317,12 @@ test("commits are fenced by generation: records of an earlier ownership period c
 // ------------------------------------------------------------------------------------------
 // Group offsets log
 
-async function openEngine(dir: string, fs: NodeFileSystem | FaultyFileSystem = new NodeFileSystem(), compact?: number): Promise<DiskEngine> {
+const engineFs = new WeakMap<DiskEngine, FaultyFileSystem>();
+
+async function openEngine(dir: string, fs: FaultyFileSystem = new FaultyFileSystem(), compact?: number): Promise<DiskEngine> {
   const e = new DiskEngine({ dataDir: dir, fs, offsetsLogCompactBytes: compact });
   await e.open();
+  engineFs.set(e, fs);
   if (!(await e.listTopics()).includes("t")) {
     await e.createTopic("t", { ...TOPIC_DEFAULTS, partitions: 4 });
     // Commits may not point past the log (META-3): give every partition records to commit.
@@ -327,6 +330,11 @@ async function openEngine(dir: string, fs: NodeFileSystem | FaultyFileSystem = n
     for (let p = 0; p < 4; p++) await e.append("t", p, recs);
   }
   return e;
+}
+
+/** Abandons an engine as a killed process would: no close, its directory lock released. */
+async function abandon(e: DiskEngine): Promise<void> {
+  await engineFs.get(e)!.crash("abandoned");
 }
 
 async function committed(e: DiskEngine, group = "g"): Promise<Record<number, number>> {
@@ -345,7 +353,7 @@ test("a commit past the high watermark is refused: committed offsets never claim
 
 test("offsets log: every commit is durable on its own, replayed on open, and folded into the snapshot", async () => {
   using tmp = tempDir();
-  let e = await openEngine(tmp.dir, new NodeFileSystem(), 2048);
+  let e = await openEngine(tmp.dir, new FaultyFileSystem(), 2048);
   for (let i = 1; i <= 100; i++) await e.commitOffsets("g", "t", new Map([[i % 4, i]]));
   // Concurrent commits share appends and all land.
   await Promise.all(Array.from({ length: 50 }, (_, i) => e.commitOffsets("g", "t", new Map([[i % 4, 100 + i + 1]]))));
@@ -357,6 +365,7 @@ test("offsets log: every commit is durable on its own, replayed on open, and fol
   assert.ok(logSize < 8000, `the log was compacted (size ${logSize})`);
   assert.ok(statSync(join(tmp.dir, "groups", "g.json")).size > 0, "a snapshot exists");
   // Abandon without close (no final snapshot): reopen replays snapshot + log.
+  await abandon(e);
   e = await openEngine(tmp.dir);
   assert.deepEqual((await committed(e)), want);
   await e.close();
@@ -368,10 +377,12 @@ test("offsets log: a torn tail is cut off on open; a failed append makes the nex
   await e.commitOffsets("g", "t", new Map([[0, 5]]));
   await e.commitOffsets("g", "t", new Map([[1, 7]]));
   // A torn append (crash mid-write): half a record at the end.
+  await abandon(e);
   appendFileSync(join(tmp.dir, "groups", "g.log"), Buffer.from([0, 0, 0, 40, 1, 2, 3, 4, 5]));
   e = await openEngine(tmp.dir);
   assert.deepEqual((await committed(e)), { 0: 5, 1: 7 });
   await e.commitOffsets("g", "t", new Map([[2, 9]]));
+  await abandon(e);
   e = await openEngine(tmp.dir);
   assert.deepEqual((await committed(e)), { 0: 5, 1: 7, 2: 9 }, "appends continue where the valid log ends");
   await e.close();
@@ -385,6 +396,7 @@ test("offsets log: a torn tail is cut off on open; a failed append makes the nex
   // The ambiguous commit may be saved by the later write (as in Kafka); the later one is.
   const after = (await committed(e));
   assert.equal(after[0], 12);
+  await abandon(e);
   e = await openEngine(tmp.dir);
   assert.deepEqual((await committed(e)), after);
   await e.close();
@@ -411,6 +423,7 @@ test("offsets log: power loss after a commit resolved never loses it; a crash be
   e = await openEngine(tmp.dir);
   for (const [p, o] of Object.entries(before)) assert.ok((await committed(e))[Number(p)] >= o, `partition ${p}: ${(await committed(e))[Number(p)]} >= ${o}`);
   await e.commitOffsets("g", "t", new Map([[0, 199]]));
+  await abandon(e);
   e = await openEngine(tmp.dir);
   assert.equal((await committed(e))[0], 199);
   await e.close();

@@ -195,6 +195,10 @@ const SCENARIOS: Record<string, Scenario> = {
   },
   STORAGE_FULL: { why: "needs a failing disk: see the storage test below" },
   STORAGE_ERROR: { why: "needs a failing disk: see the storage test below" },
+  DATA_DIR_LOCKED: {
+    why: "raised when opening a data directory (openBroker, sluice serve, the CLI), before any client or HTTP request can exist; test/data-dir-lock.test.ts covers each opener",
+    embedded: (e) => openBroker({ dataDir: e.dataDir, retentionCheckIntervalMs: 0 }),
+  },
   OUT_OF_ORDER_SEQUENCE: {
     api: async (b) => {
       const p = await b.initProducer();

@@ -230,6 +230,7 @@ class StallingFs implements FileSystem {
   rm = (p: string) => this.inner.rm(p);
   fsyncDir = (p: string) => this.inner.fsyncDir(p);
   stat = (p: string) => this.inner.stat(p);
+  lock = (d: string) => this.inner.lock(d);
 }
 
 test("power loss with preallocation: un-synced appends inside the zeroed space are lost, acknowledged ones survive", async () => {

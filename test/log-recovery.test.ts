@@ -64,10 +64,13 @@ async function fill(b: EmbeddedBroker, topic: string, batches: number, perBatch 
 
 test("torn tail of the active segment is truncated to the last valid batch and logged", async () => {
   using tmp = tempDir();
-  const b1 = await openBroker({ dataDir: tmp.dir, retentionCheckIntervalMs: 0 });
+  const fs1 = new FaultyFileSystem();
+  const b1 = await openBroker({ dataDir: tmp.dir, fs: fs1, retentionCheckIntervalMs: 0 });
   await b1.createTopic("t");
   await fill(b1, "t", 10);
-  // Abandon b1 without close (no clean marker), then tear the last batch in half.
+  // Abandon b1 as a killed process would (no close, no clean marker, its lock released), then
+  // tear the last batch in half.
+  await fs1.crash("abandoned");
   const dir = partDir(tmp.dir, "t");
   const file = join(dir, logFiles(dir).at(-1)!);
   const pos = batchPositions(file);
@@ -262,9 +265,11 @@ test("power loss drops only un-synced bytes: every acknowledged record survives,
 
 test("corruption inside acknowledged data of the active segment is kept and reported, not truncated", async () => {
   using tmp = tempDir();
-  const b1 = await openBroker({ dataDir: tmp.dir, retentionCheckIntervalMs: 0 });
+  const fs1 = new FaultyFileSystem();
+  const b1 = await openBroker({ dataDir: tmp.dir, fs: fs1, retentionCheckIntervalMs: 0 });
   await b1.createTopic("t");
   await fill(b1, "t", 10);
+  await fs1.crash("abandoned"); // killed: no clean shutdown
   const dir = partDir(tmp.dir, "t");
   const file = join(dir, logFiles(dir).at(-1)!);
   const pos = batchPositions(file);

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+import { FaultyFileSystem } from "../src/testing/faulty-fs.js";
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
 import { LeaseExpiredError, PermanentError, QueueFullError, ValidationError } from "../src/errors.js";
@@ -328,7 +329,8 @@ describe("dead letters, redrive, purge, delete", () => {
 describe("dedupe and overflow", () => {
   test("dedupe window returns the original id, also across restart (snapshot and log-scan paths)", async () => {
     const dir = dataDir();
-    let m = await openManager(dir);
+    const fs1 = new FaultyFileSystem();
+    let m = await openManager(dir, undefined, fs1);
     let q = m.queue("dd", { dedupeWindowMs: 60_000 });
     const a = await q.enqueue("a", { dedupeId: "order-1" });
     const [b, c] = await Promise.all([q.enqueue("a2", { dedupeId: "order-1" }), q.enqueue("z", { dedupeId: "order-2" })]);
@@ -341,7 +343,9 @@ describe("dedupe and overflow", () => {
     assert.equal(batch[1].duplicate, true);
     assert.equal(batch[1].id, batch[0].id);
     assert.equal((await q.stats()).depth, 3);
-    // Restart without a clean close (no snapshot): the window is rebuilt from the message log.
+    // Restart without a clean close (a killed process: no snapshot, its directory lock gone):
+    // the window is rebuilt from the message log.
+    await fs1.crash("abandoned");
     const m2 = await openManager(dir);
     const q2 = m2.queue("dd", { dedupeWindowMs: 60_000 });
     assert.deepEqual(await q2.enqueue("again", { dedupeId: "order-1" }), { id: a.id, duplicate: true });

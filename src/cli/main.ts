@@ -6,7 +6,8 @@
  */
 import { parseArgs } from "node:util";
 import { openBroker } from "../broker/broker.js";
-import { BrokerError } from "../errors.js";
+import { existsSync } from "node:fs";
+import { BrokerError, ValidationError } from "../errors.js";
 
 const HELP = `sluice - durable queues, streams and logs
 
@@ -18,8 +19,14 @@ Usage:
   sluice doctor --data DIR                              verify every segment and index
 `;
 
-async function withBroker<T>(data: string | undefined, fn: (b: Awaited<ReturnType<typeof openBroker>>) => Promise<T>): Promise<T> {
+/**
+ * Runs `fn` on the broker of a data directory. The directory is locked while open (a running
+ * server holds it: DataDirLockedError, nothing changed). A command that only reads must not
+ * create a broker where there is none: `readOnly` refuses a missing directory.
+ */
+async function withBroker<T>(data: string | undefined, fn: (b: Awaited<ReturnType<typeof openBroker>>) => Promise<T>, opts: { readOnly?: boolean } = {}): Promise<T> {
   if (!data) throw new BrokerError("USAGE", "--data DIR is required");
+  if (opts.readOnly && !existsSync(data)) throw new ValidationError(`data directory ${data} does not exist (nothing to read; this command creates nothing)`);
   const b = await openBroker({ dataDir: data, retentionCheckIntervalMs: 0 });
   try {
     return await fn(b);
@@ -85,7 +92,7 @@ async function topics(argv: string[]): Promise<void> {
       default:
         throw new BrokerError("USAGE", `unknown topics verb ${JSON.stringify(verb)}\n${HELP}`);
     }
-  });
+  }, { readOnly: verb === "list" || verb === "describe" });
 }
 
 async function group(argv: string[]): Promise<void> {
@@ -101,7 +108,7 @@ async function group(argv: string[]): Promise<void> {
       const to = values.to === "earliest" || values.to === "latest" ? values.to : { offset: Number(values.to) };
       console.log(JSON.stringify(await b.resetGroup(g, topic, to, { dryRun: values["dry-run"] }), null, 2));
     } else throw new BrokerError("USAGE", `unknown group verb ${JSON.stringify(verb)}`);
-  });
+  }, { readOnly: verb === "lag" });
 }
 
 async function doctor(argv: string[]): Promise<void> {
@@ -132,7 +139,7 @@ async function doctor(argv: string[]): Promise<void> {
         console.log(`ok ${t}/${p.partition}: ${n} records verified [${p.logStartOffset}, ${p.highWatermark})`);
       }
     }
-  });
+  }, { readOnly: true });
   if (problems > 0) process.exitCode = 2;
 }
 

@@ -7,6 +7,7 @@
 import * as nfs from "node:fs";
 import { createHash } from "node:crypto";
 import { StorageError } from "../errors.js";
+import { lockDirectory } from "./dir-lock.js";
 import { basename, dirname, join, resolve } from "node:path";
 
 export interface FileHandle {
@@ -35,7 +36,19 @@ export interface FileHandle {
 
 export type OpenMode = "r" | "rw" | "create";
 
+/** An exclusive lock of a directory held by this process (see dir-lock.ts, FS-3). */
+export interface DirLock {
+  readonly dir: string;
+  /** Releases the lock (idempotent). */
+  release(): Promise<void>;
+}
+
 export interface FileSystem {
+  /**
+   * Takes the exclusive lock of directory `dir` (which must exist) for this process, or throws
+   * DataDirLockedError naming the holder; changes nothing else (FS-3).
+   */
+  lock(dir: string): Promise<DirLock>;
   /** "r": read-only; "rw": read-write, must exist; "create": read-write, created if missing (never truncated). */
   open(path: string, mode: OpenMode): Promise<FileHandle>;
   readFile(path: string): Promise<Buffer>;
@@ -124,6 +137,9 @@ class NodeFileHandle implements FileHandle {
 }
 
 export class NodeFileSystem implements FileSystem {
+  lock(dir: string): Promise<DirLock> {
+    return lockDirectory(dir);
+  }
   async open(path: string, mode: OpenMode): Promise<FileHandle> {
     const flags = mode === "r" ? "r" : mode === "rw" ? "r+" : nfs.constants.O_RDWR | nfs.constants.O_CREAT;
     const fd = await p<number>((cb) => nfs.open(path, flags, 0o644, cb));

@@ -16,7 +16,7 @@
 import { randomUUID } from "node:crypto";
 import { join, resolve, sep } from "node:path";
 import { OffsetOutOfRangeError, PartitionNotFoundError, ProducerFencedError, TopicExistsError, TopicNotFoundError, ValidationError, BrokerClosedError, InvalidBatchError } from "../errors.js";
-import { readJsonFile, writeFileAtomic, type FileSystem } from "../log/io.js";
+import { readJsonFile, writeFileAtomic, type DirLock, type FileSystem } from "../log/io.js";
 import { noopTelemetry, type Logger, type Telemetry } from "../observability/telemetry.js";
 import { METRICS } from "../observability/metrics.js";
 import { PartitionLog } from "../log/partition-log.js";
@@ -325,6 +325,8 @@ export class DiskEngine implements StorageEngine {
   private producerFile: { nextId: number; epochs: Record<string, number> } = { nextId: 0, epochs: {} };
   private adminLock: Promise<unknown> = Promise.resolve();
   private closed = false;
+  /** The data directory's exclusive lock, held while open (FS-3). */
+  private dirLock: DirLock | null = null;
   /** Partitions being reopened after a fault, by `${topicId}/${partition}`. */
   private recovering = new Map<string, Promise<void>>();
   /** Ends the backoff waits of scheduled recoveries (on close). */
@@ -346,7 +348,24 @@ export class DiskEngine implements StorageEngine {
     return p;
   }
 
+  /**
+   * Takes the data directory's exclusive lock first (FS-3: a second opener, in this process or
+   * another, gets DataDirLockedError and nothing is changed), then loads everything.
+   */
   async open(): Promise<void> {
+    const { fs } = this;
+    await fs.mkdir(this.dataDir);
+    this.dirLock = await fs.lock(this.dataDir);
+    try {
+      await this.load();
+    } catch (e) {
+      await this.dirLock.release();
+      this.dirLock = null;
+      throw e;
+    }
+  }
+
+  private async load(): Promise<void> {
     const { fs } = this;
     for (const d of ["topics", "groups", "trash", "tmp"]) await fs.mkdir(this.inside(d));
     // Leftovers of interrupted deletes/creates are garbage by construction (TOPIC-1).
@@ -637,5 +656,8 @@ export class DiskEngine implements StorageEngine {
     await this.queues.close();
     for (const g of this.groups.values()) await g.close();
     for (const t of this.topics.values()) await Promise.all(t.logs.map((l) => l.close()));
+    // Last: nothing of this engine writes to the directory any more.
+    await this.dirLock?.release();
+    this.dirLock = null;
   }
 }

@@ -32,7 +32,7 @@
  */
 import * as nfs from "node:fs";
 import { basename, dirname, join } from "node:path";
-import { NodeFileSystem, type FileHandle, type FileSystem, type OpenMode } from "../log/io.js";
+import { NodeFileSystem, type DirLock, type FileHandle, type FileSystem, type OpenMode } from "../log/io.js";
 
 export type FaultOp = "write" | "datasync" | "open" | "rename" | "fsyncDir" | "truncate" | "unlink" | "mkdir" | "rm";
 
@@ -148,6 +148,8 @@ export class FaultyFileSystem implements FileSystem {
   private frozen: CrashPoint | null = null;
   private frozenReason = "";
   private crashWaiters: ((op: CrashPoint | null) => void)[] = [];
+  /** Releases of directory locks after a crash (see crash()). */
+  private releasing: Promise<unknown> = Promise.resolve();
   /** The crash model, if enabled. */
   readonly model: CrashModel | null;
 
@@ -182,12 +184,17 @@ export class FaultyFileSystem implements FileSystem {
     this.crashAt = k;
     if (this.opCount > k && this.frozen === null) this.crash();
   }
-  /** Freezes the file system now: every later call throws; open descriptors are closed (crash model). */
-  crash(reason = "crashed"): void {
-    if (this.frozen !== null) return;
+  /**
+   * Freezes the file system now, as if its process died: every later call throws, open
+   * descriptors are closed (crash model) and directory locks taken through it are released
+   * (resolves once they are, so a new broker can open the directory in this process).
+   */
+  crash(reason = "crashed"): Promise<unknown> {
+    if (this.frozen !== null) return this.releasing;
     this.frozen = { index: this.opCount, kind: "explicit", path: "" };
     this.frozenReason = reason;
     this.afterFreeze();
+    return this.releasing;
   }
   /** The call at which the file system froze (for crashAtOp, the k-th call), or null. */
   get crashedAt(): CrashPoint | null {
@@ -203,6 +210,7 @@ export class FaultyFileSystem implements FileSystem {
   }
   private afterFreeze(): void {
     this.model?.closeAll();
+    void this.releaseLocks();
     for (const w of this.crashWaiters.splice(0)) w(this.frozen);
   }
   /** @internal Throws if frozen. */
@@ -244,6 +252,30 @@ export class FaultyFileSystem implements FileSystem {
   }
 
   // ───────────────────────────── FileSystem ─────────────────────────────
+
+  /** Directory locks taken through this file system: released when it crashes (the process "dies"). */
+  private readonly locks = new Set<DirLock>();
+
+  async lock(dir: string): Promise<DirLock> {
+    this.checkFrozen("lock", dir);
+    const inner = await this.inner.lock(dir);
+    const held: DirLock = {
+      dir,
+      release: async () => {
+        this.locks.delete(held);
+        await inner.release();
+      },
+    };
+    this.locks.add(held);
+    return held;
+  }
+
+
+  /** A crash or power loss ends the "process" that held the locks: the kernel drops them. */
+  private releaseLocks(): Promise<unknown> {
+    this.releasing = Promise.all([this.releasing, ...[...this.locks].map((l) => l.release())]);
+    return this.releasing;
+  }
 
   async open(path: string, mode: OpenMode): Promise<FileHandle> {
     const m = this.model;
@@ -399,10 +431,12 @@ export class FaultyFileSystem implements FileSystem {
   async powerLoss(opts: number | PowerLossOptions = 0): Promise<PowerLossReport | null> {
     if (this.model) {
       if (this.frozen === null) this.crash("power lost");
+      await this.releaseLocks();
       const o = typeof opts === "number" ? { mode: "drop" as const, seed: 0 } : opts;
       return this.model.powerLoss(o.mode ?? "mixed", o.seed ?? 0);
     }
     const keepTornBytes = typeof opts === "number" ? opts : 0;
+    await this.releaseLocks();
     for (const [path, size] of this.synced) {
       const st = await this.inner.stat(path);
       if (!st || st.isDirectory) continue;
