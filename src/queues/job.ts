@@ -28,12 +28,6 @@ function headerObject(h: [string, Buffer][] | null): Record<string, Uint8Array> 
 }
 
 export class LeasedJob<T> implements DeliveredJob {
-  readonly id: string;
-  readonly key: string | null;
-  readonly attempt: number;
-  readonly enqueuedAt: number;
-  readonly redriveCount: number;
-  readonly deadLetter: DeadLetterInfo | null;
   readonly lease: Lease;
   tag = -1;
   /** Set once the lease ended (settled through this job, or lost). */
@@ -50,13 +44,27 @@ export class LeasedJob<T> implements DeliveredJob {
     private readonly owner: JobOwner,
     readonly stored: GrantedJob,
   ) {
-    this.id = stored.id;
-    this.key = stored.key;
     this.lease = stored.lease;
-    this.attempt = stored.lease.attempt;
-    this.enqueuedAt = stored.enqueuedAt;
-    this.redriveCount = stored.redriveCount;
-    this.deadLetter = stored.deadLetter;
+  }
+
+  // Read through to the engine's job (its fields may be decoded on first access).
+  get id(): string {
+    return this.stored.id;
+  }
+  get key(): string | null {
+    return this.stored.key;
+  }
+  get attempt(): number {
+    return this.lease.attempt;
+  }
+  get enqueuedAt(): number {
+    return this.stored.enqueuedAt;
+  }
+  get redriveCount(): number {
+    return this.stored.redriveCount;
+  }
+  get deadLetter(): DeadLetterInfo | null {
+    return this.stored.deadLetter;
   }
 
   get data(): T {

@@ -43,7 +43,8 @@ export class DiskQueue implements StoredQueue {
   readonly name: string;
   readonly incarnation: string;
   private current: QueueInstance | null = null;
-  private readonly listeners = new Set<QueueListener>();
+  /** An array, not a Set: `notify` runs on every settlement and must not allocate an iterator. */
+  private listeners: QueueListener[] = [];
   private recovering: Promise<void> | null = null;
   private wakeRecovery: (() => void) | null = null;
   private closed = false;
@@ -86,16 +87,16 @@ export class DiskQueue implements StoredQueue {
   }
 
   private notify(): void {
-    for (const l of this.listeners) l.available();
+    const ls = this.listeners;
+    for (let i = 0; i < ls.length; i++) ls[i].available();
   }
 
-  /** The instance to work on, or the reason there is none right now. */
+  /** The instance to work on (it checks its own health), or the reason there is none right now. */
   private live(): QueueInstance {
     const q = this.current;
-    if (this.closed && q === null) throw new BrokerClosedError(`queue ${this.name} is closed`);
-    if (q === null) throw new StorageError(`queue ${this.name} is being reopened after a storage failure; retry shortly`);
-    q.check();
-    return q;
+    if (q !== null) return q;
+    if (this.closed) throw new BrokerClosedError(`queue ${this.name} is closed`);
+    throw new StorageError(`queue ${this.name} is being reopened after a storage failure; retry shortly`);
   }
 
   /** Q-7: reopens the queue from disk, with backoff while that fails. */
@@ -177,8 +178,10 @@ export class DiskQueue implements StoredQueue {
     return this.live().redrive(opts);
   }
   listen(listener: QueueListener): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
+    this.listeners = [...this.listeners, listener];
+    return () => {
+      this.listeners = this.listeners.filter((l) => l !== listener);
+    };
   }
   async whenIdle(): Promise<void> {
     await this.current?.whenIdle();

@@ -11,7 +11,8 @@
  * being dead-lettered (an entry in `moving`) or redriven; DONE / DEAD terminal.
  */
 import type { AttemptRecord, DeadLetterInfo } from "../../../queues/types.js";
-import type { GrantedJob, GrantRequest, Lease, LeaseConsumer, ValueKind } from "../../queue-store.js";
+import type { GrantedJob, GrantRequest, Lease, LeaseConsumer, PreparedRecord, ValueKind } from "../../queue-store.js";
+import { decodeJobFields, type DecodedJobFields } from "./records.js";
 import { KeyChains } from "./chains.js";
 import { OffsetHeap } from "./heap.js";
 import { isTerminal, JobTable, St } from "./table.js";
@@ -33,21 +34,17 @@ export interface DlqIntent {
 
 /**
  * A lease of the disk engine, and once handed out also the job it leases (`GrantedJob`): one
- * object per delivery. The object `grant` hands out is the lease's identity (Q-3).
+ * object per delivery, and the lease's identity (Q-3). The job's fields are read from its
+ * record on access (most consumers read few of them; `process()` in a hot loop reads none).
  */
 export class DiskLease implements Lease, GrantedJob {
   readonly jobId: string;
-  readonly receipt: string;
   /** Set once the lease ended (settled, released, expired, lost); a later use is stale. */
   ended = false;
-  // The job, filled in at the hand-out (records.ts).
-  key: string | null = null;
-  value: Buffer | null = null;
-  valueKind: ValueKind = 0;
-  headers: [string, Buffer][] | null = null;
-  enqueuedAt = 0;
-  redriveCount = 0;
-  deadLetter: DeadLetterInfo | null = null;
+  /** The job's record, set when the lease is handed out. */
+  rec: PreparedRecord | null = null;
+  private decoded: DecodedJobFields | null = null;
+  private receiptText: string | null = null;
   constructor(
     readonly off: number,
     readonly attempt: number,
@@ -60,16 +57,46 @@ export class DiskLease implements Lease, GrantedJob {
     readonly codeVersion: string | undefined,
   ) {
     this.jobId = String(off);
-    this.receipt = `${off}.${attempt}`;
+  }
+  get receipt(): string {
+    return (this.receiptText ??= `${this.off}.${this.attempt}`);
   }
   get deadline(): number {
     return this.deadlineWall;
   }
+  get lease(): Lease {
+    return this;
+  }
   get id(): string {
     return this.jobId;
   }
-  get lease(): Lease {
-    return this;
+  private record(): PreparedRecord {
+    if (this.rec === null) throw new Error(`job ${this.off} was not handed out`);
+    return this.rec;
+  }
+  get value(): Buffer | null {
+    return this.record().value;
+  }
+  get valueKind(): ValueKind {
+    return this.record().valueKind;
+  }
+  get enqueuedAt(): number {
+    return this.record().timestamp;
+  }
+  private fields(): DecodedJobFields {
+    return (this.decoded ??= decodeJobFields(this.record()));
+  }
+  get key(): string | null {
+    return this.fields().key;
+  }
+  get headers(): [string, Buffer][] | null {
+    return this.fields().headers;
+  }
+  get redriveCount(): number {
+    return this.fields().redriveCount;
+  }
+  get deadLetter(): DeadLetterInfo | null {
+    return this.fields().deadLetter;
   }
 }
 

@@ -17,7 +17,7 @@ import { join } from "node:path";
 import { BrokerClosedError, LeaseExpiredError, StorageError } from "../../../errors.js";
 import type { FileSystem } from "../../../log/io.js";
 import { PartitionLog, type LogConfig } from "../../../log/partition-log.js";
-import type { Telemetry } from "../../../observability/telemetry.js";
+import type { Clock, Telemetry } from "../../../observability/telemetry.js";
 import type { AttemptRecord, QueueStats, RedriveOptions, RedriveResult } from "../../../queues/types.js";
 import type { EnqueueOutcome, EnqueueRequestOptions, GrantedJob, GrantRequest, Lease, NewJob, PreparedRecord, QueueSettings, StoredQueue } from "../../queue-store.js";
 import { Mover } from "./dead-letters.js";
@@ -27,7 +27,7 @@ import { JobState, type DiskLease } from "./job-state.js";
 import { Journal, MAX_JOURNAL_RECORD_BYTES } from "./journal.js";
 import { PayloadCache } from "./payload-cache.js";
 import { recoverQueue } from "./recovery.js";
-import { fillGrantedJob, RESERVED_HEADER_ROOM } from "./records.js";
+import { RESERVED_HEADER_ROOM } from "./records.js";
 import { encodeSnapshot, writeSnapshot } from "./snapshot.js";
 import { isTerminal, St } from "./table.js";
 
@@ -62,6 +62,7 @@ export class QueueInstance {
   readonly incarnation: string;
   settings: QueueSettings;
   private readonly o: InstanceOptions;
+  private readonly clock: Clock;
   private st!: JobState;
   private msgs!: PartitionLog;
   private journal!: Journal;
@@ -80,6 +81,7 @@ export class QueueInstance {
 
   private constructor(o: InstanceOptions) {
     this.o = o;
+    this.clock = o.telemetry.clock;
     this.name = o.name;
     this.incarnation = o.incarnation;
     this.settings = o.settings;
@@ -95,10 +97,10 @@ export class QueueInstance {
     return this.o.telemetry.logger;
   }
   private now(): number {
-    return this.o.telemetry.clock.now();
+    return this.clock.now();
   }
   private mono(): number {
-    return this.o.telemetry.clock.monotonicMs();
+    return this.clock.monotonicMs();
   }
 
   // ─────────────────────────────── open ───────────────────────────────
@@ -300,7 +302,7 @@ export class QueueInstance {
           continue;
         }
         this.cache.remove(l.off);
-        fillGrantedJob(l, r);
+        l.rec = r;
         out.push(l);
       }
       return out;
@@ -322,12 +324,12 @@ export class QueueInstance {
 
   // ─────────────────────────────── settlement ───────────────────────────────
 
-  /** Q-3: the lease must be current and its monotonic deadline not passed. */
-  private leaseOf(lease: Lease): DiskLease {
+  /** Q-3: the lease must be current and its monotonic deadline (checked at `mono`) not passed. */
+  private leaseOf(lease: Lease, mono: number): DiskLease {
     this.check();
     const l = this.st.current(lease);
     if (l === null) throw new LeaseExpiredError();
-    if (this.mono() >= l.deadlineMono) {
+    if (mono >= l.deadlineMono) {
       this.expire(l);
       throw new LeaseExpiredError();
     }
@@ -341,9 +343,10 @@ export class QueueInstance {
   }
 
   ack(lease: Lease): Promise<void> {
-    const l = this.leaseOf(lease);
+    const mono = this.mono();
+    const l = this.leaseOf(lease, mono);
     const now = this.now();
-    this.st.ack(l, now, this.mono());
+    this.st.ack(l, now, mono);
     this.settled(l.off);
     // The consumer has room again, and a key's successor may be grantable now (KEY-1).
     this.o.available();
@@ -351,7 +354,7 @@ export class QueueInstance {
   }
 
   retry(lease: Lease, visibleAt: number, failure: AttemptRecord): Promise<void> {
-    const l = this.leaseOf(lease);
+    const l = this.leaseOf(lease, this.mono());
     const now = this.now();
     this.st.retry(l, visibleAt, failure, now);
     this.afterVisible();
@@ -359,15 +362,16 @@ export class QueueInstance {
   }
 
   deadLetter(lease: Lease, failure: AttemptRecord): Promise<void> {
-    const l = this.leaseOf(lease);
+    const l = this.leaseOf(lease, this.mono());
     this.st.endLease(l);
     this.st.pushHistory(l.off, failure);
     return this.mover.deadLetter(l.off, failure);
   }
 
   extend(lease: Lease, ms: number): Promise<void> {
-    const l = this.leaseOf(lease);
-    l.deadlineMono = this.mono() + ms;
+    const mono = this.mono();
+    const l = this.leaseOf(lease, mono);
+    l.deadlineMono = mono + ms;
     l.deadlineWall = this.now() + ms;
     this.scheduleLeaseTimer(l.deadlineMono);
     return this.journal.fixed(Ev.EXTEND, l.off, l.attempt, l.deadlineWall);

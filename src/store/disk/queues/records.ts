@@ -6,7 +6,7 @@
  */
 import { recordSize, type PreparedRecord, type StoredRecord } from "../../../log/record-batch.js";
 import type { DeadLetterInfo } from "../../../queues/types.js";
-import { RESERVED_HEADER_PREFIX, type NewJob, type ValueKind } from "../../queue-store.js";
+import { RESERVED_HEADER_PREFIX, type NewJob } from "../../queue-store.js";
 
 /** Delivery time (f64 ms) of a job enqueued with a delay. */
 export const H_DELIVER_AT = "sluice-at";
@@ -109,27 +109,21 @@ export function userHeaders(h: [string, Buffer][] | null): [string, Buffer][] | 
   return out;
 }
 
-/** Fills in the job a lease hands out (the lease object is the granted job, job-state.ts). */
-export function fillGrantedJob(g: DiskLeaseJob, r: PreparedRecord): void {
-  g.key = r.key === null ? null : r.key.toString("utf8");
-  g.value = r.value;
-  g.valueKind = r.valueKind;
-  g.headers = userHeaders(r.headers);
-  g.enqueuedAt = r.timestamp;
-  if (r.headers !== null) {
-    g.redriveCount = redriveCountOf(r);
-    // The stored record also names the source job's key (for redrive); harmless to expose.
-    g.deadLetter = deadLetterOf(r);
-  }
+/** The fields of a stored job that take decoding (read once per delivery, on first access). */
+export interface DecodedJobFields {
+  key: string | null;
+  /** User headers only. */
+  headers: [string, Buffer][] | null;
+  redriveCount: number;
+  /** The stored record also names the source job's key (for redrive); harmless to expose. */
+  deadLetter: DeadLetterInfo | null;
 }
 
-/** The job fields of a granted lease. */
-export interface DiskLeaseJob {
-  key: string | null;
-  value: Buffer | null;
-  valueKind: ValueKind;
-  headers: [string, Buffer][] | null;
-  enqueuedAt: number;
-  redriveCount: number;
-  deadLetter: DeadLetterInfo | null;
+export function decodeJobFields(r: PreparedRecord): DecodedJobFields {
+  return {
+    key: r.key === null ? null : r.key.toString("utf8"),
+    headers: userHeaders(r.headers),
+    redriveCount: r.headers === null ? 0 : redriveCountOf(r),
+    deadLetter: r.headers === null ? null : deadLetterOf(r),
+  };
 }
