@@ -122,10 +122,6 @@ export class QueueRuntime implements QueueListener {
 
   // ─────────────────────────────── settlement policy ───────────────────────────────
 
-  ack(job: LeasedJob<unknown>): Promise<void> {
-    return this.stored.ack(job.lease);
-  }
-
   /** A failed attempt: retry with backoff (or `delayMs`), or the dead-letter queue when it is permanent or the last attempt. */
   nack(job: LeasedJob<unknown>, opts: NackOptions, consumer: LeaseConsumer): Promise<void> {
     if (opts.delayMs !== undefined && (typeof opts.delayMs !== "number" || !(opts.delayMs >= 0) || opts.delayMs > MAX_DELAY_MS))

@@ -142,7 +142,7 @@ export class QueueWorker<T> implements Worker<T>, RuntimeWorker, PushWorker, Pro
   // ─────────────────────────────── JobOwner ───────────────────────────────
 
   ack(job: LeasedJob<unknown>): Promise<void> {
-    const p = this.runtime!.ack(job);
+    const p = this.runtime!.stored.ack(job.lease);
     this.forget(job);
     return p;
   }

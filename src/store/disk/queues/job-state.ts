@@ -43,6 +43,8 @@ export class DiskLease implements Lease, GrantedJob {
   ended = false;
   /** The job's record, set when the lease is handed out. */
   rec: PreparedRecord | null = null;
+  /** Its consumer's lease count (null for a lease restored from disk). */
+  held: HeldCount | null = null;
   private decoded: DecodedJobFields | null = null;
   private receiptText: string | null = null;
   constructor(
@@ -100,6 +102,12 @@ export class DiskLease implements Lease, GrantedJob {
   }
 }
 
+/** Leases a consumer holds in this queue. */
+export interface HeldCount {
+  readonly consumer: LeaseConsumer;
+  n: number;
+}
+
 /** A lease as journaled (restored on recovery before its holder is known). */
 export interface LeaseRecord {
   attempt: number;
@@ -115,8 +123,9 @@ export class JobState {
   readonly leases = new Map<number, DiskLease>();
   readonly history = new Map<number, AttemptRecord[]>();
   readonly moving = new Map<number, DlqIntent>();
-  /** Leases held per consumer (granted and not ended): `GrantRequest.upTo` caps it. */
-  private readonly held = new Map<LeaseConsumer, number>();
+  /** Leases held per consumer (granted and not ended): `GrantRequest.upTo` caps it. Each lease
+   * points at its consumer's counter, so ending one costs no lookup. */
+  private readonly held = new Map<LeaseConsumer, HeldCount>();
   /** Rows per status. */
   readonly counts = new Float64Array(8);
   live = 0;
@@ -186,8 +195,9 @@ export class JobState {
     }
   }
 
-  /** Terminal transition (DONE or DEAD): frees the row and unblocks the key's next job. */
-  finish(off: number, s: St.DONE | St.DEAD, now: number): void {
+  /** Terminal transition (DONE or DEAD): frees the row and unblocks the key's next job (returns
+   * true when there was one). */
+  finish(off: number, s: St.DONE | St.DEAD, now: number): boolean {
     const t = this.table;
     const i = t.idx(off);
     const c = t.chain[i];
@@ -196,14 +206,19 @@ export class JobState {
     this.liveBytes -= t.size[i];
     this.history.delete(off);
     this.moving.delete(off);
+    let unblocked = false;
     if (c >= 0) {
       const next = this.chains.remove(c, off);
       if (next >= 0 && t.has(next)) {
         const ni = t.idx(next);
-        if (t.status[ni] === St.BLOCKED) this.makeVisible(next, t.visibleAt[ni], now);
+        if (t.status[ni] === St.BLOCKED) {
+          this.makeVisible(next, t.visibleAt[ni], now);
+          unblocked = true;
+        }
       }
     }
     if (off === t.floor) t.advanceFloor();
+    return unblocked;
   }
 
   /** Status of `off`, or 0 when it has no row (below the floor or past the end). */
@@ -248,7 +263,13 @@ export class JobState {
   // ─────────────────────────────── leases ───────────────────────────────
 
   heldBy(c: LeaseConsumer): number {
-    return this.held.get(c) ?? 0;
+    return this.held.get(c)?.n ?? 0;
+  }
+
+  private counterOf(c: LeaseConsumer): HeldCount {
+    let h = this.held.get(c);
+    if (h === undefined) this.held.set(c, (h = { consumer: c, n: 0 }));
+    return h;
   }
 
   /**
@@ -259,12 +280,14 @@ export class JobState {
   grant(requests: readonly GrantRequest[], maxInFlight: number, wallNow: number, monoNow: number): DiskLease[][] {
     const n = requests.length;
     const out: DiskLease[][] = new Array(n);
-    // Room per request, read once (the per-consumer count is written back once per request).
+    // Room per request, read once.
     const room = new Array<number>(n);
+    const counters = new Array<HeldCount>(n);
     let open = 0;
     for (let k = 0; k < n; k++) {
       out[k] = [];
-      room[k] = requests[k].upTo - this.heldBy(requests[k].consumer);
+      counters[k] = this.counterOf(requests[k].consumer);
+      room[k] = requests[k].upTo - counters[k].n;
       if (room[k] > 0) open++;
     }
     const t = this.table;
@@ -282,13 +305,15 @@ export class JobState {
         this.setStatus(i, St.INFLIGHT);
         const ms = consumer.leaseMs;
         const lease = new DiskLease(off, attempt, monoNow + ms, wallNow + ms, monoNow, consumer, consumer.consumerId, consumer.codeVersion);
+        lease.held = counters[idx];
+        counters[idx].n++;
         this.leases.set(off, lease);
         out[idx].push(lease);
         if (--room[idx] === 0) open--;
       }
       this.rr++;
     }
-    for (let k = 0; k < n; k++) if (out[k].length > 0) this.held.set(requests[k].consumer, this.heldBy(requests[k].consumer) + out[k].length);
+    for (const h of counters) if (h.n === 0) this.held.delete(h.consumer);
     return out;
   }
 
@@ -310,18 +335,16 @@ export class JobState {
   endLease(l: DiskLease): void {
     l.ended = true;
     this.leases.delete(l.off);
-    const c = l.consumer;
-    if (c !== null) {
-      const n = this.heldBy(c) - 1;
-      if (n > 0) this.held.set(c, n);
-      else this.held.delete(c);
-    }
+    const h = l.held;
+    if (h !== null && --h.n === 0) this.held.delete(h.consumer);
   }
 
-  ack(l: DiskLease, now: number, mono: number): void {
+  /** Returns true when the ack made the key's next job grantable (KEY-1). */
+  ack(l: DiskLease, now: number, mono: number): boolean {
     this.endLease(l);
-    this.finish(l.off, St.DONE, now);
+    const unblocked = this.finish(l.off, St.DONE, now);
     this.countAck(mono);
+    return unblocked;
   }
 
   /** A failed attempt: history, then visible again at `visibleAt`. */

@@ -316,7 +316,7 @@ export class QueueInstance {
   private unreadable(l: DiskLease, err: Error | undefined, now: number): void {
     this.logger.error({ err, queue: this.name, offset: l.off }, "job unreadable (damaged message log); it is counted in stats().unreadable and never delivered");
     this.st.endLease(l);
-    this.st.finish(l.off, St.DEAD, now);
+    if (this.st.finish(l.off, St.DEAD, now)) this.o.available();
     this.st.unreadable++;
     this.settled(l.off);
     void this.journal.fixed(Ev.DEAD, l.off, l.attempt, now).catch(() => {});
@@ -346,10 +346,9 @@ export class QueueInstance {
     const mono = this.mono();
     const l = this.leaseOf(lease, mono);
     const now = this.now();
-    this.st.ack(l, now, mono);
+    // The consumer's own room is its worker's business; a key's successor is ours (KEY-1).
+    if (this.st.ack(l, now, mono)) this.o.available();
     this.settled(l.off);
-    // The consumer has room again, and a key's successor may be grantable now (KEY-1).
-    this.o.available();
     return this.journal.fixed(Ev.ACK, l.off, l.attempt, now);
   }
 
