@@ -12,8 +12,6 @@
  * (the policy's dispatchers) stay attached and hear `available` once the queue is back.
  */
 import { BrokerClosedError, StorageError } from "../../../errors.js";
-import type { FileSystem } from "../../../log/io.js";
-import type { Telemetry } from "../../../observability/telemetry.js";
 import type { AttemptRecord, QueueStats, RedriveOptions, RedriveResult } from "../../../queues/types.js";
 import type {
   EnqueueOutcome,
@@ -27,17 +25,7 @@ import type {
   StoredQueue,
 } from "../../queue-store.js";
 import { nextRecoveryDelay, RECOVERY_MIN_DELAY_MS } from "../recovery-backoff.js";
-import { QueueInstance, type InstanceOptions } from "./queue-instance.js";
-
-export interface DiskQueueOptions {
-  name: string;
-  incarnation: string;
-  dir: string;
-  fs: FileSystem;
-  settings: QueueSettings;
-  telemetry: Telemetry;
-  peer(name: string): Promise<StoredQueue>;
-}
+import { QueueInstance, type InstanceOptions, type QueueFiles } from "./queue-instance.js";
 
 export class DiskQueue implements StoredQueue {
   readonly name: string;
@@ -50,13 +38,13 @@ export class DiskQueue implements StoredQueue {
   private closed = false;
   private _settings: QueueSettings;
 
-  private constructor(private readonly o: DiskQueueOptions) {
+  private constructor(private readonly o: QueueFiles) {
     this.name = o.name;
     this.incarnation = o.incarnation;
     this._settings = o.settings;
   }
 
-  static async open(o: DiskQueueOptions): Promise<DiskQueue> {
+  static async open(o: QueueFiles): Promise<DiskQueue> {
     const q = new DiskQueue(o);
     q.current = await QueueInstance.open(q.instanceOptions());
     return q;

@@ -43,15 +43,19 @@ const MAX_JOURNAL_SEGMENT = 16 * 1024 * 1024;
 const MAX_BLOCKED_KEYS = 100;
 const MAX_BLOCKED_SCAN = 100_000;
 
-export interface InstanceOptions {
+/** Where a queue lives and what it works with. */
+export interface QueueFiles {
   name: string;
   incarnation: string;
   dir: string;
   fs: FileSystem;
   settings: QueueSettings;
   telemetry: Telemetry;
+  /** Other queues (dead-letter and redrive targets), through the policy layer. */
   peer(name: string): Promise<StoredQueue>;
-  /** Grantable jobs may exist. */
+}
+
+export interface InstanceOptions extends QueueFiles {  /** Grantable jobs may exist. */
   available(): void;
   /** A write failed: the owner reopens the queue from disk. */
   onFault(err: StorageError): void;

@@ -107,49 +107,45 @@ async function scanJobs(c: RecoveryContext, st: JobState, keyIds: Map<string, nu
       else c.logger.warn({ queue: c.queue, offset: r.offset }, "ignoring a malformed idempotent-enqueue header");
     }
   };
-  let off = Math.max(st.table.end, c.msgs.logStartOffset);
-  const end = c.msgs.highWatermark;
-  while (off < end) {
-    let read: { records: StoredRecord[]; nextOffset: number };
-    try {
-      read = await c.msgs.read(off, RECOVERY_READ_BYTES);
-    } catch (e) {
-      if (!(e instanceof CorruptRecordError)) throw e;
-      const resume = Math.min(end, Math.max(off + 1, e.nextOffset ?? end));
-      c.logger.error(
-        { err: e, queue: c.queue, from: off, to: resume, lost: resume - off },
-        "queue message log is damaged: the jobs in this range cannot be read and are skipped (counted in stats().unreadable)",
-      );
-      for (let o = off; o < resume; o++) st.addUnreadable(o, c.now);
-      off = resume;
-      continue;
-    }
-    for (const r of read.records) add(r);
-    if (read.nextOffset <= off) break;
-    off = read.nextOffset;
-  }
+  await scan(c.msgs, Math.max(st.table.end, c.msgs.logStartOffset), add, (from, to, err) => {
+    c.logger.error(
+      { err, queue: c.queue, from, to, lost: to - from },
+      "queue message log is damaged: the jobs in this range cannot be read and are skipped (counted in stats().unreadable)",
+    );
+    for (let o = from; o < to; o++) st.addUnreadable(o, c.now);
+  });
 }
 
 async function replayJournal(c: RecoveryContext, st: JobState, leases: Map<number, LeaseRecord>, from: number): Promise<void> {
-  let j = from;
-  const end = c.journal.highWatermark;
-  while (j < end) {
+  const apply = (r: StoredRecord): void => {
+    if (r.value !== null) for (const ev of decodeEvents(r.value)) replay(st, ev, leases);
+  };
+  await scan(c.journal, from, apply, (from, to, err) => {
+    c.logger.error({ err, queue: c.queue, from, to }, "queue journal is damaged: the settlements in this range are lost (those jobs are delivered again)");
+  });
+}
+
+/**
+ * Reads a log from `from` to its durable end, record by record. A damaged range (REC-1) is
+ * handed to `damaged` and skipped: reading resumes where intact data does.
+ */
+async function scan(log: PartitionLog, from: number, each: (r: StoredRecord) => void, damaged: (from: number, to: number, err: CorruptRecordError) => void): Promise<void> {
+  let off = from;
+  const end = log.highWatermark;
+  while (off < end) {
     let read: { records: StoredRecord[]; nextOffset: number };
     try {
-      read = await c.journal.read(j, RECOVERY_READ_BYTES);
+      read = await log.read(off, RECOVERY_READ_BYTES);
     } catch (e) {
       if (!(e instanceof CorruptRecordError)) throw e;
-      const resume = Math.min(end, Math.max(j + 1, e.nextOffset ?? end));
-      c.logger.error({ err: e, queue: c.queue, from: j, to: resume }, "queue journal is damaged: the settlements in this range are lost (those jobs are delivered again)");
-      j = resume;
+      const resume = Math.min(end, Math.max(off + 1, e.nextOffset ?? end));
+      damaged(off, resume, e);
+      off = resume;
       continue;
     }
-    for (const r of read.records) {
-      if (r.value === null) continue;
-      for (const ev of decodeEvents(r.value)) replay(st, ev, leases);
-    }
-    if (read.nextOffset <= j) break;
-    j = read.nextOffset;
+    for (const r of read.records) each(r);
+    if (read.nextOffset <= off) break;
+    off = read.nextOffset;
   }
 }
 
