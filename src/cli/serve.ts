@@ -20,6 +20,15 @@ import { parseArgs } from "node:util";
 import { openBroker } from "../broker/broker.js";
 import { ValidationError } from "../errors.js";
 import { startServer } from "../server/index.js";
+import {
+  DEFAULT_HOST,
+  DEFAULT_HTTP_PORT,
+  DEFAULT_LIMITS,
+  DEFAULT_MAX_BODY_BYTES,
+  DEFAULT_MAX_CONNECTIONS,
+  DEFAULT_PORT,
+  DEFAULT_SHUTDOWN_TIMEOUT_MS,
+} from "../server/limits.js";
 
 export interface ServeConfig {
   data: string;
@@ -36,14 +45,14 @@ export interface ServeConfig {
 }
 
 const DEFAULTS: Omit<ServeConfig, "data"> = {
-  host: "127.0.0.1",
-  port: 7070,
-  httpPort: 7071,
-  maxFrameBytes: 16 * 1024 * 1024,
-  maxConnections: 10_000,
-  maxBodyBytes: 1024 * 1024,
-  sessionTimeoutMs: 10_000,
-  shutdownTimeoutMs: 10_000,
+  host: DEFAULT_HOST,
+  port: DEFAULT_PORT,
+  httpPort: DEFAULT_HTTP_PORT,
+  maxFrameBytes: DEFAULT_LIMITS.maxFrameBytes,
+  maxConnections: DEFAULT_MAX_CONNECTIONS,
+  maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
+  sessionTimeoutMs: DEFAULT_LIMITS.defaultSessionTimeoutMs,
+  shutdownTimeoutMs: DEFAULT_SHUTDOWN_TIMEOUT_MS,
   logLevel: "info",
 };
 
@@ -63,7 +72,7 @@ const FIELDS: { key: Key; flag: string; env: string; parse(v: unknown, src: stri
   { key: "maxFrameBytes", flag: "max-frame-bytes", env: "SLUICE_MAX_FRAME_BYTES", parse: intIn("max frame bytes", 1024, 256 * 1024 * 1024), help: "largest protocol frame (default 16 MiB)" },
   { key: "maxConnections", flag: "max-connections", env: "SLUICE_MAX_CONNECTIONS", parse: intIn("max connections", 1, 1_000_000), help: "default 10000" },
   { key: "maxBodyBytes", flag: "max-body-bytes", env: "SLUICE_MAX_BODY_BYTES", parse: intIn("max body bytes", 1024, 256 * 1024 * 1024), help: "largest HTTP request body (default 1 MiB)" },
-  { key: "sessionTimeoutMs", flag: "session-timeout-ms", env: "SLUICE_SESSION_TIMEOUT_MS", parse: intIn("session timeout", 500, 300_000), help: "default group session timeout (default 10000)" },
+  { key: "sessionTimeoutMs", flag: "session-timeout-ms", env: "SLUICE_SESSION_TIMEOUT_MS", parse: intIn("session timeout", DEFAULT_LIMITS.minSessionTimeoutMs, DEFAULT_LIMITS.maxSessionTimeoutMs), help: "default group session timeout (default 10000)" },
   { key: "shutdownTimeoutMs", flag: "shutdown-timeout-ms", env: "SLUICE_SHUTDOWN_TIMEOUT_MS", parse: intIn("shutdown timeout", 100, 600_000), help: "default 10000" },
   {
     key: "logLevel",

@@ -48,19 +48,7 @@ export interface Logger {
   debug?(obj: unknown, msg?: string): void;
 }
 
-export const DEFAULT_LIMITS: ConnectionLimits = {
-  maxFrameBytes: 16 * 1024 * 1024,
-  maxInFlight: 1024,
-  maxInFlightBytes: 64 * 1024 * 1024,
-  maxInFlightBytesTotal: 512 * 1024 * 1024,
-  maxOutputBytes: 8 * 1024 * 1024,
-  maxRecordsPerBatch: 100_000,
-  maxSubscriptionsPerConnection: 256,
-  minSessionTimeoutMs: 500,
-  maxSessionTimeoutMs: 300_000,
-  defaultSessionTimeoutMs: 10_000,
-  handshakeTimeoutMs: 10_000,
-};
+export { DEFAULT_LIMITS } from "./limits.js";
 
 type State = "preamble" | "hello" | "ready" | "closing" | "closed";
 

@@ -10,6 +10,7 @@ import { BodyTooLargeError, BrokerError, httpStatusOf, InternalError, NotFoundEr
 import type { BrokerHost } from "../broker/host.js";
 import type { ConsumedRecord, PublishRecord, PublishValue, ResetTarget } from "../types.js";
 import { errorToWire } from "../wire/index.js";
+import { HTTP_DEFAULT_FETCH_BYTES, HTTP_MAX_FETCH_BYTES, MAX_HTTP_ITEMS_PER_REQUEST } from "./limits.js";
 
 export interface HttpOptions {
   broker: BrokerHost;
@@ -153,7 +154,7 @@ export function createHttpServer(opts: HttpOptions): Server {
         case "POST /v1/topics/:/records": {
           const body = (await readBody(req, opts.maxBodyBytes)) as Record<string, unknown>;
           const list = Array.isArray(body.records) ? body.records : [body];
-          if (list.length > 10_000) throw new ValidationError("at most 10000 records per request");
+          if (list.length > MAX_HTTP_ITEMS_PER_REQUEST) throw new ValidationError(`at most ${MAX_HTTP_ITEMS_PER_REQUEST} records per request`);
           const receipts = await broker.publishBatch(parts[2], list.map(jsonToRecord));
           return send(res, 200, { receipts });
         }
@@ -161,7 +162,7 @@ export function createHttpServer(opts: HttpOptions): Server {
           const partition = Number(parts[4]);
           if (!Number.isSafeInteger(partition)) throw new ValidationError("partition must be an integer");
           const r = await broker.fetch(parts[2], partition, intParam(url, "offset", 0), {
-            maxBytes: Math.min(intParam(url, "maxBytes", 1024 * 1024), 8 * 1024 * 1024),
+            maxBytes: Math.min(intParam(url, "maxBytes", HTTP_DEFAULT_FETCH_BYTES), HTTP_MAX_FETCH_BYTES),
             maxWaitMs: Math.min(intParam(url, "maxWaitMs", 0), 30_000),
           });
           return send(res, 200, { ...r, records: r.records.map(recordToJson) });
@@ -176,7 +177,7 @@ export function createHttpServer(opts: HttpOptions): Server {
         case "POST /v1/queues/:/jobs": {
           const body = (await readBody(req, opts.maxBodyBytes)) as Record<string, unknown>;
           const list = Array.isArray(body.jobs) ? body.jobs : [body];
-          if (list.length > 10_000) throw new ValidationError("at most 10000 jobs per request");
+          if (list.length > MAX_HTTP_ITEMS_PER_REQUEST) throw new ValidationError(`at most ${MAX_HTTP_ITEMS_PER_REQUEST} jobs per request`);
           const items = list.map((j: unknown) => {
             if (j === null || typeof j !== "object") throw new ValidationError("each job must be an object");
             const o = j as Record<string, unknown>;

@@ -7,11 +7,12 @@
 import { createServer, type Server as NetServer, type Socket } from "node:net";
 import type { Server as HttpServer } from "node:http";
 import type { BrokerHost } from "../broker/host.js";
-import { Connection, DEFAULT_LIMITS, type Logger, type SharedBudget } from "./connection.js";
+import { Connection, type Logger, type SharedBudget } from "./connection.js";
+import { DEFAULT_HOST, DEFAULT_LIMITS, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS } from "./limits.js";
 import type { ConnectionLimits } from "./session.js";
 import { createHttpServer } from "./http.js";
 
-export { DEFAULT_LIMITS } from "./connection.js";
+export { DEFAULT_LIMITS } from "./limits.js";
 export type { Logger } from "./connection.js";
 export type { ConnectionLimits } from "./session.js";
 export type { BrokerHost, StreamHost, MemberListener, MemberSubscription, EncodedAppend } from "../broker/host.js";
@@ -59,9 +60,9 @@ function listen(server: NetServer | HttpServer, port: number, host: string): Pro
 }
 
 export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
-  const host = opts.host ?? "127.0.0.1";
+  const host = opts.host ?? DEFAULT_HOST;
   const limits: ConnectionLimits = { ...DEFAULT_LIMITS, ...opts.limits };
-  const maxConnections = opts.maxConnections ?? 10_000;
+  const maxConnections = opts.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
   const connections = new Set<Connection>();
   const shared: SharedBudget = { inFlightBytes: 0, paused: new Set() };
   let closing = false;
@@ -83,7 +84,7 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
   if (opts.httpPort !== null) {
     http = createHttpServer({
       broker: opts.broker,
-      maxBodyBytes: opts.maxBodyBytes ?? 1024 * 1024,
+      maxBodyBytes: opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES,
       isReady: () => !closing,
       stats: () => ({ connections: connections.size }),
     });
