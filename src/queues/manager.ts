@@ -209,10 +209,8 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
 
   async redrive(opts: RedriveOptions = {}): Promise<RedriveResult> {
     if (opts.target !== undefined) validateQueueName(opts.target);
-    const rt = await this.runtime();
-    // The target opens through the policy layer (its settings, its runtime) before the move.
-    if (opts.target !== undefined && opts.target !== this.name) await this.mgr.runtime(opts.target, undefined, true);
-    return rt.stored.redrive(opts);
+    // Targets are opened by the engine through `peer` (created implicitly when missing).
+    return (await this.runtime()).stored.redrive(opts);
   }
 
   /** Waits for background recovery (resumed dead-letter moves / redrive) to finish. Embedded only. */
