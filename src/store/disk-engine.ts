@@ -24,43 +24,10 @@ import { HEADER_SIZE, readHeader, type PreparedRecord, type ProducerInfo, type S
 import type { TopicConfig, TopicDescription } from "../types.js";
 import type { AppendResult, CommittedOffset, EncodedBatches, EngineTopic, PartitionOffsets, StorageEngine } from "./engine.js";
 import { validateName } from "./names.js";
+import { resolveTopicConfig } from "./topic-config.js";
 import { DiskQueueStore } from "./disk/queues/store.js";
 import { crc32c } from "../log/crc32c.js";
 import type { FileHandle } from "../log/io.js";
-
-export const TOPIC_DEFAULTS: Required<TopicConfig> = {
-  partitions: 1,
-  retentionMs: -1,
-  retentionBytes: -1,
-  segmentBytes: 256 * 1024 * 1024,
-  segmentMs: 7 * 86_400_000,
-  maxMessageBytes: 1024 * 1024,
-  durability: "always",
-  flushIntervalMs: 1000,
-};
-
-function intIn(name: string, v: unknown, min: number, max: number): number {
-  if (typeof v !== "number" || !Number.isSafeInteger(v) || v < min || v > max)
-    throw new ValidationError(`${name} must be an integer in [${min}, ${max}], got ${JSON.stringify(v)}`);
-  return v;
-}
-
-export function resolveTopicConfig(config: TopicConfig = {}): Required<TopicConfig> {
-  if (typeof config !== "object" || config === null) throw new ValidationError("topic config must be an object");
-  for (const k of Object.keys(config)) if (!(k in TOPIC_DEFAULTS)) throw new ValidationError(`unknown topic config key ${JSON.stringify(k)}`);
-  const c = { ...TOPIC_DEFAULTS, ...Object.fromEntries(Object.entries(config).filter(([, v]) => v !== undefined)) } as Required<TopicConfig>;
-  intIn("partitions", c.partitions, 1, 10_000);
-  intIn("retentionMs", c.retentionMs, -1, Number.MAX_SAFE_INTEGER);
-  intIn("retentionBytes", c.retentionBytes, -1, Number.MAX_SAFE_INTEGER);
-  intIn("segmentBytes", c.segmentBytes, 1024, 2 ** 31 - 1);
-  intIn("segmentMs", c.segmentMs, 1, Number.MAX_SAFE_INTEGER);
-  // The default record limit shrinks with small segments; an explicit one must fit a segment.
-  if (config.maxMessageBytes === undefined) c.maxMessageBytes = Math.min(c.maxMessageBytes, c.segmentBytes);
-  intIn("maxMessageBytes", c.maxMessageBytes, 1, Math.min(c.segmentBytes, 32 * 1024 * 1024));
-  intIn("flushIntervalMs", c.flushIntervalMs, 1, 3_600_000);
-  if (!["always", "interval", "never"].includes(c.durability)) throw new ValidationError(`durability must be always|interval|never`);
-  return c;
-}
 
 interface GroupFile {
   group: string;

@@ -7,7 +7,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { EncodedBatches, StorageEngine } from "../store/engine.js";
-import { resolveTopicConfig } from "../store/disk-engine.js";
+import { resolveTopicConfig } from "../store/topic-config.js";
 import { decodeRecords, encodeBatch, stampBatch, verifyBatch, type PreparedRecord } from "../log/record-batch.js";
 import { InvalidBatchError, OffsetOutOfRangeError, ProducerFencedError, RecordTooLargeError, TopicExistsError, TopicNotFoundError, OutOfOrderSequenceError } from "../errors.js";
 

@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * Topic configuration: defaults and limits, declared once, and their validation. Engine
+ * neutral: the broker resolves a topic's config here before any engine sees it.
+ */
+import { ValidationError } from "../errors.js";
+import type { TopicConfig } from "../types.js";
+
+/** Partitions per topic. */
+export const MAX_PARTITIONS = 10_000;
+/** Segment size bounds (a segment's offsets are 32-bit relative to its base, its positions too). */
+export const MIN_SEGMENT_BYTES = 1024;
+export const MAX_SEGMENT_BYTES = 2 ** 31 - 1;
+/** Largest record, whatever the segment size. */
+export const MAX_MESSAGE_BYTES = 32 * 1024 * 1024;
+export const MAX_FLUSH_INTERVAL_MS = 3_600_000;
+
+export const TOPIC_DEFAULTS: Required<TopicConfig> = {
+  partitions: 1,
+  retentionMs: -1,
+  retentionBytes: -1,
+  segmentBytes: 256 * 1024 * 1024,
+  segmentMs: 7 * 86_400_000,
+  maxMessageBytes: 1024 * 1024,
+  durability: "always",
+  flushIntervalMs: 1000,
+};
+
+function intIn(name: string, v: unknown, min: number, max: number): number {
+  if (typeof v !== "number" || !Number.isSafeInteger(v) || v < min || v > max)
+    throw new ValidationError(`${name} must be an integer in [${min}, ${max}], got ${JSON.stringify(v)}`);
+  return v;
+}
+
+export function resolveTopicConfig(config: TopicConfig = {}): Required<TopicConfig> {
+  if (typeof config !== "object" || config === null) throw new ValidationError("topic config must be an object");
+  for (const k of Object.keys(config)) if (!(k in TOPIC_DEFAULTS)) throw new ValidationError(`unknown topic config key ${JSON.stringify(k)}`);
+  const c = { ...TOPIC_DEFAULTS, ...Object.fromEntries(Object.entries(config).filter(([, v]) => v !== undefined)) } as Required<TopicConfig>;
+  intIn("partitions", c.partitions, 1, MAX_PARTITIONS);
+  intIn("retentionMs", c.retentionMs, -1, Number.MAX_SAFE_INTEGER);
+  intIn("retentionBytes", c.retentionBytes, -1, Number.MAX_SAFE_INTEGER);
+  intIn("segmentBytes", c.segmentBytes, MIN_SEGMENT_BYTES, MAX_SEGMENT_BYTES);
+  intIn("segmentMs", c.segmentMs, 1, Number.MAX_SAFE_INTEGER);
+  // The default record limit shrinks with small segments; an explicit one must fit a segment.
+  if (config.maxMessageBytes === undefined) c.maxMessageBytes = Math.min(c.maxMessageBytes, c.segmentBytes);
+  intIn("maxMessageBytes", c.maxMessageBytes, 1, Math.min(c.segmentBytes, MAX_MESSAGE_BYTES));
+  intIn("flushIntervalMs", c.flushIntervalMs, 1, MAX_FLUSH_INTERVAL_MS);
+  if (!["always", "interval", "never"].includes(c.durability)) throw new ValidationError(`durability must be always|interval|never`);
+  return c;
+}
