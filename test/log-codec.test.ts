@@ -27,20 +27,12 @@ import {
 } from "../src/log/record-batch.js";
 import { murmur2, partitionForKey } from "../src/streams/murmur2.js";
 import { InvalidBatchError, RecordTooLargeError } from "../src/errors.js";
+import { prng } from "../src/testing/helpers.js";
 
 const FUZZ = Math.max(1, Number(process.env.SLUICE_FUZZ_ITERATIONS ?? "20000") | 0);
 
 /** Deterministic PRNG (mulberry32) so a failing case can be replayed from its seed. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const rng = prng;
 
 // ───────────────────────────── CRC-32C ─────────────────────────────
 

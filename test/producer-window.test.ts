@@ -23,6 +23,7 @@ import { PRODUCER_BATCHES_KEPT } from "../src/log/producer-state.js";
 import { decodeRecords, verifyBatch, type BatchHeader } from "../src/log/record-batch.js";
 import { Op, type Frame } from "../src/wire/index.js";
 import type { PublishReceipt } from "../src/types.js";
+import { prng } from "../src/testing/helpers.js";
 
 const KEPT = PRODUCER_BATCHES_KEPT;
 
@@ -372,16 +373,7 @@ test("window: deliveryTimeoutMs is validated", () => {
 // ───────────────────────────── model check ─────────────────────────────
 
 /** mulberry32: a small seeded generator, so a failing seed can be replayed. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const rng = prng;
 
 /**
  * The broker's sequence rules for one producer (src/log/partition-log.ts checkProducer):

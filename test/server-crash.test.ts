@@ -19,6 +19,7 @@ import { PRODUCER_BATCHES_KEPT } from "../src/log/producer-state.js";
 import type { Broker } from "../src/types.js";
 import { FaultProxy } from "./fixtures/fault-proxy.js";
 import { spawnServer, type SpawnedServer } from "./fixtures/server-spawn.js";
+import { waitUntil as waitUntilShared } from "../src/testing/helpers.js";
 
 const KILLS = Number(process.env.SLUICE_SERVER_KILLS ?? 50);
 const PARTITIONS = 8;
@@ -26,13 +27,7 @@ const PUBLISHERS = 12;
 /** Publishes each publisher keeps outstanding (a new one starts as soon as one settles). */
 const OUTSTANDING = 24;
 
-async function waitUntil(cond: () => boolean, what: string, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 2));
-  }
-}
+const waitUntil = (cond: () => boolean, what: string, timeoutMs = 30_000): Promise<unknown> => waitUntilShared(cond, what, timeoutMs, 2);
 
 test(`server SIGKILL x${KILLS} during idempotent publishing (16 KiB segments, >= 16 batches in flight): no acked record lost, none duplicated, no sequence error surfaced`, { timeout: 240_000 }, async (t) => {
   const dir = mkdtempSync(join(process.env.SLUICE_TEST_TMP ?? tmpdir(), "sluice-srv-crash-"));

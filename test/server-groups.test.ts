@@ -16,6 +16,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { connect } from "../src/client/index.js";
 import { spawnServer } from "./fixtures/server-spawn.js";
+import { waitUntil as waitUntilShared } from "../src/testing/helpers.js";
 
 const MEMBER = join(dirname(fileURLToPath(import.meta.url)), "fixtures", "server-group-member.js");
 
@@ -42,13 +43,7 @@ function spawnMember(name: string, url: string, topic: string, group: string, mo
   return { name, proc, lines, exited };
 }
 
-async function waitUntil(cond: () => boolean, what: string, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
+const waitUntil = (cond: () => boolean, what: string, timeoutMs = 30_000): Promise<unknown> => waitUntilShared(cond, what, timeoutMs, 2);
 
 function tmp(): string {
   return mkdtempSync(join(process.env.SLUICE_TEST_TMP ?? tmpdir(), "sluice-srv-groups-"));

@@ -31,18 +31,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { openBroker } from "../src/index.js";
 import { encodeBatch, stampBatch } from "../src/log/record-batch.js";
+import { prng } from "../src/testing/helpers.js";
+import { waitUntil as waitUntilShared } from "../src/testing/helpers.js";
 
 // Deterministic PRNG so a failure can be replayed (seed printed on failure).
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const rng = prng;
 const SEED = Number(process.env.SLUICE_FUZZ_SEED ?? Date.now() % 1e9);
 
 test("frames survive being split at every byte", () => {
@@ -185,13 +178,7 @@ async function handshake(port: number): Promise<{ s: Socket; frames: Frame[]; cl
   return { s, ...c };
 }
 
-async function waitFor(cond: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
+const waitFor = (cond: () => boolean, what: string, timeoutMs = 5000): Promise<unknown> => waitUntilShared(cond, what, timeoutMs, 2);
 
 async function withServer(fn: (srv: ServerHandle) => Promise<void>): Promise<void> {
   const broker = fakeBroker();

@@ -34,6 +34,7 @@ import { partitionForKey } from "../streams/murmur2.js";
 import type { Broker, Message, Subscription } from "../types.js";
 import type { Job } from "../queues/types.js";
 import { LeaseExpiredError, PermanentError } from "../errors.js";
+import { waitUntil } from "./helpers.js";
 
 export interface ConformanceTarget {
   broker: Broker;
@@ -45,15 +46,6 @@ function uniq(prefix: string): string {
   return `${prefix}-${process.pid}-${Date.now().toString(36)}-${++seq}`;
 }
 
-async function waitUntil<T>(cond: () => T | Promise<T>, what: string, timeoutMs = 10_000): Promise<NonNullable<T>> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await cond();
-    if (v) return v as NonNullable<T>;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
 
 /** Reads `n` messages from a subscription (with a deadline), leaving it open. */
 async function take<T>(sub: Subscription<T>, n: number, timeoutMs = 10_000): Promise<Message<T>[]> {

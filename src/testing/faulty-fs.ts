@@ -33,6 +33,7 @@
 import * as nfs from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { NodeFileSystem, type DirLock, type FileHandle, type FileSystem, type OpenMode } from "../log/io.js";
+import { prng } from "./helpers.js";
 
 export type FaultOp = "write" | "datasync" | "open" | "rename" | "fsyncDir" | "truncate" | "unlink" | "mkdir" | "rm";
 
@@ -121,17 +122,6 @@ function errno(code: string, op: string, path: string, message?: string): NodeJS
   return Object.assign(new Error(message ?? `${code}: injected fault, ${op} '${path}'`), { code, syscall: op, path });
 }
 
-/** Deterministic PRNG (mulberry32). */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 export class FaultyFileSystem implements FileSystem {
   private inner = new NodeFileSystem();
@@ -1094,3 +1084,5 @@ class ModelHandle implements FileHandle {
     });
   }
 }
+
+export { prng };
