@@ -9,7 +9,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync, writeFileSync, readdirSync, statSync, appendFileSync } from "node:fs";
 import { join } from "node:path";
-import { DiskEngine } from "../src/store/disk-engine.js";
+import { DiskEngine } from "../src/store/disk/disk-engine.js";
 import { TOPIC_DEFAULTS } from "../src/store/topic-config.js";
 import { NodeFileSystem } from "../src/log/io.js";
 import { verifyBatch, type PreparedRecord } from "../src/log/record-batch.js";

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /** Runs the StorageEngine contract against the on-disk engine (a PostgreSQL engine will join). */
 import { defineEngineContract } from "../src/testing/engine-contract.js";
-import { DiskEngine } from "../src/store/disk-engine.js";
+import { DiskEngine } from "../src/store/disk/disk-engine.js";
 import { NodeFileSystem } from "../src/log/io.js";
 import { tempDir } from "../src/testing/helpers.js";
 

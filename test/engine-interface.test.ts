@@ -14,7 +14,7 @@ import { join } from "node:path";
 import { openBroker } from "../src/broker/broker.js";
 import { connect } from "../src/client/index.js";
 import { startServer } from "../src/server/index.js";
-import { DiskEngine } from "../src/store/disk-engine.js";
+import { DiskEngine } from "../src/store/disk/disk-engine.js";
 import { NodeFileSystem } from "../src/log/io.js";
 import { CountingEngine } from "../src/testing/counting-engine.js";
 import { defineConformanceSuite } from "../src/testing/conformance.js";

@@ -18,7 +18,7 @@ import { NodeFileSystem } from "../src/log/io.js";
 import type { Job } from "../src/queues/types.js";
 import { FaultyFileSystem } from "../src/testing/faulty-fs.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";
-import { DiskEngine } from "../src/store/disk-engine.js";
+import { DiskEngine } from "../src/store/disk/disk-engine.js";
 import { TestQueues } from "./fixtures/queue-helpers.js";
 
 interface LogLine {

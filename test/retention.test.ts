@@ -10,7 +10,7 @@ import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import { openBroker, type EmbeddedBroker } from "../src/broker/broker.js";
 import { OffsetOutOfRangeError } from "../src/errors.js";
-import type { DiskEngine } from "../src/store/disk-engine.js";
+import type { DiskEngine } from "../src/store/disk/disk-engine.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";
 import type { Message, TopicConfig } from "../src/types.js";
 

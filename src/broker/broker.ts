@@ -9,7 +9,7 @@ import { AbortedError, BrokerClosedError, GroupActiveError, ValidationError, Cor
 import { NodeFileSystem, type FileSystem } from "../log/io.js";
 import { telemetry, type Logger, type Telemetry } from "../observability/telemetry.js";
 import { decodeRecords, prepareValue, recordSize, validateEncodedBatch, type PreparedRecord } from "../log/record-batch.js";
-import { DiskEngine } from "../store/disk-engine.js";
+import { DiskEngine } from "../store/disk/disk-engine.js";
 import { resolveTopicConfig } from "../store/topic-config.js";
 import type { StorageEngine } from "../store/engine.js";
 import { validateName } from "../store/names.js";

@@ -52,7 +52,7 @@ export interface PartitionLogOptions {
   preallocate?: PreallocateMode;
   /**
    * Called once when the partition faults (an I/O error after which only recovery can tell
-   * what is on disk): the owner reopens it from disk (src/store/disk-engine.ts).
+   * what is on disk): the owner reopens it from disk (src/store/disk/disk-engine.ts).
    */
   onFault?: (err: StorageError) => void;
 }

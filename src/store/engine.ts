@@ -3,7 +3,7 @@
  * The storage engine contract: everything durable goes through it (topics and their
  * partitions, appends and reads, idempotent-producer state, group offsets, work queues), so
  * the broker above it (src/broker, src/streams, src/queues policy) runs unchanged on any
- * engine. The disk engine (src/store/disk-engine.ts) is the default; a PostgreSQL engine for
+ * engine. The disk engine (src/store/disk/disk-engine.ts) is the default; a PostgreSQL engine for
  * multi-node deployments must pass the same contract tests (`defineEngineContract` in
  * src/testing/engine-contract.ts) and the broker conformance suite through
  * `openBroker({ engine })` (test/engine-interface.test.ts runs it on a wrapper that only
