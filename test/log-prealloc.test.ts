@@ -11,7 +11,7 @@ import { readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { CorruptRecordError, StorageError } from "../src/errors.js";
 import { NodeFileSystem, type FileHandle, type FileSystem, type OpenMode } from "../src/log/io.js";
-import type { Logger } from "../src/log/logger.js";
+import type { Logger } from "../src/observability/telemetry.js";
 import { PartitionLog, type LogConfig, type PreallocateMode } from "../src/log/partition-log.js";
 import { encodeBatch, stampBatch, type PreparedRecord } from "../src/log/record-batch.js";
 import { FaultyFileSystem } from "../src/testing/faulty-fs.js";

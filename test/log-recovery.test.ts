@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { openBroker, CorruptRecordError, StorageFullError, StorageError, type EmbeddedBroker } from "../src/index.js";
 import { FaultyFileSystem } from "../src/testing/faulty-fs.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";
-import type { Logger } from "../src/log/logger.js";
+import type { Logger } from "../src/observability/telemetry.js";
 
 function captureLogger(): Logger & { lines: { level: string; obj: unknown; msg?: string }[] } {
   const lines: { level: string; obj: unknown; msg?: string }[] = [];

@@ -38,15 +38,10 @@ import { oneWayHandler, requestHandler } from "./handlers.js";
 import type { RemoteMember } from "./remote-member.js";
 import type { RemoteWorker } from "./remote-queue.js";
 import { str, type ConnectionLimits, type Reply, type Session } from "./session.js";
+import type { Logger } from "../observability/telemetry.js";
 
 export type { ConnectionLimits } from "./session.js";
 
-export interface Logger {
-  info?(obj: unknown, msg?: string): void;
-  warn?(obj: unknown, msg?: string): void;
-  error?(obj: unknown, msg?: string): void;
-  debug?(obj: unknown, msg?: string): void;
-}
 
 export { DEFAULT_LIMITS } from "./limits.js";
 
@@ -87,7 +82,7 @@ export class Connection implements Session {
     private readonly socket: Socket,
     readonly host: BrokerHost,
     readonly limits: ConnectionLimits,
-    private readonly logger: Logger | undefined,
+    private readonly logger: Logger,
     private readonly onClose: (c: Connection) => void,
     private readonly shared: SharedBudget = { inFlightBytes: 0, paused: new Set() },
   ) {
@@ -184,7 +179,7 @@ export class Connection implements Session {
   private fail(err: unknown): void {
     if (this.state === "closing" || this.state === "closed") return;
     const wire = errorToWire(err);
-    this.logger?.warn?.({ conn: this.id, remote: this.remote, code: wire.code, err: wire.message }, "closing connection");
+    this.logger.warn({ conn: this.id, remote: this.remote, code: wire.code, err: wire.message }, "closing connection");
     this.state = "closing";
     try {
       this.socket.end(encodeFrame(Op.Hello, FLAG_RESPONSE | FLAG_ERROR, 0, wire));
@@ -263,7 +258,7 @@ export class Connection implements Session {
 
   private respondError(frame: Frame, err: unknown): void {
     const wire = errorToWire(err);
-    if (wire.code === "INTERNAL") this.logger?.error?.({ conn: this.id, op: frame.op, err }, "request failed");
+    if (wire.code === "INTERNAL") this.logger.error({ conn: this.id, op: frame.op, err }, "request failed");
     this.send(encodeFrame(frame.op, FLAG_RESPONSE | FLAG_ERROR, frame.correlationId, wire));
   }
 
@@ -376,7 +371,7 @@ export class Connection implements Session {
     if (this.members.size === 0) return;
     const silentMs = Date.now() - this.lastSeen;
     if (silentMs <= this.sessionTimeoutMs) return;
-    this.logger?.warn?.({ conn: this.id, silentMs }, "group session expired; removing members");
+    this.logger.warn({ conn: this.id, silentMs }, "group session expired; removing members");
     for (const [id, member] of this.members) {
       this.members.delete(id);
       const reason = `session expired: no heartbeat for ${silentMs} ms (sessionTimeoutMs ${this.sessionTimeoutMs})`;

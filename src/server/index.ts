@@ -7,13 +7,14 @@
 import { createServer, type Server as NetServer, type Socket } from "node:net";
 import type { Server as HttpServer } from "node:http";
 import type { BrokerHost } from "../broker/host.js";
-import { Connection, type Logger, type SharedBudget } from "./connection.js";
+import { Connection, type SharedBudget } from "./connection.js";
+import { telemetry as makeTelemetry, type Logger, type Telemetry } from "../observability/telemetry.js";
 import { DEFAULT_HOST, DEFAULT_LIMITS, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS } from "./limits.js";
 import type { ConnectionLimits } from "./session.js";
 import { createHttpServer } from "./http.js";
 
 export { DEFAULT_LIMITS } from "./limits.js";
-export type { Logger } from "./connection.js";
+export type { Logger } from "../observability/telemetry.js";
 export type { ConnectionLimits } from "./session.js";
 export type { BrokerHost, StreamHost, MemberListener, MemberSubscription, EncodedAppend } from "../broker/host.js";
 
@@ -29,7 +30,10 @@ export interface ServerOptions {
   /** Max HTTP request body, enforced while streaming. Default 1 MiB. */
   maxBodyBytes?: number;
   limits?: Partial<ConnectionLimits>;
+  /** Any pino-compatible logger (shorthand for `telemetry.logger`); default silent. */
   logger?: Logger;
+  /** Logger, metrics sink and clock for the server's connections (no-op defaults). */
+  telemetry?: Partial<Telemetry>;
 }
 
 export interface ServerHandle {
@@ -60,6 +64,8 @@ function listen(server: NetServer | HttpServer, port: number, host: string): Pro
 }
 
 export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
+  const tel = makeTelemetry({ ...opts.telemetry, logger: opts.logger ?? opts.telemetry?.logger });
+  const logger = tel.logger;
   const host = opts.host ?? DEFAULT_HOST;
   const limits: ConnectionLimits = { ...DEFAULT_LIMITS, ...opts.limits };
   const maxConnections = opts.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
@@ -69,11 +75,11 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
 
   const tcp = createServer({ noDelay: true }, (socket: Socket) => {
     if (closing || connections.size >= maxConnections) {
-      opts.logger?.warn?.({ remote: socket.remoteAddress, connections: connections.size }, "refusing connection");
+      logger.warn({ remote: socket.remoteAddress, connections: connections.size }, "refusing connection");
       socket.destroy();
       return;
     }
-    const conn = new Connection(socket, opts.broker, limits, opts.logger, (c) => connections.delete(c), shared);
+    const conn = new Connection(socket, opts.broker, limits, logger, (c) => connections.delete(c), shared);
     connections.add(conn);
   });
   tcp.maxConnections = maxConnections;
@@ -95,7 +101,7 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
       throw err;
     }
   }
-  opts.logger?.debug?.({ host, port, httpPort }, "sluice server listening");
+  logger.debug({ host, port, httpPort }, "sluice server listening");
 
   let closed: Promise<void> | null = null;
   const close = (o: { graceMs?: number } = {}): Promise<void> => {

@@ -5,7 +5,7 @@
  * one fetch of `maxBytes`), and long-polls when all are caught up.
  */
 import { BrokerClosedError, CorruptRecordError, NotAssignedError, OffsetOutOfRangeError, ValidationError } from "../errors.js";
-import type { Logger } from "../log/logger.js";
+import type { Logger } from "../observability/telemetry.js";
 import type { StorageEngine } from "../store/engine.js";
 import type { Message, MessageBatch, SubscribeOptions, Subscription } from "../types.js";
 import { newMemberId, type GroupCoordinator, type GroupMember } from "./group-coordinator.js";
