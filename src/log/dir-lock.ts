@@ -65,14 +65,21 @@ async function lockAbstract(dir: string): Promise<DirLock> {
   server.on("connection", (s) => s.destroy());
   server.unref();
   nfs.writeFileSync(join(dir, LOCK_FILE), holderText());
+  return held(dir, async () => {
+    if (readHolder(dir).pid === process.pid) nfs.rmSync(join(dir, LOCK_FILE), { force: true });
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+}
+
+/** A lock this process holds; `release` runs `free` once. */
+function held(dir: string, free: () => Promise<void>): DirLock {
   let released = false;
   return {
     dir,
     async release(): Promise<void> {
       if (released) return;
       released = true;
-      if (readHolder(dir).pid === process.pid) nfs.rmSync(join(dir, LOCK_FILE), { force: true });
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await free();
     },
   };
 }
@@ -85,15 +92,7 @@ async function lockFile(dir: string): Promise<DirLock> {
       const fd = nfs.openSync(path, "wx");
       nfs.writeSync(fd, holderText());
       nfs.closeSync(fd);
-      let released = false;
-      return {
-        dir,
-        async release(): Promise<void> {
-          if (released) return;
-          released = true;
-          nfs.rmSync(path, { force: true });
-        },
-      };
+      return held(dir, async () => nfs.rmSync(path, { force: true }));
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
       const h = readHolder(dir);
