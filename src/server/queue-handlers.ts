@@ -20,7 +20,7 @@ import {
 } from "../wire/index.js";
 import { RemoteWorker, enqueueFromWire, toWireJob } from "./remote-queue.js";
 import { int, str, type Reply, type RequestHandler, type Session } from "./session.js";
-import { MAX_PREFETCH } from "../queues/config.js";
+import { DEFAULT_PREFETCH, MAX_PREFETCH } from "../queues/config.js";
 
 const EMPTY: Reply = { meta: {} };
 
@@ -52,7 +52,7 @@ function work(s: Session, f: Frame): Reply {
     throw new ValidationError(`at most ${s.limits.maxSubscriptionsPerConnection} workers per connection`);
   }
   const q = s.queueFor(m);
-  const prefetch = Math.max(1, Math.min(int(m, "prefetch", true) ?? 16, MAX_PREFETCH));
+  const prefetch = Math.max(1, Math.min(int(m, "prefetch", true) ?? DEFAULT_PREFETCH, MAX_PREFETCH));
   // A client that asks for it gets jobs as PUSH_JOB_BATCH (binary, no per-job JSON) and may
   // settle with QUEUE_SETTLE_BATCH; older clients keep PUSH_JOBS.
   const batch = m.batch === true;
