@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * Unit tests of the idempotent producer's per-partition window (src/client/producer.ts)
- * against a scripted transport: the cap of PRODUCER_BATCHES_KEPT numbered batches per
- * partition, sequence order, what is re-sent with its number, what is renumbered, what
- * reaches the caller; then a seeded model check against a fake broker that implements the
- * broker's sequence rules and injects failures.
+ * Unit tests of the idempotent producer's per-partition window (src/client/partition-window.ts,
+ * driven through the Producer of src/client/producer.ts) against a scripted transport: the cap
+ * of PRODUCER_BATCHES_KEPT numbered batches per partition, sequence order, what is re-sent with
+ * its number, what is renumbered, what reaches the caller; then a seeded model check against a
+ * fake broker that implements the broker's sequence rules and injects failures.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
