@@ -3,7 +3,8 @@
  * HTTP port: health (`/healthz` liveness, `/readyz` readiness), admin and simple JSON
  * produce/consume for callers without the client. Request bodies are limited while they
  * stream in (Content-Length is checked first; a body that grows past `maxBodyBytes` is cut off
- * with 413), so a large or endless upload never sits in memory.
+ * with 413), so a large or endless upload never sits in memory. Every route is one entry of
+ * `ROUTES` (method, path pattern, handler).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { BodyTooLargeError, BrokerError, httpStatusOf, InternalError, NotFoundError, ValidationError } from "../errors.js";
@@ -123,84 +124,164 @@ function intParam(url: URL, name: string, def?: number): number {
   return n;
 }
 
+/** What a route handler gets: the request, its URL and the path parameters named in its pattern. */
+interface RouteContext {
+  broker: BrokerHost;
+  opts: HttpOptions;
+  req: IncomingMessage;
+  url: URL;
+  params: Record<string, string>;
+}
+
+/** The status and JSON body to answer with. */
+type Reply = readonly [status: number, body: unknown];
+
+interface Route {
+  /** `*`: any method, matched on the exact path (the probes and stats). */
+  method: string;
+  /** Literal segments and `:name` parameters. */
+  path: string;
+  handler(c: RouteContext): Reply | Promise<Reply>;
+}
+
+const body = async (c: RouteContext): Promise<Record<string, unknown>> => (await readBody(c.req, c.opts.maxBodyBytes)) as Record<string, unknown>;
+
+const ROUTES: Route[] = [
+  { method: "*", path: "/healthz", handler: () => [200, { status: "ok" }] },
+  { method: "*", path: "/readyz", handler: (c) => (c.opts.isReady() ? [200, { status: "ready" }] : [503, { status: "not ready" }]) },
+  { method: "*", path: "/v1/stats", handler: (c) => [200, c.opts.stats()] },
+  { method: "GET", path: "/v1/topics", handler: async (c) => [200, { topics: await c.broker.listTopics() }] },
+  { method: "POST", path: "/v1/topics", handler: createTopic },
+  { method: "GET", path: "/v1/topics/:topic", handler: async (c) => [200, await c.broker.describeTopic(c.params.topic)] },
+  { method: "DELETE", path: "/v1/topics/:topic", handler: deleteTopic },
+  { method: "POST", path: "/v1/topics/:topic/records", handler: publishRecords },
+  { method: "GET", path: "/v1/topics/:topic/partitions/:partition/records", handler: fetchRecords },
+  { method: "GET", path: "/v1/queues", handler: async (c) => [200, { queues: await c.broker.listQueues() }] },
+  { method: "DELETE", path: "/v1/queues/:queue", handler: deleteQueue },
+  { method: "GET", path: "/v1/queues/:queue/stats", handler: async (c) => [200, await c.broker.queue(c.params.queue).stats()] },
+  { method: "POST", path: "/v1/queues/:queue/jobs", handler: enqueueJobs },
+  { method: "POST", path: "/v1/queues/:queue/purge", handler: async (c) => [200, { purged: await c.broker.queue(c.params.queue).purge() }] },
+  // Redrive from a dead-letter queue (e.g. /v1/queues/emails.dlq/redrive).
+  { method: "POST", path: "/v1/queues/:queue/redrive", handler: redrive },
+  { method: "GET", path: "/v1/groups/:group/topics/:topic/lag", handler: async (c) => [200, await c.broker.groupLag(c.params.group, c.params.topic)] },
+  { method: "POST", path: "/v1/groups/:group/topics/:topic/reset", handler: resetGroup },
+];
+
+async function createTopic(c: RouteContext): Promise<Reply> {
+  const b = await body(c);
+  if (typeof b.name !== "string") throw new ValidationError("name is required");
+  return [201, await c.broker.createTopic(b.name, (b.config ?? {}) as object)];
+}
+
+async function deleteTopic(c: RouteContext): Promise<Reply> {
+  await c.broker.deleteTopic(c.params.topic);
+  return [200, { deleted: c.params.topic }];
+}
+
+async function publishRecords(c: RouteContext): Promise<Reply> {
+  const b = await body(c);
+  const list = Array.isArray(b.records) ? b.records : [b];
+  if (list.length > MAX_HTTP_ITEMS_PER_REQUEST) throw new ValidationError(`at most ${MAX_HTTP_ITEMS_PER_REQUEST} records per request`);
+  const receipts = await c.broker.publishBatch(c.params.topic, list.map(jsonToRecord));
+  return [200, { receipts }];
+}
+
+async function fetchRecords(c: RouteContext): Promise<Reply> {
+  const { url } = c;
+  const partition = Number(c.params.partition);
+  if (!Number.isSafeInteger(partition)) throw new ValidationError("partition must be an integer");
+  const r = await c.broker.fetch(c.params.topic, partition, intParam(url, "offset", 0), {
+    maxBytes: Math.min(intParam(url, "maxBytes", HTTP_DEFAULT_FETCH_BYTES), HTTP_MAX_FETCH_BYTES),
+    maxWaitMs: Math.min(intParam(url, "maxWaitMs", 0), 30_000),
+  });
+  return [200, { ...r, records: r.records.map(recordToJson) }];
+}
+
+async function deleteQueue(c: RouteContext): Promise<Reply> {
+  await c.broker.deleteQueue(c.params.queue);
+  return [200, { deleted: c.params.queue }];
+}
+
+async function enqueueJobs(c: RouteContext): Promise<Reply> {
+  const b = await body(c);
+  const list = Array.isArray(b.jobs) ? b.jobs : [b];
+  if (list.length > MAX_HTTP_ITEMS_PER_REQUEST) throw new ValidationError(`at most ${MAX_HTTP_ITEMS_PER_REQUEST} jobs per request`);
+  const items = list.map((j: unknown) => {
+    if (j === null || typeof j !== "object") throw new ValidationError("each job must be an object");
+    const o = j as Record<string, unknown>;
+    return { data: (o.data ?? null) as PublishValue, key: o.key as string | undefined, delayMs: o.delayMs as number | undefined, dedupeId: o.dedupeId as string | undefined };
+  });
+  return [200, { results: await c.broker.queue(c.params.queue).enqueueBatch(items) }];
+}
+
+async function redrive(c: RouteContext): Promise<Reply> {
+  const b = await body(c);
+  return [200, await c.broker.queue(c.params.queue).redrive(b as object)];
+}
+
+async function resetGroup(c: RouteContext): Promise<Reply> {
+  const b = await body(c);
+  return [200, await c.broker.resetGroup(c.params.group, c.params.topic, b.to as ResetTarget, { dryRun: b.dryRun === true })];
+}
+
+/**
+ * A route's lookup key: method and path with every parameter position replaced by `:`.
+ * Parameters sit at the even positions from 2 on (`/v1/<collection>/<name>/<sub>/<name>/...`),
+ * so a request's key is computed the same way without knowing the route.
+ */
+function routeKey(method: string, parts: readonly string[]): string {
+  return `${method} /${parts.map((p, i) => (i >= 2 && i % 2 === 0 ? ":" : p)).join("/")}`;
+}
+
+interface CompiledRoute {
+  route: Route;
+  /** Parameter name and its position in the path. */
+  params: [string, number][];
+}
+
+/** The probes, by exact path (any method). */
+const EXACT = new Map<string, Route>();
+/** The API routes, by `routeKey`. */
+const BY_KEY = new Map<string, CompiledRoute>();
+for (const route of ROUTES) {
+  if (route.method === "*") {
+    EXACT.set(route.path, route);
+    continue;
+  }
+  const segs = route.path.split("/").filter(Boolean);
+  const params: [string, number][] = [];
+  segs.forEach((s, i) => {
+    // A table mistake would make a route unreachable or too greedy: refuse it at load.
+    if (s.startsWith(":") !== (i >= 2 && i % 2 === 0)) throw new Error(`route ${route.method} ${route.path}: parameters must be exactly the even segments from the third on`);
+    if (s.startsWith(":")) params.push([s.slice(1), i]);
+  });
+  BY_KEY.set(routeKey(route.method, segs), { route, params });
+}
+
+/** The route for a request and its parameters, or null (404). */
+function findRoute(method: string, url: URL): { route: Route; params: Record<string, string> } | null {
+  // Decoded before anything else: a malformed escape fails the request whatever the path.
+  const parts = url.pathname.split("/").filter(Boolean).map(decodeURIComponent);
+  const exact = EXACT.get(url.pathname);
+  if (exact !== undefined) return { route: exact, params: {} };
+  if (parts[0] !== "v1") return null;
+  const found = BY_KEY.get(routeKey(method, parts));
+  if (found === undefined) return null;
+  const params: Record<string, string> = {};
+  for (const [name, i] of found.params) params[name] = parts[i];
+  return { route: found.route, params };
+}
+
 export function createHttpServer(opts: HttpOptions): Server {
   const { broker } = opts;
   const server = createServer(async (req, res) => {
     try {
       const url = new URL(req.url ?? "/", "http://localhost");
-      const parts = url.pathname.split("/").filter(Boolean).map(decodeURIComponent);
       const method = req.method ?? "GET";
-      const route = `${method} /${parts.map((p, i) => (i >= 2 && i % 2 === 0 ? ":" : p)).join("/")}`;
-      if (url.pathname === "/healthz") return send(res, 200, { status: "ok" });
-      if (url.pathname === "/readyz") {
-        return opts.isReady() ? send(res, 200, { status: "ready" }) : send(res, 503, { status: "not ready" });
-      }
-      if (url.pathname === "/v1/stats") return send(res, 200, opts.stats());
-      if (parts[0] !== "v1") throw new NotFoundError(`no route for ${method} ${url.pathname}`);
-      // Routes: /v1/topics[/:name[/records | /partitions/:p/records]], /v1/groups/:g/topics/:t/{lag,reset}
-      switch (route) {
-        case "GET /v1/topics":
-          return send(res, 200, { topics: await broker.listTopics() });
-        case "POST /v1/topics": {
-          const body = (await readBody(req, opts.maxBodyBytes)) as Record<string, unknown>;
-          if (typeof body.name !== "string") throw new ValidationError("name is required");
-          return send(res, 201, await broker.createTopic(body.name, (body.config ?? {}) as object));
-        }
-        case "GET /v1/topics/:":
-          return send(res, 200, await broker.describeTopic(parts[2]));
-        case "DELETE /v1/topics/:":
-          await broker.deleteTopic(parts[2]);
-          return send(res, 200, { deleted: parts[2] });
-        case "POST /v1/topics/:/records": {
-          const body = (await readBody(req, opts.maxBodyBytes)) as Record<string, unknown>;
-          const list = Array.isArray(body.records) ? body.records : [body];
-          if (list.length > MAX_HTTP_ITEMS_PER_REQUEST) throw new ValidationError(`at most ${MAX_HTTP_ITEMS_PER_REQUEST} records per request`);
-          const receipts = await broker.publishBatch(parts[2], list.map(jsonToRecord));
-          return send(res, 200, { receipts });
-        }
-        case "GET /v1/topics/:/partitions/:/records": {
-          const partition = Number(parts[4]);
-          if (!Number.isSafeInteger(partition)) throw new ValidationError("partition must be an integer");
-          const r = await broker.fetch(parts[2], partition, intParam(url, "offset", 0), {
-            maxBytes: Math.min(intParam(url, "maxBytes", HTTP_DEFAULT_FETCH_BYTES), HTTP_MAX_FETCH_BYTES),
-            maxWaitMs: Math.min(intParam(url, "maxWaitMs", 0), 30_000),
-          });
-          return send(res, 200, { ...r, records: r.records.map(recordToJson) });
-        }
-        case "GET /v1/queues":
-          return send(res, 200, { queues: await broker.listQueues() });
-        case "DELETE /v1/queues/:":
-          await broker.deleteQueue(parts[2]);
-          return send(res, 200, { deleted: parts[2] });
-        case "GET /v1/queues/:/stats":
-          return send(res, 200, await broker.queue(parts[2]).stats());
-        case "POST /v1/queues/:/jobs": {
-          const body = (await readBody(req, opts.maxBodyBytes)) as Record<string, unknown>;
-          const list = Array.isArray(body.jobs) ? body.jobs : [body];
-          if (list.length > MAX_HTTP_ITEMS_PER_REQUEST) throw new ValidationError(`at most ${MAX_HTTP_ITEMS_PER_REQUEST} jobs per request`);
-          const items = list.map((j: unknown) => {
-            if (j === null || typeof j !== "object") throw new ValidationError("each job must be an object");
-            const o = j as Record<string, unknown>;
-            return { data: (o.data ?? null) as PublishValue, key: o.key as string | undefined, delayMs: o.delayMs as number | undefined, dedupeId: o.dedupeId as string | undefined };
-          });
-          return send(res, 200, { results: await broker.queue(parts[2]).enqueueBatch(items) });
-        }
-        case "POST /v1/queues/:/purge":
-          return send(res, 200, { purged: await broker.queue(parts[2]).purge() });
-        case "POST /v1/queues/:/redrive": {
-          // Redrive from a dead-letter queue (e.g. /v1/queues/emails.dlq/redrive).
-          const body = (await readBody(req, opts.maxBodyBytes)) as Record<string, unknown>;
-          return send(res, 200, await broker.queue(parts[2]).redrive(body as object));
-        }
-        case "GET /v1/groups/:/topics/:/lag":
-          return send(res, 200, await broker.groupLag(parts[2], parts[4]));
-        case "POST /v1/groups/:/topics/:/reset": {
-          const body = (await readBody(req, opts.maxBodyBytes)) as Record<string, unknown>;
-          return send(res, 200, await broker.resetGroup(parts[2], parts[4], body.to as ResetTarget, { dryRun: body.dryRun === true }));
-        }
-        default:
-          throw new NotFoundError(`no route for ${method} ${url.pathname}`);
-      }
+      const found = findRoute(method, url);
+      if (found === null) throw new NotFoundError(`no route for ${method} ${url.pathname}`);
+      const [status, reply] = await found.route.handler({ broker, opts, req, url, params: found.params });
+      send(res, status, reply);
     } catch (err) {
       const status = statusFor(err);
       const wire = errorToWire(err);
