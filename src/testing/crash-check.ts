@@ -7,19 +7,8 @@
 import { CorruptRecordError, OutOfOrderSequenceError } from "../errors.js";
 import type { EmbeddedBroker } from "../broker/broker.js";
 import type { Job, Queue } from "../queues/types.js";
-import {
-  CP_DLQ,
-  CP_GROUP,
-  CP_QUEUE,
-  CP_QUEUE_CONFIG,
-  CP_RETAINED,
-  CP_TOPIC,
-  tagOf,
-  type BatchEntry,
-  type JobState,
-  type Ledger,
-  type ProducerEntry,
-} from "./crash-workload.js";
+import { tagOf, type BatchEntry, type JobState, type Ledger, type ProducerEntry } from "./crash-ledger.js";
+import { CP_DLQ, CP_GROUP, CP_QUEUE, CP_QUEUE_CONFIG, CP_RETAINED, CP_TOPIC } from "./crash-workload.js";
 
 export interface Problem {
   /** Short name of the broken invariant. */

@@ -39,7 +39,8 @@ import { join } from "node:path";
 import { openBroker } from "../broker/broker.js";
 import { FaultyFileSystem, prng, type IoOp, type PowerLossMode, type PowerLossReport } from "./faulty-fs.js";
 import { RecoveryChecker, type Problem } from "./crash-check.js";
-import { CrashedError, DEFAULT_EXHAUSTIVE_PHASES, Ledger, Workload, type WorkloadContext } from "./crash-workload.js";
+import { Ledger } from "./crash-ledger.js";
+import { CrashedError, DEFAULT_EXHAUSTIVE_PHASES, Workload, type WorkloadContext } from "./crash-workload.js";
 
 export { DEFAULT_EXHAUSTIVE_PHASES, type Problem };
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * The scripted workload of the crash-point enumeration (crash-points.ts) and the ledger of
- * every acknowledged outcome it saw. The workload is a function of its seed: record sizes and
+ * The scripted workload of the crash-point enumeration (crash-points.ts); it records every
+ * outcome it sees in the ledger (crash-ledger.ts). The workload is a function of its seed: record sizes and
  * contents, batch shapes and concurrency come from a seeded PRNG, the wall clock only moves
  * when the workload sleeps (a virtual Date.now(), so a nack delay can not expire between two
  * steps on a slow machine) and every such wait is arranged so that nothing else can happen
@@ -10,12 +10,15 @@
  *
  * Phases (`ctx.phase`) name the step each I/O operation belongs to, so a report can say how
  * many crash points of, say, the segment roll were tried. The phases enumerated exhaustively
- * by default are DEFAULT_EXHAUSTIVE_PHASES.
+ * by default are DEFAULT_EXHAUSTIVE_PHASES. The script (Workload.run) is one method per group
+ * of phases, in order; the operations it is made of record what they issue and what is
+ * acknowledged in the ledger.
  */
 import { openBroker, type EmbeddedBroker } from "../broker/broker.js";
 import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import type { FaultyFileSystem } from "./faulty-fs.js";
+import { tagOf, tagValue, type BatchEntry, type CommitEntry, type JobState, type Ledger, type ProducerEntry, type RecordEntry, type RetentionEntry } from "./crash-ledger.js";
 import type { Job, Queue, QueueConfig, Worker } from "../queues/types.js";
 import type { Message, PublishReceipt, Subscription, TopicConfig } from "../types.js";
 
@@ -54,110 +57,6 @@ export class CrashedError extends Error {
   }
 }
 
-// ───────────────────────────── ledger ─────────────────────────────
-
-export type Status = "pending" | "acked" | "failed";
-
-export interface RecordEntry {
-  tag: string;
-  topic: string;
-  partition: number;
-  value: string;
-  status: Status;
-  offset: number | null;
-  batch: BatchEntry | null;
-}
-
-export interface BatchEntry {
-  producer: ProducerEntry;
-  seq: number;
-  tags: string[];
-  status: Status;
-  /** Offset of the first record, once acknowledged. */
-  offset: number | null;
-  duplicate: boolean;
-}
-
-export interface ProducerEntry {
-  name: string;
-  producerId: number;
-  epoch: number;
-  topic: string;
-  partition: number;
-  nextSeq: number;
-  batches: BatchEntry[];
-}
-
-export interface CommitEntry {
-  group: string;
-  topic: string;
-  partition: number;
-  /** Highest committed value acknowledged / issued (stored value = next offset to read). */
-  acked: number | null;
-  issued: number | null;
-}
-
-/** Where a job is: not enqueued, waiting in the source queue, in the dead-letter queue, or done. */
-export type JobState = "none" | "Q" | "DLQ" | "done";
-
-export interface JobLife {
-  queue: string;
-  id: string | null;
-  /** Attempts handed to the workload (each one's DELIVER was durable). */
-  attempts: number[];
-}
-
-export interface JobEntry {
-  tag: string;
-  data: string;
-  /** State after the last acknowledged operation. */
-  acked: JobState;
-  /** State an issued but unacknowledged operation may have reached. */
-  pending: JobState | null;
-  lives: JobLife[];
-  redrives: { issued: number; acked: number };
-}
-
-export interface RetentionEntry {
-  topic: string;
-  partition: number;
-  /** Log start after the last acknowledged enforceRetention(). */
-  acked: number;
-  /** High watermark when the last enforceRetention() was issued (the log start can not pass it). */
-  bound: number;
-  issued: boolean;
-}
-
-export class Ledger {
-  frozen = false;
-  topics = new Map<string, Status>();
-  records = new Map<string, RecordEntry>();
-  producers: ProducerEntry[] = [];
-  commits = new Map<string, CommitEntry>();
-  jobs = new Map<string, JobEntry>();
-  queues = new Map<string, Status>();
-  retention = new Map<string, RetentionEntry>();
-  /** Unexpected errors of the workload (not caused by the crash). */
-  errors: string[] = [];
-  /** Free-form facts for the report. */
-  notes: string[] = [];
-
-  /** Ignore anything reported after the power loss. */
-  freeze(): void {
-    this.frozen = true;
-  }
-  jobLife(tag: string, queue: string, id: string | null): JobLife {
-    const j = this.jobs.get(tag)!;
-    let life = id === null ? undefined : j.lives.find((l) => l.queue === queue && l.id === id);
-    if (!life) {
-      life = j.lives.find((l) => l.queue === queue && l.id === null);
-      if (life && id !== null) life.id = id;
-    }
-    if (!life) j.lives.push((life = { queue, id, attempts: [] }));
-    return life;
-  }
-}
-
 // ───────────────────────────── context ─────────────────────────────
 
 export interface WorkloadContext {
@@ -169,20 +68,6 @@ export interface WorkloadContext {
   phaseName: string;
   /** Moves the (virtual) wall clock on by `ms`: the only way time passes for the broker during the workload. */
   advanceClock(ms: number): void;
-}
-
-function tagValue(tag: string, rng: () => number, min: number, max: number): string {
-  const n = min + Math.floor(rng() * (max - min + 1));
-  let s = tag + "|";
-  while (s.length < n) s += String.fromCharCode(97 + Math.floor(rng() * 26));
-  return s;
-}
-
-/** The tag of a value written by the workload (`<tag>|<padding>`), or null. */
-export function tagOf(value: unknown): string | null {
-  if (typeof value !== "string") return null;
-  const i = value.indexOf("|");
-  return i > 0 ? value.slice(0, i) : null;
 }
 
 /** Runs the workload; resolves when it is done, rejects with CrashedError once the file system crashed. */
@@ -416,12 +301,29 @@ export class Workload {
     );
   }
 
-  // ─────────── the script ───────────
+  // ─────────── the script, phase by phase ───────────
 
   async run(): Promise<void> {
-    const rng = this.ctx.rng;
     this.phase("open");
-    let b = await this.open();
+    const b = await this.open();
+    const [p1, p2, p3] = await this.createTopicsAndProducers(b);
+    await this.publishRounds(b, [p1, p2, p3]);
+    await this.publishThroughEnospc(b, p1, p2);
+    await this.rollSegment(b, p1, p2);
+    this.phase("publish-more");
+    for (let r = 0; r < 4; r++) await this.round(b, [p1, p2, p3], 3, r % 2 === 0);
+    await this.consumeAndCommit(b);
+    const q = await this.enqueueJobs(b);
+    const poison = await this.settleEachKind(q);
+    await this.ackBatches(q);
+    await this.redrivePoison(b, poison);
+    await this.enforceRetention(b);
+    const reopened = await this.closeAndReopen(b);
+    await this.afterReopen(reopened, [p1, p3]);
+    this.phase("end");
+  }
+
+  private async createTopicsAndProducers(b: EmbeddedBroker): Promise<ProducerEntry[]> {
     this.phase("create-topics");
     await this.createTopic(b, CP_TOPIC, CP_TOPIC_CONFIG);
     await this.createTopic(b, CP_RETAINED, CP_RETAINED_CONFIG);
@@ -429,13 +331,21 @@ export class Workload {
     const p1 = await this.initProducer(b, "A", CP_TOPIC, 0);
     const p2 = await this.initProducer(b, "B", CP_TOPIC, 0);
     const p3 = await this.initProducer(b, "C", CP_TOPIC, 1);
+    return [p1, p2, p3];
+  }
 
-    // Idempotent publishing, several batches of each producer in flight.
+  /** Idempotent publishing, several batches of each producer in flight. */
+  private async publishRounds(b: EmbeddedBroker, producers: ProducerEntry[]): Promise<void> {
+    const [p1] = producers;
     this.phase("publish");
-    for (let r = 0; r < 3; r++) await this.round(b, [p1, p2, p3], 2, r === 1);
-    // A write that fails (disk full): every batch of that round fails and is retried, in order.
-    // (First make room for the whole round in the active segment, so the fault hits its write.)
+    for (let r = 0; r < 3; r++) await this.round(b, producers, 2, r === 1);
+    // Make room for the whole of the next round in the active segment, so the fault injected
+    // next hits its write.
     for (let guard = 0; guard < 16 && CP_TOPIC_CONFIG.segmentBytes! - this.activeSize(CP_TOPIC, 0) < 800; guard++) await this.step(this.sendBatch(b, p1, 1, 150, 150).done);
+  }
+
+  /** A write that fails (disk full): every batch of that round fails and is retried, in order. */
+  private async publishThroughEnospc(b: EmbeddedBroker, p1: ProducerEntry, p2: ProducerEntry): Promise<void> {
     this.phase("publish-enospc");
     this.ctx.fs.failNext("write", "ENOSPC", { pathIncludes: this.segments(CP_TOPIC, 0).active });
     const round = [this.sendBatch(b, p1, 1, 100, 180), this.sendBatch(b, p2, 2, 60, 120), this.sendBatch(b, p1, 1, 100, 180)];
@@ -445,9 +355,13 @@ export class Workload {
     this.phase("publish-retry");
     const retried = await this.step(Promise.all(failed.map((x) => this.publish(b, x))));
     if (retried.some((ok) => !ok)) this.unexpected("publish-retry", new Error("a retry after ENOSPC failed"));
+  }
 
-    // Fill the active segment of partition 0 until one batch of ~300 B fits and two do not,
-    // then send four such batches at once: one round whose batches straddle a segment roll.
+  /**
+   * Fills the active segment of partition 0 until one batch of ~300 B fits and two do not,
+   * then sends four such batches at once: one round whose batches straddle a segment roll.
+   */
+  private async rollSegment(b: EmbeddedBroker, p1: ProducerEntry, p2: ProducerEntry): Promise<void> {
     this.phase("fill");
     const segBytes = CP_TOPIC_CONFIG.segmentBytes!;
     for (let guard = 0; guard < 64; guard++) {
@@ -461,12 +375,13 @@ export class Workload {
     const rollBatches = [this.sendBatch(b, p1, 1, 230, 230), this.sendBatch(b, p2, 1, 230, 230), this.sendBatch(b, p1, 1, 230, 230), this.sendBatch(b, p2, 1, 230, 230)];
     await this.step(Promise.all(rollBatches.map((x) => x.done)));
     if (this.segmentCount(CP_TOPIC, 0) !== before + 1) this.L.notes.push(`roll phase: expected one roll of ${CP_TOPIC}/0, saw ${this.segmentCount(CP_TOPIC, 0) - before}`);
+  }
 
-    this.phase("publish-more");
-    for (let r = 0; r < 4; r++) await this.round(b, [p1, p2, p3], 3, r % 2 === 0);
-
-    // Consumer group: the first commit creates the offsets log; later ones append (coalesced);
-    // one fails (injected), so the next is written as a snapshot.
+  /**
+   * Consumer group: the first commit creates the offsets log; later ones append (coalesced);
+   * one fails (injected), so the next is written as a snapshot.
+   */
+  private async consumeAndCommit(b: EmbeddedBroker): Promise<void> {
     const sub: Subscription<string> = b.subscribe<string>(CP_TOPIC, { group: CP_GROUP, start: "earliest" });
     this.closables.push(sub);
     const it = sub[Symbol.asyncIterator]();
@@ -495,14 +410,25 @@ export class Workload {
     await this.step(this.commit(m));
     this.phase("consume");
     await this.step(sub.close());
+  }
 
-    // Work queue.
+  /** Work queue: two batches at once, then one by one, the last delayed far into the future. */
+  private async enqueueJobs(b: EmbeddedBroker): Promise<Queue<string>> {
     const q = b.queue<string>(CP_QUEUE, CP_QUEUE_CONFIG);
     this.L.queues.set(CP_QUEUE, "pending");
     this.phase("enqueue");
     await this.step(Promise.all([this.enqueueBatch(q, 5), this.enqueueBatch(q, 5)]));
-    for (let i = 0; i < 5; i++) await this.step(this.enqueueBatch(q, 2 + Math.floor(rng() * 5)));
+    for (let i = 0; i < 5; i++) await this.step(this.enqueueBatch(q, 2 + Math.floor(this.ctx.rng() * 5)));
     await this.step(this.enqueueBatch(q, 1, { delayMs: 10 * 60_000 }));
+    return q;
+  }
+
+  /**
+   * One worker (prefetch 1) settles one job of each kind: ack, nack with delay, dead-letter,
+   * nack again, ack of a held job, nack at maxAttempts (dead-letters it). Returns the job
+   * dead-lettered explicitly (the poison job).
+   */
+  private async settleEachKind(q: Queue<string>): Promise<Job<string>> {
     this.phase("work");
     const w1: Worker<string> = q.work({ prefetch: 1, consumerId: "cp-worker-1" });
     this.closables.push(w1);
@@ -536,7 +462,11 @@ export class Workload {
     await this.settle(j, "nack");
     this.phase("work");
     await this.step(w1.close());
-    // Several acks sharing one journal append.
+    return poison;
+  }
+
+  /** Several acks sharing one journal append. */
+  private async ackBatches(q: Queue<string>): Promise<void> {
     const w2: Worker<string> = q.work({ prefetch: 4, consumerId: "cp-worker-2" });
     this.closables.push(w2);
     const it2 = w2[Symbol.asyncIterator]();
@@ -548,8 +478,10 @@ export class Workload {
       this.phase("work");
     }
     await this.step(w2.close());
+  }
 
-    // Redrive the poison job from the dead-letter queue back to its source.
+  /** Redrives the poison job from the dead-letter queue back to its source. */
+  private async redrivePoison(b: EmbeddedBroker, poison: Job<string>): Promise<void> {
     const dlq = b.queue<string>(CP_DLQ);
     const poisonTag = tagOf(poison.data)!;
     const pe = this.L.jobs.get(poisonTag)!;
@@ -564,8 +496,10 @@ export class Workload {
       pe.pending = null;
       pe.lives.push({ queue: CP_QUEUE, id: null, attempts: [] });
     }
+  }
 
-    // Retention: several small segments, then enforceRetention() deletes the oldest.
+  /** Retention: several small segments, then enforceRetention() deletes the oldest. */
+  private async enforceRetention(b: EmbeddedBroker): Promise<void> {
     this.phase("publish-retained");
     // Until the segments after the oldest hold more than retentionBytes: retention then deletes at least the oldest.
     const enough = (): boolean => {
@@ -579,15 +513,21 @@ export class Workload {
     await this.step(b.enforceRetention());
     ret.acked = (await this.step(b.describeTopic(CP_RETAINED))).partitions[0].logStartOffset;
     if (ret.acked === 0) this.L.notes.push("retention phase deleted nothing");
+  }
 
-    // Clean close and reopen: snapshots, .clean markers, queue compaction, then recovery.
+  /** Clean close and reopen: snapshots, .clean markers, queue compaction, then recovery. */
+  private async closeAndReopen(b: EmbeddedBroker): Promise<EmbeddedBroker> {
     this.phase("close");
     await this.step(b.close());
     this.broker = null;
     this.phase("reopen");
-    b = await this.open();
+    return this.open();
+  }
+
+  /** The reopened broker takes new batches of old producers, commits and settles. */
+  private async afterReopen(b: EmbeddedBroker, producers: ProducerEntry[]): Promise<void> {
     this.phase("after-reopen");
-    await this.round(b, [p1, p3], 2, false);
+    await this.round(b, producers, 2, false);
     const sub2: Subscription<string> = b.subscribe<string>(CP_TOPIC, { group: CP_GROUP, start: "earliest" });
     this.closables.push(sub2);
     const itb = sub2[Symbol.asyncIterator]();
@@ -603,6 +543,5 @@ export class Workload {
     await this.step(Promise.all(jobs.map((x) => this.settle(x, "ack"))));
     await this.step(w3.close());
     await this.step(this.enqueueBatch(q2, 3));
-    this.phase("end");
   }
 }
