@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * Broker conformance tests, consumer groups: subscriptions and commits, start positions,
+ * batches, rebalancing between members, aborting, resets. Registered by
+ * `defineConformanceSuite` (src/testing/conformance.ts), whose rules they follow.
+ */
+import assert from "node:assert/strict";
+import { GroupActiveError, NotAssignedError } from "../errors.js";
+import type { Broker, Message } from "../types.js";
+import { take, uniq, type DefineTest } from "./conformance-helpers.js";
+import { waitUntil } from "./helpers.js";
+
+export function groupTests(t: DefineTest): void {
+  t("subscribe from earliest delivers every record in per-partition order; commit() resumes exactly there", subscribeAndCommit);
+  t("start latest skips the backlog; groups are independent", startLatest);
+  t("batches(): commit() stores the highest offset per partition", batchesCommit);
+  t("two members split the partitions; a revoked partition aborts msg.signal and its commit fails", rebalance);
+  t("members beyond the partition count stay idle", idleMembers);
+  t("aborting the subscription signal ends the loop cleanly", abortSubscription);
+  t("resetGroup: dry run reports without changing; a reset moves the group; active groups are refused", resetGroup);
+}
+
+async function subscribeAndCommit(b: Broker): Promise<void> {
+  const name = uniq("sub");
+  const group = uniq("g");
+  await b.createTopic(name, { partitions: 3 });
+  await b.publishBatch(name, Array.from({ length: 90 }, (_, i) => ({ value: i, key: `k${i % 9}` })));
+  const sub = b.subscribe<number>(name, { group, start: "earliest" });
+  const msgs = await take(sub, 90);
+  const last = new Map<number, number>();
+  for (const m of msgs) {
+    assert.ok((last.get(m.partition) ?? -1) < m.offset, "per-partition order");
+    last.set(m.partition, m.offset);
+    assert.equal(m.topic, name);
+    assert.ok(m.signal instanceof AbortSignal);
+  }
+  assert.deepEqual(msgs.map((m) => m.value).sort((x, y) => x - y), Array.from({ length: 90 }, (_, i) => i));
+  // Commit through the 5th message of each partition.
+  const byP = new Map<number, Message<number>[]>();
+  for (const m of msgs) byP.set(m.partition, [...(byP.get(m.partition) ?? []), m]);
+  for (const list of byP.values()) await list[4].commit();
+  assert.deepEqual(sub.assignment(), [0, 1, 2]);
+  await sub.close();
+  const lag = await b.groupLag(group, name);
+  assert.equal(lag.totalRecords, 90 - 5 * byP.size);
+  for (const p of lag.partitions) {
+    if (!byP.has(p.partition)) continue;
+    assert.equal(p.committedOffset, byP.get(p.partition)![4].offset + 1, "stored offset = processed + 1");
+    assert.ok(p.lagMs >= 0);
+  }
+  const again = b.subscribe<number>(name, { group, start: "earliest" });
+  const rest = await take(again, 90 - 5 * byP.size);
+  for (const m of rest) assert.ok(m.offset >= 5, "resumes after the committed message");
+  await again.close();
+}
+
+async function startLatest(b: Broker): Promise<void> {
+  const name = uniq("latest");
+  await b.createTopic(name);
+  await b.publishBatch(name, [{ value: "old1" }, { value: "old2" }]);
+  const g1 = uniq("g1");
+  const g2 = uniq("g2");
+  const latest = b.subscribe(name, { group: g1, start: "latest" });
+  const earliest = b.subscribe(name, { group: g2, start: "earliest" });
+  const e = await take(earliest, 2);
+  assert.deepEqual(e.map((m) => m.value), ["old1", "old2"]);
+  // The member resolves "latest" at some point after joining (iteration may trigger the
+  // join); keep publishing fresh records until it receives one. It must never see the backlog.
+  const pending = take(latest, 1);
+  let i = 0;
+  let got: Message<unknown>[] | null = null;
+  void pending.then((x) => (got = x));
+  await waitUntil(async () => {
+    if (got) return true;
+    await b.publish(name, `new${i++}`);
+    await new Promise((r) => setTimeout(r, 20));
+    return got !== null;
+  }, "latest member receives a new record");
+  const l = got! as Message<unknown>[];
+  assert.match(String(l[0].value), /^new/);
+  await e[1].commit();
+  assert.equal((await b.groupLag(g2, name)).totalRecords, i, "only the new records are unprocessed by g2");
+  await latest.close();
+  await earliest.close();
+}
+
+async function batchesCommit(b: Broker): Promise<void> {
+  const name = uniq("batches");
+  const group = uniq("g");
+  await b.createTopic(name, { partitions: 2 });
+  await b.publishBatch(name, Array.from({ length: 40 }, (_, i) => ({ value: i, partition: i % 2 })));
+  const sub = b.subscribe<number>(name, { group, start: "earliest" });
+  let seen = 0;
+  for await (const batch of sub.batches({ maxMessages: 15, maxWaitMs: 20 })) {
+    assert.ok(batch.messages.length >= 1 && batch.messages.length <= 15);
+    seen += batch.messages.length;
+    await batch.commit();
+    if (seen >= 40) break;
+  }
+  assert.equal(seen, 40);
+  await sub.close();
+  const lag = await b.groupLag(group, name);
+  assert.equal(lag.totalRecords, 0);
+  assert.deepEqual(lag.partitions.map((p) => p.committedOffset), [20, 20]);
+}
+
+async function rebalance(b: Broker): Promise<void> {
+  const name = uniq("rebalance");
+  const group = uniq("g");
+  await b.createTopic(name, { partitions: 4 });
+  await b.publishBatch(name, Array.from({ length: 40 }, (_, i) => ({ value: i, partition: i % 4 })));
+  const a = b.subscribe<number>(name, { group, start: "earliest" });
+  const first = await take(a, 40);
+  await waitUntil(() => a.assignment().length === 4, "a owns all partitions");
+  const b2 = b.subscribe<number>(name, { group, start: "earliest" });
+  const pendingB = take(b2, 1);
+  await waitUntil(() => a.assignment().length === 2 && b2.assignment().length === 2, "partitions split 2/2", 15_000);
+  await pendingB;
+  const union = [...a.assignment(), ...b2.assignment()].sort();
+  assert.deepEqual(union, [0, 1, 2, 3], "disjoint and complete");
+  const moved = first.find((m) => !a.assignment().includes(m.partition))!;
+  assert.ok(moved, "some partition moved");
+  await waitUntil(() => moved.signal.aborted, "signal of a revoked partition aborts");
+  await assert.rejects(moved.commit(), NotAssignedError);
+  await b2.close();
+  await waitUntil(() => a.assignment().length === 4, "the survivor gets everything back", 15_000);
+  // The partition came back, but that message belongs to an earlier ownership period.
+  await assert.rejects(moved.commit(), NotAssignedError);
+  await a.close();
+}
+
+async function idleMembers(b: Broker): Promise<void> {
+  const name = uniq("idle");
+  const group = uniq("g");
+  await b.createTopic(name, { partitions: 2 });
+  const subs = [0, 1, 2].map(() => b.subscribe(name, { group, start: "earliest" }));
+  // Iteration triggers the join in some implementations; start one next() per member.
+  const its = subs.map((s) => s[Symbol.asyncIterator]());
+  const nexts = its.map((it) => it.next());
+  await waitUntil(() => subs.reduce((n, s) => n + s.assignment().length, 0) === 2 && subs.filter((s) => s.assignment().length === 0).length === 1, "2 busy + 1 idle", 15_000);
+  await Promise.all(subs.map((s) => s.close()));
+  await Promise.allSettled(nexts);
+}
+
+async function abortSubscription(b: Broker): Promise<void> {
+  const name = uniq("abort");
+  await b.createTopic(name);
+  await b.publish(name, 1);
+  const ac = new AbortController();
+  const sub = b.subscribe(name, { group: uniq("g"), start: "earliest", signal: ac.signal });
+  let n = 0;
+  for await (const m of sub) {
+    n++;
+    void m;
+    ac.abort();
+  }
+  assert.equal(n, 1);
+}
+
+async function resetGroup(b: Broker): Promise<void> {
+  const name = uniq("reset");
+  const group = uniq("g");
+  await b.createTopic(name, { partitions: 2 });
+  await b.publishBatch(name, Array.from({ length: 20 }, (_, i) => ({ value: i, partition: i % 2 })));
+  const dry = await b.resetGroup(group, name, { offset: 4 }, { dryRun: true });
+  assert.equal(dry.dryRun, true);
+  assert.deepEqual(dry.partitions.map((p) => [p.partition, p.previous, p.next]), [
+    [0, null, 4],
+    [1, null, 4],
+  ]);
+  assert.equal((await b.groupLag(group, name)).partitions[0].committedOffset, null, "dry run changed nothing");
+  await b.resetGroup(group, name, "latest");
+  assert.equal((await b.groupLag(group, name)).totalRecords, 0);
+  const shifted = await b.resetGroup(group, name, { shiftBy: -3 });
+  assert.deepEqual(shifted.partitions.map((p) => p.next), [7, 7]);
+  assert.equal((await b.groupLag(group, name)).totalRecords, 6);
+  const sub = b.subscribe(name, { group, start: "earliest" });
+  const got = await take(sub, 1);
+  assert.ok(got[0].offset >= 7);
+  await assert.rejects(b.resetGroup(group, name, "earliest"), GroupActiveError);
+  await sub.close();
+  await b.resetGroup(group, name, "earliest");
+  assert.equal((await b.groupLag(group, name)).totalRecords, 20);
+}

@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * Broker conformance tests, topic administration: create, describe, list and delete; names;
+ * a re-created topic is a new incarnation. Registered by `defineConformanceSuite`
+ * (src/testing/conformance.ts), whose rules they follow.
+ */
+import assert from "node:assert/strict";
+import { InvalidNameError, TopicExistsError, TopicNotFoundError, ValidationError } from "../errors.js";
+import type { Broker } from "../types.js";
+import { readAll, uniq, type DefineTest } from "./conformance-helpers.js";
+
+export function topicTests(t: DefineTest): void {
+  t("createTopic / describeTopic / listTopics / deleteTopic", topicLifecycle);
+  t("topic names are checked against the allow-list", topicNames);
+  t("deleting then re-creating a topic never resurrects old data", recreateIsEmpty);
+  t("operations on a missing topic fail with TopicNotFoundError", missingTopic);
+}
+
+async function topicLifecycle(b: Broker): Promise<void> {
+  const name = uniq("topics");
+  const d = await b.createTopic(name, { partitions: 3, maxMessageBytes: 4096 });
+  assert.equal(d.name, name);
+  assert.equal(d.partitions.length, 3);
+  assert.equal(d.config.partitions, 3);
+  assert.equal(d.config.maxMessageBytes, 4096);
+  assert.equal(d.config.durability, "always", "durability defaults to always");
+  assert.ok(typeof d.topicId === "string" && d.topicId.length > 0);
+  for (const p of d.partitions) {
+    assert.equal(p.logStartOffset, 0);
+    assert.equal(p.highWatermark, 0);
+  }
+  assert.deepEqual((await b.describeTopic(name)).topicId, d.topicId);
+  assert.ok((await b.listTopics()).includes(name));
+  await assert.rejects(b.createTopic(name), TopicExistsError);
+  await b.deleteTopic(name);
+  assert.ok(!(await b.listTopics()).includes(name));
+  await assert.rejects(b.describeTopic(name), TopicNotFoundError);
+  await assert.rejects(b.deleteTopic(name), TopicNotFoundError);
+}
+
+async function topicNames(b: Broker): Promise<void> {
+  for (const bad of ["", ".", "..", "a/b", "../x", "a b", "x".repeat(250), "tab\t"]) {
+    await assert.rejects(b.createTopic(bad), (e: unknown) => e instanceof InvalidNameError || e instanceof ValidationError, `name ${JSON.stringify(bad)}`);
+  }
+  const ok = uniq("Ok.name_with-chars");
+  await b.createTopic(ok);
+  await b.deleteTopic(ok);
+}
+
+async function recreateIsEmpty(b: Broker): Promise<void> {
+  const name = uniq("recreate");
+  const d1 = await b.createTopic(name);
+  await b.publish(name, "old");
+  await b.deleteTopic(name);
+  const d2 = await b.createTopic(name);
+  assert.notEqual(d2.topicId, d1.topicId);
+  const r = await b.fetch(name, 0, 0);
+  assert.equal(r.records.length, 0);
+  assert.equal(r.highWatermark, 0);
+  await b.publish(name, "new");
+  assert.deepEqual((await readAll(b, name)).get(0), ["new"]);
+}
+
+async function missingTopic(b: Broker): Promise<void> {
+  const name = uniq("missing");
+  await assert.rejects(b.publish(name, "x"), TopicNotFoundError);
+  await assert.rejects(b.fetch(name, 0, 0), TopicNotFoundError);
+  await assert.rejects(b.groupLag("g", name), TopicNotFoundError);
+}
