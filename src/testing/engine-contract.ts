@@ -36,122 +36,129 @@ export function defineEngineContract(name: string, factory: () => Promise<Engine
         await f.cleanup();
       }
     });
+  // Registration order is report order: keep it.
+  withEngine("topics: create, list, describe, delete; re-create is a new incarnation", topicIncarnations);
+  withEngine("append/read: contiguous offsets, record fields, bounds, durability across reopen", appendAndRead);
+  withEngine("readRaw and appendEncoded (the optional encoded capability): whole stored batches as bytes; client batches validated, stored as sent", encodedBatches);
+  withEngine("waitFor resolves when data arrives and false on timeout", waitFor);
+  withEngine("group offsets are durable and per topic incarnation", groupOffsets);
+  withEngine("idempotent producers: duplicates, sequence gaps, epoch fencing, across reopen", idempotentProducers);
+}
 
-  withEngine("topics: create, list, describe, delete; re-create is a new incarnation", async (f) => {
-    const e = f.engine;
-    const t = await e.createTopic("a", resolveTopicConfig({ partitions: 2 }));
-    await assert.rejects(e.createTopic("a", resolveTopicConfig({})), TopicExistsError);
-    assert.deepEqual(await e.listTopics(), ["a"]);
-    assert.equal((await e.describeTopic("a")).partitions.length, 2);
-    await e.append("a", 0, [rec("old")]);
-    await e.commitOffsets("g", "a", new Map([[0, 1]]));
-    await e.deleteTopic("a");
-    await assert.rejects(e.getTopic("a"), TopicNotFoundError);
-    const t2 = await e.createTopic("a", resolveTopicConfig({ partitions: 2 }));
-    assert.notEqual(t2.topicId, t.topicId);
-    assert.equal((await e.offsets("a", 0)).highWatermark, 0, "no resurrected records");
-    assert.equal((await e.getCommitted("g", "a")).size, 0, "no resurrected offsets");
-  });
+async function topicIncarnations(f: EngineFixture): Promise<void> {
+  const e = f.engine;
+  const t = await e.createTopic("a", resolveTopicConfig({ partitions: 2 }));
+  await assert.rejects(e.createTopic("a", resolveTopicConfig({})), TopicExistsError);
+  assert.deepEqual(await e.listTopics(), ["a"]);
+  assert.equal((await e.describeTopic("a")).partitions.length, 2);
+  await e.append("a", 0, [rec("old")]);
+  await e.commitOffsets("g", "a", new Map([[0, 1]]));
+  await e.deleteTopic("a");
+  await assert.rejects(e.getTopic("a"), TopicNotFoundError);
+  const t2 = await e.createTopic("a", resolveTopicConfig({ partitions: 2 }));
+  assert.notEqual(t2.topicId, t.topicId);
+  assert.equal((await e.offsets("a", 0)).highWatermark, 0, "no resurrected records");
+  assert.equal((await e.getCommitted("g", "a")).size, 0, "no resurrected offsets");
+}
 
-  withEngine("append/read: contiguous offsets, record fields, bounds, durability across reopen", async (f) => {
-    let e = f.engine;
-    await e.createTopic("t", resolveTopicConfig({}));
-    const r1 = await e.append("t", 0, [rec("a", 1000, "k"), rec("b", 2000)]);
-    const r2 = await e.append("t", 0, [rec("c", 3000)]);
-    assert.equal(r1.baseOffset, 0);
-    assert.equal(r2.baseOffset, 2);
-    assert.equal(r1.synced, true);
-    const got = await e.read("t", 0, 1, 1 << 20);
-    assert.deepEqual(got.records.map((r) => [r.offset, r.value?.toString(), r.timestamp]), [[1, "b", 2000], [2, "c", 3000]]);
-    assert.equal(got.nextOffset, 3);
-    await assert.rejects(e.read("t", 0, 4, 100), OffsetOutOfRangeError);
-    assert.equal(await e.offsetForTimestamp("t", 0, 1500), 1);
-    assert.equal(await e.offsetForTimestamp("t", 0, 9999), 3);
-    e = await f.reopen();
-    const all = await e.read("t", 0, 0, 1 << 20);
-    assert.equal(all.records.length, 3);
-    assert.equal(all.records[0].key?.toString(), "k");
-    assert.equal(all.records[0].headers?.[0][0], "h");
-  });
+async function appendAndRead(f: EngineFixture): Promise<void> {
+  let e = f.engine;
+  await e.createTopic("t", resolveTopicConfig({}));
+  const r1 = await e.append("t", 0, [rec("a", 1000, "k"), rec("b", 2000)]);
+  const r2 = await e.append("t", 0, [rec("c", 3000)]);
+  assert.equal(r1.baseOffset, 0);
+  assert.equal(r2.baseOffset, 2);
+  assert.equal(r1.synced, true);
+  const got = await e.read("t", 0, 1, 1 << 20);
+  assert.deepEqual(got.records.map((r) => [r.offset, r.value?.toString(), r.timestamp]), [[1, "b", 2000], [2, "c", 3000]]);
+  assert.equal(got.nextOffset, 3);
+  await assert.rejects(e.read("t", 0, 4, 100), OffsetOutOfRangeError);
+  assert.equal(await e.offsetForTimestamp("t", 0, 1500), 1);
+  assert.equal(await e.offsetForTimestamp("t", 0, 9999), 3);
+  e = await f.reopen();
+  const all = await e.read("t", 0, 0, 1 << 20);
+  assert.equal(all.records.length, 3);
+  assert.equal(all.records[0].key?.toString(), "k");
+  assert.equal(all.records[0].headers?.[0][0], "h");
+}
 
-  withEngine("readRaw and appendEncoded (the optional encoded capability): whole stored batches as bytes; client batches validated, stored as sent", async (f) => {
-    let e = f.engine;
-    // Optional: an engine without it is served by the broker's fallbacks.
-    if (!e.encoded) return;
-    const enc0 = (x: StorageEngine): EncodedBatches => x.encoded!;
-    await e.createTopic("t", resolveTopicConfig({ maxMessageBytes: 200 }));
-    await e.append("t", 0, [rec("a", 1000), rec("b", 2000)]);
-    const client = encodeBatch([rec("c", 3000), rec("d", 4000)]);
-    stampBatch(client, 0);
-    const enc = await enc0(e).appendEncoded("t", 0, Buffer.from(client));
-    assert.deepEqual([enc.baseOffset, enc.count, enc.duplicate], [2, 2, false]);
-    const big = encodeBatch([rec("x".repeat(300))]);
-    stampBatch(big, 0);
-    await assert.rejects(enc0(e).appendEncoded("t", 0, big), RecordTooLargeError);
-    const bad = Buffer.from(client);
-    bad[bad.length - 2] ^= 1;
-    await assert.rejects(enc0(e).appendEncoded("t", 0, bad), InvalidBatchError);
-    assert.equal((await e.offsets("t", 0)).highWatermark, 4, "refused batches store nothing");
-    for (const engine of [e, (e = await f.reopen())]) {
-      // From offset 1: the first whole batch (offsets 0-1) comes back; records counts only 1..3.
-      const raw = await enc0(engine).readRaw("t", 0, 1, 1 << 20);
-      assert.equal(raw.nextOffset, 4);
-      assert.equal(raw.records, 3);
-      const seen: string[] = [];
-      for (let pos = 0; pos < raw.data.length; ) {
-        const h = verifyBatch(raw.data, pos, raw.data.length);
-        for (const r of decodeRecords(raw.data, pos, h, 1)) seen.push(`${r.offset}:${r.value?.toString()}`);
-        pos += h.length;
-      }
-      assert.deepEqual(seen, ["1:b", "2:c", "3:d"]);
-      // maxRecords stops after the batch that reaches it.
-      assert.equal((await enc0(engine).readRaw("t", 0, 0, 1 << 20, 1)).nextOffset, 2);
-      assert.equal((await enc0(engine).readRaw("t", 0, 4, 1 << 20)).records, 0);
+async function encodedBatches(f: EngineFixture): Promise<void> {
+  let e = f.engine;
+  // Optional: an engine without it is served by the broker's fallbacks.
+  if (!e.encoded) return;
+  const enc0 = (x: StorageEngine): EncodedBatches => x.encoded!;
+  await e.createTopic("t", resolveTopicConfig({ maxMessageBytes: 200 }));
+  await e.append("t", 0, [rec("a", 1000), rec("b", 2000)]);
+  const client = encodeBatch([rec("c", 3000), rec("d", 4000)]);
+  stampBatch(client, 0);
+  const enc = await enc0(e).appendEncoded("t", 0, Buffer.from(client));
+  assert.deepEqual([enc.baseOffset, enc.count, enc.duplicate], [2, 2, false]);
+  const big = encodeBatch([rec("x".repeat(300))]);
+  stampBatch(big, 0);
+  await assert.rejects(enc0(e).appendEncoded("t", 0, big), RecordTooLargeError);
+  const bad = Buffer.from(client);
+  bad[bad.length - 2] ^= 1;
+  await assert.rejects(enc0(e).appendEncoded("t", 0, bad), InvalidBatchError);
+  assert.equal((await e.offsets("t", 0)).highWatermark, 4, "refused batches store nothing");
+  for (const engine of [e, (e = await f.reopen())]) {
+    // From offset 1: the first whole batch (offsets 0-1) comes back; records counts only 1..3.
+    const raw = await enc0(engine).readRaw("t", 0, 1, 1 << 20);
+    assert.equal(raw.nextOffset, 4);
+    assert.equal(raw.records, 3);
+    const seen: string[] = [];
+    for (let pos = 0; pos < raw.data.length; ) {
+      const h = verifyBatch(raw.data, pos, raw.data.length);
+      for (const r of decodeRecords(raw.data, pos, h, 1)) seen.push(`${r.offset}:${r.value?.toString()}`);
+      pos += h.length;
     }
-  });
+    assert.deepEqual(seen, ["1:b", "2:c", "3:d"]);
+    // maxRecords stops after the batch that reaches it.
+    assert.equal((await enc0(engine).readRaw("t", 0, 0, 1 << 20, 1)).nextOffset, 2);
+    assert.equal((await enc0(engine).readRaw("t", 0, 4, 1 << 20)).records, 0);
+  }
+}
 
-  withEngine("waitFor resolves when data arrives and false on timeout", async (f) => {
-    const e = f.engine;
-    await e.createTopic("t", resolveTopicConfig({}));
-    assert.equal(await e.waitFor("t", 0, 0, 10), false);
-    const w = e.waitFor("t", 0, 0, 10_000);
-    await e.append("t", 0, [rec("x")]);
-    assert.equal(await w, true);
-  });
+async function waitFor(f: EngineFixture): Promise<void> {
+  const e = f.engine;
+  await e.createTopic("t", resolveTopicConfig({}));
+  assert.equal(await e.waitFor("t", 0, 0, 10), false);
+  const w = e.waitFor("t", 0, 0, 10_000);
+  await e.append("t", 0, [rec("x")]);
+  assert.equal(await w, true);
+}
 
-  withEngine("group offsets are durable and per topic incarnation", async (f) => {
-    let e = f.engine;
-    await e.createTopic("t", resolveTopicConfig({ partitions: 3 }));
-    for (const p of [0, 2]) await e.append("t", p, Array.from({ length: 8 }, (_, i) => rec(String(i))));
-    // META-3: a committed position never lies beyond what the log holds.
-    await assert.rejects(e.commitOffsets("g", "t", new Map([[0, 9]])), OffsetOutOfRangeError);
-    await e.commitOffsets("g", "t", new Map([[0, 5], [2, 7]]));
-    e = await f.reopen();
-    const c = await e.getCommitted("g", "t");
-    assert.equal(c.get(0)?.offset, 5);
-    assert.equal(c.get(2)?.offset, 7);
-    assert.equal(c.has(1), false);
-  });
+async function groupOffsets(f: EngineFixture): Promise<void> {
+  let e = f.engine;
+  await e.createTopic("t", resolveTopicConfig({ partitions: 3 }));
+  for (const p of [0, 2]) await e.append("t", p, Array.from({ length: 8 }, (_, i) => rec(String(i))));
+  // META-3: a committed position never lies beyond what the log holds.
+  await assert.rejects(e.commitOffsets("g", "t", new Map([[0, 9]])), OffsetOutOfRangeError);
+  await e.commitOffsets("g", "t", new Map([[0, 5], [2, 7]]));
+  e = await f.reopen();
+  const c = await e.getCommitted("g", "t");
+  assert.equal(c.get(0)?.offset, 5);
+  assert.equal(c.get(2)?.offset, 7);
+  assert.equal(c.has(1), false);
+}
 
-  withEngine("idempotent producers: duplicates, sequence gaps, epoch fencing, across reopen", async (f) => {
-    let e = f.engine;
-    await e.createTopic("t", resolveTopicConfig({}));
-    const p = await e.allocateProducer();
-    const a = await e.append("t", 0, [rec("1"), rec("2")], { ...p, baseSequence: 0 });
-    const dup = await e.append("t", 0, [rec("1"), rec("2")], { ...p, baseSequence: 0 });
-    assert.equal(dup.duplicate, true);
-    assert.equal(dup.baseOffset, a.baseOffset);
-    await assert.rejects(e.append("t", 0, [rec("x")], { ...p, baseSequence: 5 }), OutOfOrderSequenceError);
-    // Pipelined batches of one producer (sent before the earlier ones are answered) are
-    // checked and stored in arrival order: none is refused as out of sequence.
-    const piped = await Promise.all([2, 3, 4].map((seq) => e.append("t", 0, [rec(`p${seq}`)], { ...p, baseSequence: seq })));
-    assert.deepEqual(piped.map((r) => [r.baseOffset, r.duplicate]), [[a.baseOffset + 2, false], [a.baseOffset + 3, false], [a.baseOffset + 4, false]]);
-    e = await f.reopen();
-    const again = await e.append("t", 0, [rec("1"), rec("2")], { ...p, baseSequence: 0 });
-    assert.equal(again.duplicate, true);
-    const bumped = await e.allocateProducer(p.producerId);
-    assert.equal(bumped.producerEpoch, p.producerEpoch + 1);
-    await assert.rejects(e.append("t", 0, [rec("3")], { ...p, baseSequence: 5 }), ProducerFencedError);
-    assert.equal((await e.offsets("t", 0)).highWatermark, 5);
-  });
+async function idempotentProducers(f: EngineFixture): Promise<void> {
+  let e = f.engine;
+  await e.createTopic("t", resolveTopicConfig({}));
+  const p = await e.allocateProducer();
+  const a = await e.append("t", 0, [rec("1"), rec("2")], { ...p, baseSequence: 0 });
+  const dup = await e.append("t", 0, [rec("1"), rec("2")], { ...p, baseSequence: 0 });
+  assert.equal(dup.duplicate, true);
+  assert.equal(dup.baseOffset, a.baseOffset);
+  await assert.rejects(e.append("t", 0, [rec("x")], { ...p, baseSequence: 5 }), OutOfOrderSequenceError);
+  // Pipelined batches of one producer (sent before the earlier ones are answered) are
+  // checked and stored in arrival order: none is refused as out of sequence.
+  const piped = await Promise.all([2, 3, 4].map((seq) => e.append("t", 0, [rec(`p${seq}`)], { ...p, baseSequence: seq })));
+  assert.deepEqual(piped.map((r) => [r.baseOffset, r.duplicate]), [[a.baseOffset + 2, false], [a.baseOffset + 3, false], [a.baseOffset + 4, false]]);
+  e = await f.reopen();
+  const again = await e.append("t", 0, [rec("1"), rec("2")], { ...p, baseSequence: 0 });
+  assert.equal(again.duplicate, true);
+  const bumped = await e.allocateProducer(p.producerId);
+  assert.equal(bumped.producerEpoch, p.producerEpoch + 1);
+  await assert.rejects(e.append("t", 0, [rec("3")], { ...p, baseSequence: 5 }), ProducerFencedError);
+  assert.equal((await e.offsets("t", 0)).highWatermark, 5);
 }
