@@ -4,11 +4,12 @@
  * acknowledged before the crash and a broker reopened on the power-lost data dir, report
  * every way the recovered state breaks a promise (see crash-points.ts for the list).
  */
-import { CorruptRecordError, OutOfOrderSequenceError } from "../errors.js";
+import { CorruptRecordError } from "../errors.js";
 import type { EmbeddedBroker } from "../broker/broker.js";
 import type { Job, Queue } from "../queues/types.js";
-import { tagOf, type BatchEntry, type JobState, type Ledger, type ProducerEntry } from "./crash-ledger.js";
+import { tagOf, type BatchEntry, type JobEntry, type JobState, type Ledger, type ProducerEntry } from "./crash-ledger.js";
 import { CP_DLQ, CP_GROUP, CP_QUEUE, CP_QUEUE_CONFIG, CP_RETAINED, CP_TOPIC } from "./crash-workload.js";
+import { withTimeout } from "./helpers.js";
 
 export interface Problem {
   /** Short name of the broken invariant. */
@@ -28,16 +29,6 @@ const RETRY_TIMEOUT_MS = 400;
 function short(v: string | undefined | null): string {
   if (v === undefined || v === null) return String(v);
   return v.length > 24 ? `${v.slice(0, 24)}…(${v.length} chars)` : v;
-}
-
-function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout;
-  return Promise.race([
-    p,
-    new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms);
-    }),
-  ]).finally(() => clearTimeout(timer));
 }
 
 export class RecoveryChecker {
@@ -66,23 +57,25 @@ export class RecoveryChecker {
     }
     if (topics.includes(CP_TOPIC)) {
       for (const p of this.L.producers) await this.checkProducer(p);
-      // Nothing read before may have changed (an offset is never reused).
-      for (const p of [0, 1]) {
-        const before = this.scans.get(`${CP_TOPIC}|${p}`)!;
-        const after = await this.scan(CP_TOPIC, p);
-        for (const [o, v] of before.recs) {
-          const now = after.recs.get(o);
-          if (now !== v) this.fail("offset-reused", `${CP_TOPIC}/${p} offset ${o} held ${short(v)} and now holds ${short(now)}`);
-        }
-        for (const [o, v] of this.written.get(`${CP_TOPIC}|${p}`) ?? []) {
-          const now = after.recs.get(o);
-          if (now !== v) this.fail("append-after-recovery-lost", `${CP_TOPIC}/${p} offset ${o}: the checker's append ${short(v)} reads back as ${short(now)}`);
-        }
-      }
+      for (const p of [0, 1]) await this.checkNothingRewritten(p);
       await this.checkCommits();
     }
     if (topics.includes(CP_RETAINED)) this.checkRetention();
     await this.checkQueues();
+  }
+
+  /** Nothing read before (nor appended by the checker) may have changed: an offset is never reused. */
+  private async checkNothingRewritten(p: number): Promise<void> {
+    const before = this.scans.get(`${CP_TOPIC}|${p}`)!;
+    const after = await this.scan(CP_TOPIC, p);
+    for (const [o, v] of before.recs) {
+      const now = after.recs.get(o);
+      if (now !== v) this.fail("offset-reused", `${CP_TOPIC}/${p} offset ${o} held ${short(v)} and now holds ${short(now)}`);
+    }
+    for (const [o, v] of this.written.get(`${CP_TOPIC}|${p}`) ?? []) {
+      const now = after.recs.get(o);
+      if (now !== v) this.fail("append-after-recovery-lost", `${CP_TOPIC}/${p} offset ${o}: the checker's append ${short(v)} reads back as ${short(now)}`);
+    }
   }
 
   // ───────────── logs ─────────────
@@ -205,7 +198,6 @@ export class RecoveryChecker {
     const s = this.scans.get(`${p.topic}|${p.partition}`)!;
     const written = this.written.get(`${p.topic}|${p.partition}`) ?? new Map<number, string>();
     this.written.set(`${p.topic}|${p.partition}`, written);
-    const values = (bt: BatchEntry): string[] => bt.tags.map((t) => this.L.records.get(t)!.value);
     const present: { bt: BatchEntry; offset: number }[] = [];
     const absent: BatchEntry[] = [];
     for (const bt of [...p.batches].sort((a, z) => a.seq - z.seq)) {
@@ -213,59 +205,101 @@ export class RecoveryChecker {
       if (o !== null) present.push({ bt, offset: o });
       else absent.push(bt);
     }
-    const name = (bt: BatchEntry): string => `${p.name} (producer ${p.producerId}) seq ${bt.seq}${bt.tags.length > 1 ? `..${bt.seq + bt.tags.length - 1}` : ""} [${bt.status === "acked" ? "acknowledged" : "never acknowledged"}]`;
     // The last few stored batches are remembered: their retries are duplicates with their offsets.
-    for (const { bt, offset } of present.slice(-5)) {
-      const r = await this.send(p, bt.seq, values(bt));
-      if (!r.ok) this.fail("stored-batch-retry", `retry of ${name(bt)}, stored at offset ${offset}, failed: ${r.timedOut ? "no answer (hangs)" : (r.error as Error)?.message}`);
-      else if (!r.duplicate) {
-        this.fail("stored-batch-stored-twice", `retry of ${name(bt)}, stored at offset ${offset}, was stored again at offset ${r.offset}`);
-        values(bt).forEach((v, i) => written.set(r.offset + i, v));
-      } else if (r.offset !== offset) this.fail("stored-batch-wrong-offset", `retry of ${name(bt)} answered duplicate at offset ${r.offset}, but it is stored at ${offset}`);
-    }
+    for (const { bt, offset } of present.slice(-5)) await this.retryStored(p, bt, offset, written);
     let lastSeq = -1;
     for (const { bt } of present) lastSeq = Math.max(lastSeq, bt.seq + bt.tags.length - 1);
+    const lost = await this.retryLost(p, absent, lastSeq, written);
+    await this.checkNextSequence(p, lost.anomaly, lost.lastSeq, written);
+    // A batch whose retry hung: once later records fill its phantom offsets, what is it answered?
+    for (const bt of lost.hung) await this.retryHung(p, bt);
+  }
+
+  private values(bt: BatchEntry): string[] {
+    return bt.tags.map((t) => this.L.records.get(t)!.value);
+  }
+  private batchName(p: ProducerEntry, bt: BatchEntry): string {
+    return `${p.name} (producer ${p.producerId}) seq ${bt.seq}${bt.tags.length > 1 ? `..${bt.seq + bt.tags.length - 1}` : ""} [${bt.status === "acked" ? "acknowledged" : "never acknowledged"}]`;
+  }
+
+  /** A retry of `bt`, stored at `offset`, must be answered duplicate with that offset. */
+  private async retryStored(p: ProducerEntry, bt: BatchEntry, offset: number, written: Map<number, string>): Promise<void> {
+    const r = await this.send(p, bt.seq, this.values(bt));
+    if (!r.ok) this.fail("stored-batch-retry", `retry of ${this.batchName(p, bt)}, stored at offset ${offset}, failed: ${r.timedOut ? "no answer (hangs)" : (r.error as Error)?.message}`);
+    else if (!r.duplicate) {
+      this.fail("stored-batch-stored-twice", `retry of ${this.batchName(p, bt)}, stored at offset ${offset}, was stored again at offset ${r.offset}`);
+      this.values(bt).forEach((v, i) => written.set(r.offset + i, v));
+    } else if (r.offset !== offset) this.fail("stored-batch-wrong-offset", `retry of ${this.batchName(p, bt)} answered duplicate at offset ${r.offset}, but it is stored at ${offset}`);
+  }
+
+  /**
+   * Retries the never-acknowledged batches that are not in the log, in sequence order, until
+   * the first anomaly. `lastSeq`: the last sequence stored (a retry that is stored moves it
+   * on). Returns it, whether there was an anomaly, and the retries that got no answer.
+   */
+  private async retryLost(p: ProducerEntry, absent: BatchEntry[], lastSeq: number, written: Map<number, string>): Promise<{ lastSeq: number; anomaly: boolean; hung: BatchEntry[] }> {
     const hung: BatchEntry[] = [];
     let anomaly = false;
     for (const bt of absent) {
       if (bt.status === "acked") continue; // reported as lost already
       if (bt.seq <= lastSeq) {
-        // A later batch of this producer survived while this one did not (unsynced writes
-        // reaching the disk out of order): the sequence cannot be filled in any more.
-        const r = await this.send(p, bt.seq, values(bt));
-        if (r.ok && r.duplicate) {
-          const at = await this.readAt(p.topic, p.partition, r.offset);
-          if (tagOf(at) !== bt.tags[0]) this.fail("lost-batch-answered-duplicate", `retry of ${name(bt)}, which is not in the log, was answered duplicate at offset ${r.offset}, which holds ${short(at)}`);
-        } else if (r.ok) {
-          this.notes.push(`retry of ${name(bt)} behind a later stored batch was stored at ${r.offset}`);
-          values(bt).forEach((v, i) => written.set(r.offset + i, v));
-        } else this.notes.push(`retry of ${name(bt)} behind a later stored batch refused: ${(r.error as Error)?.name}`);
+        await this.retryBehindStored(p, bt, written);
         continue;
       }
       if (anomaly) break;
-      const hwm = await this.hwm(p.topic, p.partition);
-      const r = await this.send(p, bt.seq, values(bt));
-      if (!r.ok && r.timedOut) {
-        this.fail(
-          "lost-batch-answered-duplicate",
-          `retry of ${name(bt)}, which is not in the log (log end ${hwm}), got no answer within ${RETRY_TIMEOUT_MS} ms: the producer state names it as stored (duplicate) at an offset the log does not hold`,
-        );
-        hung.push(bt);
+      const outcome = await this.retryAtEnd(p, bt, written);
+      if (outcome === "stored") lastSeq = bt.seq + bt.tags.length - 1;
+      else {
+        if (outcome === "hung") hung.push(bt);
         anomaly = true;
-      } else if (!r.ok) {
-        this.fail("lost-batch-retry-refused", `retry of ${name(bt)}, which is not in the log, was refused: ${(r.error as Error)?.name}: ${(r.error as Error)?.message}`);
-        anomaly = true;
-      } else if (r.duplicate) {
-        const at = await this.readAt(p.topic, p.partition, r.offset);
-        this.fail("lost-batch-answered-duplicate", `retry of ${name(bt)}, which is not in the log (log end ${hwm}), was answered duplicate: true at offset ${r.offset}, which holds ${short(at)}`);
-        anomaly = true;
-      } else {
-        if (r.offset !== hwm) this.fail("retry-stored-off-end", `retry of ${name(bt)} was stored at offset ${r.offset}, the log end was ${hwm}`);
-        values(bt).forEach((v, i) => written.set(r.offset + i, v));
-        lastSeq = bt.seq + bt.tags.length - 1;
       }
     }
-    // The next new sequence is accepted.
+    return { lastSeq, anomaly, hung };
+  }
+
+  /**
+   * A later batch of this producer survived while `bt` did not (unsynced writes reaching the
+   * disk out of order): the sequence cannot be filled in any more. Its retry must not be
+   * answered duplicate of another record.
+   */
+  private async retryBehindStored(p: ProducerEntry, bt: BatchEntry, written: Map<number, string>): Promise<void> {
+    const r = await this.send(p, bt.seq, this.values(bt));
+    if (r.ok && r.duplicate) {
+      const at = await this.readAt(p.topic, p.partition, r.offset);
+      if (tagOf(at) !== bt.tags[0]) this.fail("lost-batch-answered-duplicate", `retry of ${this.batchName(p, bt)}, which is not in the log, was answered duplicate at offset ${r.offset}, which holds ${short(at)}`);
+    } else if (r.ok) {
+      this.notes.push(`retry of ${this.batchName(p, bt)} behind a later stored batch was stored at ${r.offset}`);
+      this.values(bt).forEach((v, i) => written.set(r.offset + i, v));
+    } else this.notes.push(`retry of ${this.batchName(p, bt)} behind a later stored batch refused: ${(r.error as Error)?.name}`);
+  }
+
+  /** The retry of `bt`, next after the log's last sequence, must be stored fresh at the log end. */
+  private async retryAtEnd(p: ProducerEntry, bt: BatchEntry, written: Map<number, string>): Promise<"stored" | "hung" | "anomaly"> {
+    const hwm = await this.hwm(p.topic, p.partition);
+    const r = await this.send(p, bt.seq, this.values(bt));
+    if (!r.ok && r.timedOut) {
+      this.fail(
+        "lost-batch-answered-duplicate",
+        `retry of ${this.batchName(p, bt)}, which is not in the log (log end ${hwm}), got no answer within ${RETRY_TIMEOUT_MS} ms: the producer state names it as stored (duplicate) at an offset the log does not hold`,
+      );
+      return "hung";
+    }
+    if (!r.ok) {
+      this.fail("lost-batch-retry-refused", `retry of ${this.batchName(p, bt)}, which is not in the log, was refused: ${(r.error as Error)?.name}: ${(r.error as Error)?.message}`);
+      return "anomaly";
+    }
+    if (r.duplicate) {
+      const at = await this.readAt(p.topic, p.partition, r.offset);
+      this.fail("lost-batch-answered-duplicate", `retry of ${this.batchName(p, bt)}, which is not in the log (log end ${hwm}), was answered duplicate: true at offset ${r.offset}, which holds ${short(at)}`);
+      return "anomaly";
+    }
+    if (r.offset !== hwm) this.fail("retry-stored-off-end", `retry of ${this.batchName(p, bt)} was stored at offset ${r.offset}, the log end was ${hwm}`);
+    this.values(bt).forEach((v, i) => written.set(r.offset + i, v));
+    return "stored";
+  }
+
+  /** The next new sequence is accepted at the log end (refused after an anomaly: a gap). */
+  private async checkNextSequence(p: ProducerEntry, anomaly: boolean, lastSeq: number, written: Map<number, string>): Promise<void> {
     const seq = p.nextSeq;
     const tag = `${p.name}.${seq}`;
     const value = `${tag}|after-recovery`;
@@ -279,14 +313,15 @@ export class RecoveryChecker {
       else if (r.offset !== hwm) this.fail("next-sequence-off-end", `${p.name}: new sequence ${seq} stored at offset ${r.offset}, log end was ${hwm}`);
     } else if (r.ok) this.fail("new-sequence-answered-duplicate", `${p.name}: new sequence ${seq} (never sent before) was answered duplicate at offset ${r.offset}`);
     else if (!anomaly) this.fail("next-sequence-refused", `${p.name}: the next sequence ${seq} was refused: ${r.timedOut ? "no answer" : `${(r.error as Error)?.name}: ${(r.error as Error)?.message}`}`);
-    // A batch whose retry hung: once later records fill its phantom offsets, what is it answered?
-    for (const bt of hung) {
-      const again = await this.send(p, bt.seq, values(bt));
-      if (again.ok && again.duplicate) {
-        const at = await this.readAt(p.topic, p.partition, again.offset);
-        if (tagOf(at) !== bt.tags[0])
-          this.fail("duplicate-points-at-other-record", `after new appends, retry of ${name(bt)} is answered duplicate: true with offset ${again.offset}, which holds ${short(at)}: the retried records are lost`);
-      }
+  }
+
+  /** A duplicate answer for `bt` (which hung before) must point at its own records. */
+  private async retryHung(p: ProducerEntry, bt: BatchEntry): Promise<void> {
+    const again = await this.send(p, bt.seq, this.values(bt));
+    if (again.ok && again.duplicate) {
+      const at = await this.readAt(p.topic, p.partition, again.offset);
+      if (tagOf(at) !== bt.tags[0])
+        this.fail("duplicate-points-at-other-record", `after new appends, retry of ${this.batchName(p, bt)} is answered duplicate: true with offset ${again.offset}, which holds ${short(at)}: the retried records are lost`);
     }
   }
 
@@ -324,34 +359,32 @@ export class RecoveryChecker {
       return;
     }
     if (!names.includes(CP_QUEUE)) return;
-    interface Seen {
-      queue: string;
-      id: string;
-      tag: string | null;
-      data: string;
-      attempt: number;
-      redriveCount: number;
-      sourceId: string | null;
-      dlAttempts: number;
+    const seen = await this.drainQueues();
+    // Per job: where it may be, given what was acknowledged.
+    const byTag = new Map<string, Seen[]>();
+    for (const x of seen) {
+      const e = x.tag === null ? undefined : this.L.jobs.get(x.tag);
+      if (!e || e.data !== x.data) {
+        this.fail("unknown-job", `${x.queue} delivered job ${x.id} with data ${short(x.data)}, which the workload never enqueued`);
+        continue;
+      }
+      byTag.get(x.tag!)?.push(x) ?? byTag.set(x.tag!, [x]);
     }
+    for (const e of this.L.jobs.values()) this.checkJob(e, byTag.get(e.tag) ?? []);
+  }
+
+  /**
+   * Drains the source and the DLQ (which an interrupted dead-letter move, resumed when the
+   * source opens, may create only now) until both stay empty; returns every job delivered.
+   */
+  private async drainQueues(): Promise<Seen[]> {
     const seen: Seen[] = [];
-    // Drain the source and the DLQ (which an interrupted dead-letter move, resumed when the
-    // source opens, may create only now) until both stay empty.
-    const drains: { queue: string; worker: ReturnType<Queue<string>["work"]>; it: AsyncIterator<Job<string>>; next: Promise<IteratorResult<Job<string>>> }[] = [];
-    const addDrain = async (queue: string): Promise<void> => {
-      const q = this.b.queue<string>(queue);
-      await q.stats(); // opens it: resumes interrupted dead-letter moves and redrives
-      if (queue === CP_DLQ) await q.redrive({ limit: 0 }); // waits for a redrive resumed on open
-      const worker = q.work({ prefetch: 64, consumerId: `cp-check-${queue}` });
-      const it = worker[Symbol.asyncIterator]();
-      drains.push({ queue, worker, it, next: it.next() });
-    };
-    await addDrain(CP_QUEUE);
+    const drains: Drain[] = [await this.openDrain(CP_QUEUE)];
     const deadline = Date.now() + 15_000;
     let quiet = 0;
     try {
       while (quiet < 3) {
-        if (drains.length < 2 && (await this.b.listQueues()).includes(CP_DLQ)) await addDrain(CP_DLQ);
+        if (drains.length < 2 && (await this.b.listQueues()).includes(CP_DLQ)) drains.push(await this.openDrain(CP_DLQ));
         if (Date.now() > deadline) {
           const st = await Promise.all(drains.map((d) => this.b.queue(d.queue).stats()));
           this.fail("queue-drain-timeout", `queues did not drain after recovery: ${st.map((x) => `${x.name} depth ${x.depth} (waiting ${x.waiting}, delayed ${x.delayed}, in flight ${x.inFlight}, blocked ${x.blockedByKey})`).join("; ")}`);
@@ -372,78 +405,100 @@ export class RecoveryChecker {
           break;
         }
         d.next = d.it.next();
-        const job = r.value;
-        const data = typeof job.data === "string" ? job.data : JSON.stringify(job.data);
-        seen.push({
-          queue: d.queue,
-          id: job.id,
-          tag: tagOf(data),
-          data,
-          attempt: job.attempt,
-          redriveCount: job.redriveCount,
-          sourceId: job.deadLetter?.sourceId ?? null,
-          dlAttempts: job.deadLetter?.attempts ?? 0,
-        });
-        await job.ack();
+        seen.push(seenJob(d.queue, r.value));
+        await r.value.ack();
       }
     } finally {
       for (const d of drains) await d.worker.close().catch(() => {});
     }
-    // Per job: where it may be, given what was acknowledged.
-    const byTag = new Map<string, Seen[]>();
-    for (const x of seen) {
-      const e = x.tag === null ? undefined : this.L.jobs.get(x.tag);
-      if (!e || e.data !== x.data) {
-        this.fail("unknown-job", `${x.queue} delivered job ${x.id} with data ${short(x.data)}, which the workload never enqueued`);
-        continue;
-      }
-      byTag.get(x.tag!)?.push(x) ?? byTag.set(x.tag!, [x]);
+    return seen;
+  }
+
+  /** Opens `queue` (resuming interrupted dead-letter moves and redrives) and a worker on it. */
+  private async openDrain(queue: string): Promise<Drain> {
+    const q = this.b.queue<string>(queue);
+    await q.stats(); // opens it: resumes interrupted dead-letter moves and redrives
+    if (queue === CP_DLQ) await q.redrive({ limit: 0 }); // waits for a redrive resumed on open
+    const worker = q.work({ prefetch: 64, consumerId: `cp-check-${queue}` });
+    const it = worker[Symbol.asyncIterator]();
+    return { queue, worker, it, next: it.next() };
+  }
+
+  /** Job `e` is where its acknowledged (or pending) state allows, once, with attempts that never went back. */
+  private checkJob(e: JobEntry, got: Seen[]): void {
+    const inQ = got.filter((x) => x.queue === CP_QUEUE);
+    const inD = got.filter((x) => x.queue === CP_DLQ);
+    const lives = e.lives.map((l) => `${l.queue}#${l.id ?? "?"} attempts ${l.attempts.join(",") || "-"}`).join("; ");
+    const what = `job ${e.tag} (${lives}; acknowledged state ${e.acked}${e.pending ? `, unacknowledged ${e.pending}` : ""}): after recovery ${got.map((x) => `${x.queue}#${x.id} attempt ${x.attempt}${x.sourceId ? ` from #${x.sourceId}` : ""}`).join(", ") || "nowhere"}`;
+    if (inQ.length > 1) this.fail("job-twice-in-source", what);
+    if (inD.length > 1) this.fail("dead-letter-stored-twice", what);
+    if (inQ.length > 0 && inD.length > 0) this.fail("job-in-source-and-dlq", what);
+    const obs: JobState = inQ.length > 0 ? "Q" : inD.length > 0 ? "DLQ" : "none";
+    if (!allowedStates(e).has(obs)) this.fail(jobInvariant(e, obs), what);
+    for (const x of inQ) {
+      const life = e.lives.find((l) => l.queue === CP_QUEUE && l.id === x.id);
+      if (life && life.attempts.length > 0 && x.attempt <= Math.max(...life.attempts)) this.fail("attempts-went-back", `${what}: delivered attempt ${x.attempt} after attempt ${Math.max(...life.attempts)} was handed out`);
+      if (x.redriveCount > 0 && e.redrives.issued === 0) this.fail("unexpected-redrive", `${what}: redrive count ${x.redriveCount}, never redriven`);
+      if (e.redrives.acked > 0 && x.redriveCount === 0) this.fail("dead-lettered-job-delivered-from-source", `${what}: delivered without its redrive count after an acknowledged redrive (the original, dead-lettered copy?)`);
     }
-    const max = CP_QUEUE_CONFIG.maxAttempts!;
-    for (const e of this.L.jobs.values()) {
-      const got = byTag.get(e.tag) ?? [];
-      const inQ = got.filter((x) => x.queue === CP_QUEUE);
-      const inD = got.filter((x) => x.queue === CP_DLQ);
-      const lives = e.lives.map((l) => `${l.queue}#${l.id ?? "?"} attempts ${l.attempts.join(",") || "-"}`).join("; ");
-      const what = `job ${e.tag} (${lives}; acknowledged state ${e.acked}${e.pending ? `, unacknowledged ${e.pending}` : ""}): after recovery ${got.map((x) => `${x.queue}#${x.id} attempt ${x.attempt}${x.sourceId ? ` from #${x.sourceId}` : ""}`).join(", ") || "nowhere"}`;
-      if (inQ.length > 1) this.fail("job-twice-in-source", what);
-      if (inD.length > 1) this.fail("dead-letter-stored-twice", what);
-      if (inQ.length > 0 && inD.length > 0) this.fail("job-in-source-and-dlq", what);
-      const obs: JobState = inQ.length > 0 ? "Q" : inD.length > 0 ? "DLQ" : "none";
-      const allowed = new Set<JobState>();
-      for (const st of [e.acked, e.pending]) if (st !== null) allowed.add(st === "done" ? "none" : st);
-      const last = e.lives[e.lives.length - 1];
-      const maxSeen = Math.max(0, ...last.attempts);
-      // A delivery the workload never saw may have counted an attempt; its lease expires on recovery.
-      if (allowed.has("Q") && maxSeen + 1 >= max) allowed.add("DLQ");
-      if (!allowed.has(obs)) {
-        const inv =
-          e.acked === "done" && obs === "Q"
-            ? "acked-job-delivered-again"
-            : e.acked === "DLQ" && obs === "none"
-              ? "acked-dead-letter-missing"
-              : e.acked === "DLQ" && obs === "Q"
-                ? "dead-lettered-job-delivered-from-source"
-                : e.acked === "Q" && obs === "none"
-                  ? e.redrives.acked > 0
-                    ? "acked-redrive-missing"
-                    : "acked-enqueue-lost"
-                  : e.acked === "Q" && obs === "DLQ" && e.redrives.acked > 0
-                    ? "acked-redrive-undone"
-                    : "job-state";
-        this.fail(inv, what);
-      }
-      for (const x of inQ) {
-        const life = e.lives.find((l) => l.queue === CP_QUEUE && l.id === x.id);
-        if (life && life.attempts.length > 0 && x.attempt <= Math.max(...life.attempts)) this.fail("attempts-went-back", `${what}: delivered attempt ${x.attempt} after attempt ${Math.max(...life.attempts)} was handed out`);
-        if (x.redriveCount > 0 && e.redrives.issued === 0) this.fail("unexpected-redrive", `${what}: redrive count ${x.redriveCount}, never redriven`);
-        if (e.redrives.acked > 0 && x.redriveCount === 0) this.fail("dead-lettered-job-delivered-from-source", `${what}: delivered without its redrive count after an acknowledged redrive (the original, dead-lettered copy?)`);
-      }
-      for (const x of inD) {
-        const life = e.lives.find((l) => l.queue === CP_QUEUE && l.id === x.sourceId);
-        if (!life && e.lives.every((l) => l.id !== null)) this.fail("dead-letter-wrong-source", `${what}: DLQ entry names source #${x.sourceId}`);
-        if (life && life.attempts.length > 0 && x.dlAttempts < Math.max(...life.attempts)) this.fail("attempts-went-back", `${what}: DLQ entry records ${x.dlAttempts} attempts, ${Math.max(...life.attempts)} were handed out`);
-      }
+    for (const x of inD) {
+      const life = e.lives.find((l) => l.queue === CP_QUEUE && l.id === x.sourceId);
+      if (!life && e.lives.every((l) => l.id !== null)) this.fail("dead-letter-wrong-source", `${what}: DLQ entry names source #${x.sourceId}`);
+      if (life && life.attempts.length > 0 && x.dlAttempts < Math.max(...life.attempts)) this.fail("attempts-went-back", `${what}: DLQ entry records ${x.dlAttempts} attempts, ${Math.max(...life.attempts)} were handed out`);
     }
   }
+}
+
+/** A job delivered while draining after recovery. */
+interface Seen {
+  queue: string;
+  id: string;
+  tag: string | null;
+  data: string;
+  attempt: number;
+  redriveCount: number;
+  sourceId: string | null;
+  dlAttempts: number;
+}
+
+interface Drain {
+  queue: string;
+  worker: ReturnType<Queue<string>["work"]>;
+  it: AsyncIterator<Job<string>>;
+  next: Promise<IteratorResult<Job<string>>>;
+}
+
+function seenJob(queue: string, job: Job<string>): Seen {
+  const data = typeof job.data === "string" ? job.data : JSON.stringify(job.data);
+  return {
+    queue,
+    id: job.id,
+    tag: tagOf(data),
+    data,
+    attempt: job.attempt,
+    redriveCount: job.redriveCount,
+    sourceId: job.deadLetter?.sourceId ?? null,
+    dlAttempts: job.deadLetter?.attempts ?? 0,
+  };
+}
+
+/** Where job `e` may be after recovery ("none": done or never enqueued), given what was acknowledged or issued. */
+function allowedStates(e: JobEntry): Set<JobState> {
+  const allowed = new Set<JobState>();
+  for (const st of [e.acked, e.pending]) if (st !== null) allowed.add(st === "done" ? "none" : st);
+  const last = e.lives[e.lives.length - 1];
+  const maxSeen = Math.max(0, ...last.attempts);
+  // A delivery the workload never saw may have counted an attempt; its lease expires on recovery.
+  if (allowed.has("Q") && maxSeen + 1 >= CP_QUEUE_CONFIG.maxAttempts!) allowed.add("DLQ");
+  return allowed;
+}
+
+/** The name of the invariant broken when job `e` is found in state `obs`, which its ledger entry does not allow. */
+function jobInvariant(e: JobEntry, obs: JobState): string {
+  if (e.acked === "done" && obs === "Q") return "acked-job-delivered-again";
+  if (e.acked === "DLQ" && obs === "none") return "acked-dead-letter-missing";
+  if (e.acked === "DLQ" && obs === "Q") return "dead-lettered-job-delivered-from-source";
+  if (e.acked === "Q" && obs === "none") return e.redrives.acked > 0 ? "acked-redrive-missing" : "acked-enqueue-lost";
+  if (e.acked === "Q" && obs === "DLQ" && e.redrives.acked > 0) return "acked-redrive-undone";
+  return "job-state";
 }

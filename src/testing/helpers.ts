@@ -21,6 +21,17 @@ export async function waitUntil<T>(cond: () => T | Promise<T>, what: string, tim
   }
 }
 
+/** `p`, or a rejection "timed out after `ms` ms: `what`" if it has not settled by then. */
+export function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout;
+  return Promise.race([
+    p,
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
 /** Deterministic seeded PRNG (mulberry32): the same seed gives the same sequence in [0, 1). */
 export function prng(seed: number): () => number {
   let a = seed >>> 0;
