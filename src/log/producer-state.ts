@@ -25,7 +25,7 @@ import type { ProducerInfo } from "./record-batch.js";
 /**
  * Batches remembered per producer and partition for duplicate detection of retries (Kafka
  * keeps 5). The idempotent client never has more than this many batches of one partition in
- * flight (src/client/producer.ts imports it), so a retry of any stored batch is recognised and
+ * flight (src/client/partition-window.ts imports it), so a retry of any stored batch is recognised and
  * answered with its original offsets (invariant PROD-2).
  */
 export const PRODUCER_BATCHES_KEPT = 5;
