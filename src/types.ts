@@ -132,19 +132,30 @@ export interface SubscribeOptions {
   assignment?: "range" | "roundrobin";
   /** Max records buffered per partition fetch. Default 1 MiB of bytes. */
   maxBytes?: number;
+  /**
+   * Commits (`msg.commit()`, `batch.commit()`) made but not yet durable, counted in messages,
+   * before the subscription stops handing out messages until they are. Bounds what is
+   * redelivered after a crash when commits are not awaited. Default 10,000.
+   */
+  maxPendingCommits?: number;
   signal?: AbortSignal;
 }
 
 export interface Message<T = unknown> extends ConsumedRecord<T> {
   /** Aborts when this partition is revoked from the member or the subscription closes. */
   readonly signal: AbortSignal;
-  /** Durably records "processed through this message" for the group. */
+  /**
+   * Marks "processed through this message" for the group. Commits made while an offsets write
+   * is in flight share the next one; the promise resolves once a durable write covers this
+   * message, and may be left un-awaited (it never rejects unhandled; a failed write is retried
+   * while the partition stays assigned). See docs/guarantees.md for what a crash redelivers.
+   */
   commit(): Promise<void>;
 }
 
 export interface MessageBatch<T = unknown> {
   readonly messages: Message<T>[];
-  /** Commits the highest offset per partition in this batch. */
+  /** Commits the highest offset per partition in this batch (shared writes, as `msg.commit()`). */
   commit(): Promise<void>;
 }
 

@@ -21,6 +21,7 @@ import type { Message, MessageBatch, SubscribeOptions, Subscription } from "../t
 import { Op, decodeConsumedRecords, wireToError, type Frame, type WireError } from "../wire/index.js";
 import { readRecordInto, scanPushedBatches, type RecordFields, type RecordTable } from "./record-batches.js";
 import type { Transport } from "./transport.js";
+import { CommitCoalescer, maxPendingCommitsOption, type CommitMark } from "../streams/commit-coalescer.js";
 
 export interface RemoteSubscriptionOptions {
   windowMessages: number;
@@ -44,6 +45,8 @@ interface MemberState {
   revokedIn: Map<number, number>;
   /** `msg.commit()` of this member's messages (one closure per member). */
   commit: (m: RemoteMessage<unknown>) => Promise<void>;
+  /** Commit marks of this member, one COMMIT request in flight at a time (COMMIT-1). */
+  commits: CommitCoalescer;
 }
 
 /** A message delivered to a remote member. Private fields keep it a plain-looking record. */
@@ -114,6 +117,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
   private currentGeneration = 0;
   private readonly closeAc = new AbortController();
   private joining: Promise<void> | null = null;
+  private readonly maxPendingCommits: number;
 
   constructor(
     private readonly transport: Transport,
@@ -125,6 +129,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
     this.group = opts.group;
     this.topic = topic;
     this.window = ropts.windowMessages;
+    this.maxPendingCommits = maxPendingCommitsOption(opts.maxPendingCommits);
     if (opts.signal) {
       if (opts.signal.aborted) this.closed = true;
       else opts.signal.addEventListener("abort", () => void this.close(), { once: true });
@@ -140,10 +145,11 @@ export class RemoteSubscription<T> implements Subscription<T> {
       if (old) this.endMember(old);
       if (this.closed) return;
       const id = nextSubId++;
-      const member: MemberState = { id, ended: false, partitionSignals: new Map(), revokedIn: new Map(), commit: null! };
+      const member: MemberState = { id, ended: false, partitionSignals: new Map(), revokedIn: new Map(), commit: null!, commits: null! };
       // The new member starts with a full window of credit; nothing of the old one is buffered.
       this.consumedSinceCredit = 0;
       member.commit = this.messageCommit(member);
+      member.commits = new CommitCoalescer((marks) => this.writeCommits(member, marks), this.maxPendingCommits);
       this.member = member;
       this.registry.set(id, this as RemoteSubscription<unknown>);
       try {
@@ -176,6 +182,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
     m.ended = true;
     this.registry.delete(m.id);
     for (const { ac } of m.partitionSignals.values()) ac.abort(new NotAssignedError("group member ended"));
+    m.commits.abandon(new NotAssignedError("group member ended before the commit was written; its partitions may belong to another member now"));
     // Buffered messages of that member can no longer be committed: drop them (they are
     // redelivered to whoever owns the partition next).
     this.buffer = this.buffer.slice(this.head).filter((e) => memberOfEntry(e) !== m);
@@ -278,21 +285,21 @@ export class RemoteSubscription<T> implements Subscription<T> {
     return ps.signal;
   }
 
-  /** `msg.commit()` for messages of member `m`. */
+  /**
+   * `msg.commit()` for messages of member `m`: a mark, written with the others made meanwhile
+   * (COMMIT-1). A message of a revoked ownership period is refused, even if the partition has
+   * since come back to this member (that could move the offset back): the mark's signal is
+   * the period's.
+   */
   private messageCommit(m: MemberState): (msg: RemoteMessage<unknown>) => Promise<void> {
-    return (msg) => {
-      // A message of a revoked ownership period must not be committed, even if the
-      // partition has since come back to this member (that could move the offset back).
-      if (msg.signal.aborted && !m.ended) {
-        return Promise.reject(
-          new NotAssignedError(
-            `partition ${msg.partition} of ${JSON.stringify(this.topic)} was revoked from this member (or the subscription closed) after this message was delivered`,
-          ),
-        );
-      }
-      const g = RemoteMessage.generationOf(msg);
-      return this.commitOffsets(m, [g >= 0 ? [msg.partition, msg.offset, g] : [msg.partition, msg.offset]]);
-    };
+    return (msg) => m.commits.mark(msg.partition, { offset: msg.offset, generation: RemoteMessage.generationOf(msg), signal: msg.signal });
+  }
+
+  /** One COMMIT request with the marks of member `m` made since its last one. */
+  private async writeCommits(m: MemberState, marks: Map<number, CommitMark>): Promise<void> {
+    const offsets: ([number, number] | [number, number, number])[] = [];
+    for (const [p, k] of marks) offsets.push(k.generation >= 0 ? [p, k.offset, k.generation] : [p, k.offset]);
+    await this.commitOffsets(m, offsets);
   }
 
   /**
@@ -303,9 +310,10 @@ export class RemoteSubscription<T> implements Subscription<T> {
   private commitBatch(messages: readonly Message<T>[]): Promise<void> {
     // Messages of one (member, partition, ownership period) share one signal: the per-message
     // work is a comparison; maps are touched once per signal.
-    const bySignal = new Map<AbortSignal, { member: MemberState; partition: number; offset: number; generation: number }>();
+    type Last = { member: MemberState; partition: number; offset: number; generation: number; count: number };
+    const bySignal = new Map<AbortSignal, Last>();
     let lastSignal: AbortSignal | null = null;
-    let cur: { member: MemberState; partition: number; offset: number; generation: number } | undefined;
+    let cur: Last | undefined;
     for (const m of messages) {
       if (m.signal !== lastSignal) {
         lastSignal = m.signal;
@@ -318,7 +326,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
         }
         cur = bySignal.get(m.signal);
         if (!cur) {
-          bySignal.set(m.signal, { member: RemoteMessage.memberOf(m), partition: m.partition, offset: m.offset, generation: RemoteMessage.generationOf(m) });
+          bySignal.set(m.signal, { member: RemoteMessage.memberOf(m), partition: m.partition, offset: m.offset, generation: RemoteMessage.generationOf(m), count: 1 });
           cur = bySignal.get(m.signal);
           continue;
         }
@@ -327,6 +335,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
         cur!.offset = m.offset;
         cur!.generation = RemoteMessage.generationOf(m);
       }
+      cur!.count++;
     }
     // Highest offset per partition, grouped per member (a batch may straddle a rejoin).
     const byMember = new Map<MemberState, Map<number, { offset: number; generation: number }>>();
@@ -336,17 +345,12 @@ export class RemoteSubscription<T> implements Subscription<T> {
       const prev = parts.get(e.partition);
       if (!prev || e.offset > prev.offset) parts.set(e.partition, e);
     }
-    const commits: [MemberState, ([number, number] | [number, number, number])[]][] = [];
-    for (const [ms, parts] of byMember) {
-      const offsets: ([number, number] | [number, number, number])[] = [];
-      for (const [p, { offset, generation }] of parts) offsets.push(generation >= 0 ? [p, offset, generation] : [p, offset]);
-      commits.push([ms, offsets]);
+    const marks: Promise<void>[] = [];
+    for (const [signal, e] of bySignal) {
+      const best = byMember.get(e.member)!.get(e.partition)!;
+      if (best === e) marks.push(e.member.commits.mark(e.partition, { offset: e.offset, generation: e.generation, signal }, e.count));
     }
-    return this.sendCommits(commits);
-  }
-
-  private async sendCommits(commits: [MemberState, ([number, number] | [number, number, number])[]][]): Promise<void> {
-    for (const [ms, offsets] of commits) await this.commitOffsets(ms, offsets);
+    return Promise.all(marks).then(() => {});
   }
 
   private async commitOffsets(m: MemberState, offsets: ([number, number] | [number, number, number])[]): Promise<void> {
@@ -452,6 +456,12 @@ export class RemoteSubscription<T> implements Subscription<T> {
         this.joinError = null;
         throw e;
       }
+      // COMMIT-1: no message while maxPendingCommits marks of this member are not yet durable.
+      const room = this.member?.commits.room() ?? null;
+      if (room !== null) {
+        await room;
+        continue;
+      }
       const msg = this.take();
       if (msg) return msg;
       await new Promise<void>((r) => (this.waiter = r));
@@ -522,8 +532,18 @@ export class RemoteSubscription<T> implements Subscription<T> {
     };
   }
 
-  async close(): Promise<void> {
+  private closing: Promise<void> | null = null;
+
+  close(): Promise<void> {
+    return (this.closing ??= this.doClose());
+  }
+
+  private async doClose(): Promise<void> {
     if (this.closed) return;
+    // COMMIT-1: marks made before the close are written while the member still owns their
+    // partitions (one attempt); then the member ends.
+    const pending = this.member;
+    if (pending && !pending.ended && pending.commits.pendingMarks > 0) await pending.commits.flush().catch(() => {});
     this.closed = true;
     this.closeAc.abort(new AbortedError("subscription closed"));
     this.wake();

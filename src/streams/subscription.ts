@@ -9,10 +9,10 @@ import type { Logger } from "../observability/telemetry.js";
 import type { StorageEngine } from "../store/engine.js";
 import type { Message, MessageBatch, SubscribeOptions, Subscription } from "../types.js";
 import { newMemberId, type GroupCoordinator, type GroupMember } from "./group-coordinator.js";
-import { toConsumed } from "./records.js";
-import { encodeBatch, stampBatch } from "../log/record-batch.js";
+import { decodeValue, encodeBatch, stampBatch, type StoredRecord } from "../log/record-batch.js";
 import { validateName } from "../store/names.js";
 import type { MemberListener } from "../broker/host.js";
+import { CommitCoalescer, maxPendingCommitsOption, type CommitMark } from "./commit-coalescer.js";
 
 interface Assigned {
   position: number | null;
@@ -41,6 +41,36 @@ export interface RawChunk {
   signal: AbortSignal;
 }
 
+/** Shared by messages without headers (frozen: a handler cannot add to another's headers). */
+const NO_HEADERS: Record<string, Uint8Array> = Object.freeze({}) as Record<string, Uint8Array>;
+
+/**
+ * A delivered message: one object per record (no closure); `commit()` marks it through the
+ * subscription that delivered it, within the ownership period it was delivered in.
+ */
+class LocalMessage<T> implements Message<T> {
+  readonly #sub: GroupSubscription<unknown>;
+  readonly #period: Assigned;
+  constructor(
+    readonly topic: string,
+    readonly partition: number,
+    readonly offset: number,
+    readonly timestamp: number,
+    readonly key: Uint8Array | null,
+    readonly value: T,
+    readonly headers: Record<string, Uint8Array>,
+    readonly signal: AbortSignal,
+    sub: GroupSubscription<unknown>,
+    period: Assigned,
+  ) {
+    this.#sub = sub;
+    this.#period = period;
+  }
+  commit(): Promise<void> {
+    return this.#sub.markCommit(this.partition, this.offset, this.#period);
+  }
+}
+
 export interface SubscriptionDeps {
   engine: StorageEngine;
   coordinator: GroupCoordinator;
@@ -53,13 +83,18 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
   readonly group: string;
   readonly topic: string;
   private assigned = new Map<number, Assigned>();
+  /** Fetched messages not yet handed out: `buffer[head..]` (a head index: Array.shift is O(n)). */
   private buffer: Message<T>[] = [];
+  private head = 0;
   private rr = 0;
   private joined: Promise<void> | null = null;
   private closed = false;
   private wake: (() => void) | null = null;
   private readonly closeAc = new AbortController();
   private generationSeen = 0;
+  private closing: Promise<void> | null = null;
+  /** `msg.commit()` / `batch.commit()` marks, written one shared write at a time (COMMIT-1). */
+  private readonly commits: CommitCoalescer;
 
   constructor(
     private deps: SubscriptionDeps,
@@ -76,6 +111,7 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
       throw new ValidationError("maxBytes must be an integer in [1, 67108864]");
     if (opts.offsetReset !== undefined && !["earliest", "latest", "error"].includes(opts.offsetReset)) throw new ValidationError(`offsetReset must be earliest, latest or error`);
     if (opts.assignment !== undefined && !["range", "roundrobin"].includes(opts.assignment)) throw new ValidationError(`assignment must be range or roundrobin`);
+    this.commits = new CommitCoalescer((marks) => this.writeCommits(marks), maxPendingCommitsOption(opts.maxPendingCommits));
     if (opts.signal) {
       if (opts.signal.aborted) this.closed = true;
       else opts.signal.addEventListener("abort", () => void this.close(), { once: true });
@@ -88,14 +124,40 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
 
   // GroupMember
   revoke(partitions: number[], generation: number): void | Promise<void> {
+    // Marks made in the ownership period that ends now are written before the partitions are
+    // let go (COMMIT-1): the coordinator hands them over only once this returns, so the new
+    // owner starts from them. Taken (and their write staged, synchronously) before the period's
+    // signal aborts. The coordinator gives the partitions to no one before this resolves
+    // (GRP-1), so writing them without checkOwner cannot overwrite a new owner's commits.
+    const taken = this.commits.take(partitions);
+    const next = new Map<number, number>();
+    for (const [p, t] of taken) {
+      if (t.mark.signal === this.assigned.get(p)?.ac.signal) next.set(p, t.mark.offset + 1);
+      else t.settle(new NotAssignedError(`partition ${this.topic}/${p} was revoked from this member before its commit was written`));
+    }
+    // After the write in flight (it may hold older marks of these partitions): commits reach
+    // the engine in the order they were made, whatever the engine.
+    const written = next.size === 0 ? null : this.commits.idle().then(() => this.deps.engine.commitOffsets(this.group, this.topic, next));
     for (const p of partitions) {
       this.assigned.get(p)?.ac.abort(new Error(`partition ${p} revoked`));
       this.assigned.delete(p);
     }
     // Drop buffered messages of revoked partitions: the new owner will deliver them.
-    this.buffer = this.buffer.filter((m) => this.assigned.has(m.partition));
+    this.buffer = this.buffer.slice(this.head).filter((m) => this.assigned.has(m.partition));
+    this.head = 0;
     this.wake?.();
-    return this.listener?.revoked(partitions, generation);
+    const told = this.listener?.revoked(partitions, generation);
+    if (written === null) return told;
+    const settled = written.then(
+      () => {
+        for (const p of next.keys()) taken.get(p)!.settle(null);
+      },
+      (e: Error) => {
+        for (const p of next.keys()) taken.get(p)!.settle(e);
+        this.deps.logger.warn({ err: e, group: this.group, topic: this.topic, partitions: [...next.keys()] }, "commit of revoked partitions failed; their messages since the last commit are redelivered");
+      },
+    );
+    return Promise.all([settled, told]).then(() => {});
   }
 
   assign(partitions: number[], generation: number): void {
@@ -229,16 +291,39 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     return { data: batch, nextOffset: recs[recs.length - 1].offset + 1, records: recs.length };
   }
 
-  private makeMessage(p: number, a: Assigned, r: Parameters<typeof toConsumed>[2]): Message<T> {
-    const base = toConsumed<T>(this.topic, p, r);
-    const offset = r.offset;
-    return Object.assign(base, {
-      signal: a.ac.signal,
-      commit: async () => {
-        this.checkPeriod(a.ac.signal, p);
-        await this.commitOffsets(new Map([[p, offset + 1]]));
-      },
-    });
+  private makeMessage(p: number, a: Assigned, r: StoredRecord): Message<T> {
+    let headers: Record<string, Uint8Array> = NO_HEADERS;
+    if (r.headers && r.headers.length > 0) {
+      headers = {};
+      for (const [k, v] of r.headers) headers[k] = v;
+    }
+    return new LocalMessage<T>(this.topic, p, r.offset, r.timestamp, r.key, decodeValue(r.value, r.valueKind) as T, headers, a.ac.signal, this as GroupSubscription<unknown>, a);
+  }
+
+  /** `msg.commit()` of a message of ownership period `a` (COMMIT-1). */
+  markCommit(p: number, offset: number, a: Assigned): Promise<void> {
+    return this.commits.mark(p, { offset, generation: a.generation, signal: a.ac.signal });
+  }
+
+  /**
+   * One shared write of the marks made since the last one (COMMIT-1). The ownership checks and
+   * the engine call happen in one synchronous step, so a write is staged in the engine before
+   * any revocation that follows it (commits reach the engine in the order they were decided).
+   */
+  private async writeCommits(marks: Map<number, CommitMark>): Promise<Map<number, Error>> {
+    const refused = new Map<number, Error>();
+    const next = new Map<number, number>();
+    for (const [p, m] of marks) {
+      try {
+        this.checkPeriod(m.signal, p);
+        this.deps.coordinator.checkOwner(this.group, this.topic, p, this.memberId);
+        next.set(p, m.offset + 1);
+      } catch (e) {
+        refused.set(p, e as Error);
+      }
+    }
+    if (next.size > 0) await this.deps.engine.commitOffsets(this.group, this.topic, next);
+    return refused;
   }
 
   /**
@@ -287,12 +372,26 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     }
   }
 
+  private shift(): Message<T> | undefined {
+    if (this.head >= this.buffer.length) return undefined;
+    const m = this.buffer[this.head++];
+    if (this.head === this.buffer.length) {
+      this.buffer = [];
+      this.head = 0;
+    }
+    return m;
+  }
+
   private async next(): Promise<Message<T> | null> {
     await this.ensureJoined();
     while (!this.closed) {
-      const m = this.buffer.shift();
+      const m = this.shift();
       if (m) {
         if (!this.assigned.has(m.partition)) continue;
+        // COMMIT-1: no message while maxPendingCommits marks are not yet durable.
+        const room = this.commits.room();
+        if (room !== null) await room;
+        if (!this.assigned.has(m.partition) || this.closed) continue;
         return m;
       }
       if (!(await this.fill()) && !this.closed) await this.waitForData();
@@ -324,48 +423,71 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
         // Fill up to `max`, waiting at most `maxWaitMs` (from the first message) for more.
         const deadline = Date.now() + maxWaitMs;
         while (messages.length < max && !this.closed) {
-          if (this.buffer.length === 0 && !(await this.fill())) {
+          if (this.head >= this.buffer.length && !(await this.fill())) {
             const left = deadline - Date.now();
             if (left <= 0) break;
             await this.waitForData(left);
             continue;
           }
-          const m = this.buffer.shift();
+          const m = this.shift();
           if (!m) break;
           if (this.assigned.has(m.partition)) messages.push(m);
         }
-        const sub = this;
-        yield {
-          messages,
-          async commit() {
-            const next = new Map<number, number>();
-            for (const m of messages) {
-              sub.checkPeriod(m.signal, m.partition);
-              next.set(m.partition, Math.max(next.get(m.partition) ?? 0, m.offset + 1));
-            }
-            await sub.commitOffsets(next);
-          },
-        };
+        yield { messages, commit: () => this.commitBatch(messages) };
       }
     } finally {
       await this.close();
     }
   }
 
+  /** `batch.commit()`: the highest offset per partition, marked together (COMMIT-1). */
+  private commitBatch(messages: readonly Message<T>[]): Promise<void> {
+    const last = new Map<number, { offset: number; signal: AbortSignal; count: number }>();
+    for (const m of messages) {
+      // All or nothing: a batch with a message of an ended ownership period commits nothing.
+      try {
+        this.checkPeriod(m.signal, m.partition);
+      } catch (e) {
+        return Promise.reject(e);
+      }
+      const l = last.get(m.partition);
+      if (l === undefined) last.set(m.partition, { offset: m.offset, signal: m.signal, count: 1 });
+      else {
+        l.count++;
+        if (m.offset > l.offset) l.offset = m.offset;
+      }
+    }
+    const marks: Promise<void>[] = [];
+    for (const [p, l] of last) marks.push(this.commits.mark(p, { offset: l.offset, generation: this.generationSeen, signal: l.signal }, l.count));
+    return Promise.all(marks).then(() => {});
+  }
+
   get generation(): number {
     return this.generationSeen;
   }
 
-  async close(): Promise<void> {
+  close(): Promise<void> {
+    return (this.closing ??= this.doClose());
+  }
+
+  private async doClose(): Promise<void> {
     if (this.closed && !this.joined) return;
+    const wasOpen = !this.closed;
     this.closed = true;
     this.closeAc.abort();
     this.wake?.();
+    // COMMIT-1: marks made before the close are written while this member still owns their
+    // partitions (one attempt; a failure is logged and those messages are redelivered).
+    if (wasOpen && this.commits.pendingMarks > 0) {
+      await this.commits.flush().catch((e: unknown) => this.deps.logger.warn({ err: e, group: this.group, topic: this.topic }, "commits at close failed"));
+    }
+    this.commits.abandon(new BrokerClosedError("subscription closed before the commit was written"));
     const joined = this.joined;
     this.joined = null;
     for (const a of this.assigned.values()) a.ac.abort(new BrokerClosedError("subscription closed"));
     this.assigned.clear();
     this.buffer = [];
+    this.head = 0;
     if (joined) {
       await joined.catch(() => {});
       await this.deps.coordinator.leave(this.group, this.topic, this.memberId);
@@ -377,3 +499,4 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     return this.close();
   }
 }
+

@@ -21,6 +21,7 @@ import { test } from "node:test";
 import type { Broker } from "../types.js";
 import type { DefineTest } from "./conformance-helpers.js";
 import { groupTests } from "./conformance-groups.js";
+import { commitTests } from "./conformance-commits.js";
 import { produceTests } from "./conformance-produce.js";
 import { queueTests } from "./conformance-queues.js";
 import { topicTests } from "./conformance-topics.js";
@@ -45,5 +46,6 @@ export function defineConformanceSuite(name: string, factory: () => Promise<Conf
   topicTests(t);
   produceTests(t);
   groupTests(t);
+  commitTests(t);
   queueTests(t);
 }
