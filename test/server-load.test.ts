@@ -242,10 +242,10 @@ async function runLoad(t: { diagnostic(s: string): void }, kills: number): Promi
   }
 }
 
-test(`load on 16 KiB segments: ${PUBLISHERS} publishers, a group committing every message, a worked queue, replays; no server kills`, { timeout: 300_000 }, async (t) => {
+test(`load on 16 KiB segments: ${PUBLISHERS} publishers, a group committing every message, a worked queue, replays; no server kills`, { timeout: 300_000 + SECONDS * 10_000 }, async (t) => {
   await runLoad(t, 0);
 });
 
-test(`load on 16 KiB segments with ${KILLS} server SIGKILLs: no STORAGE_ERROR, no CORRUPT_RECORD, no self-exit, nothing acknowledged lost`, { timeout: 300_000 }, async (t) => {
+test(`load on 16 KiB segments with ${KILLS} server SIGKILLs: no STORAGE_ERROR, no CORRUPT_RECORD, no self-exit, nothing acknowledged lost`, { timeout: 300_000 + SECONDS * 10_000 }, async (t) => {
   await runLoad(t, KILLS);
 });
