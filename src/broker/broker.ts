@@ -5,10 +5,10 @@
  * `sluice serve` puts the same object behind the wire protocol.
  */
 import { Buffer } from "node:buffer";
-import { AbortedError, BrokerClosedError, GroupActiveError, ValidationError, CorruptRecordError, RecordTooLargeError } from "../errors.js";
+import { AbortedError, BrokerClosedError, GroupActiveError, ValidationError, CorruptRecordError } from "../errors.js";
 import { NodeFileSystem, type FileSystem } from "../log/io.js";
 import { telemetry, type Logger, type Telemetry } from "../observability/telemetry.js";
-import { decodeRecords, prepareValue, recordSize, validateEncodedBatch, type PreparedRecord } from "../log/record-batch.js";
+import { decodeRecords, MAX_BATCH_BYTES, validateEncodedBatch, type PreparedRecord } from "../log/record-batch.js";
 import { DiskEngine } from "../store/disk/disk-engine.js";
 import { resolveTopicConfig } from "../store/topic-config.js";
 import type { StorageEngine } from "../store/engine.js";
@@ -17,10 +17,11 @@ import { GroupCoordinator } from "../streams/group-coordinator.js";
 import { QueueManager } from "../queues/index.js";
 import type { QueueConfig } from "../queues/types.js";
 import type { HostQueue } from "../queues/host-api.js";
-import { partitionForKey } from "../streams/murmur2.js";
 import { toConsumed } from "../streams/records.js";
 import { GroupSubscription } from "../streams/subscription.js";
 import type { BrokerHost, EncodedAppend, MemberListener, MemberSubscription } from "./host.js";
+import { Publisher } from "./publisher.js";
+import { TurnYield } from "./turn-yield.js";
 import type {
   Broker,
   FetchOptions,
@@ -65,30 +66,8 @@ export interface BrokerOptions {
   retentionCheckIntervalMs?: number;
 }
 
-/** Keyless records stick to one partition for this many bytes, then move on (Kafka's sticky partitioner). */
-const STICKY_BYTES = 16 * 1024;
 const MAX_FETCH_BYTES = 64 * 1024 * 1024;
 const MAX_WAIT_MS = 5 * 60_000;
-
-function toKeyBuffer(key: unknown): Buffer | null {
-  if (key === undefined || key === null) return null;
-  if (typeof key === "string") return Buffer.from(key, "utf8");
-  if (key instanceof Uint8Array) return Buffer.from(key.buffer, key.byteOffset, key.byteLength);
-  throw new ValidationError("key must be a string or Uint8Array");
-}
-
-function toHeaders(h: unknown): [string, Buffer][] | null {
-  if (h === undefined || h === null) return null;
-  if (typeof h !== "object") throw new ValidationError("headers must be an object");
-  const out: [string, Buffer][] = [];
-  for (const [k, v] of Object.entries(h as Record<string, unknown>)) {
-    if (typeof v === "string") out.push([k, Buffer.from(v, "utf8")]);
-    else if (v instanceof Uint8Array) out.push([k, Buffer.from(v.buffer, v.byteOffset, v.byteLength)]);
-    else throw new ValidationError(`header ${JSON.stringify(k)} must be a string or Uint8Array`);
-  }
-  return out.length > 0 ? out : null;
-}
-
 export class EmbeddedBroker implements Broker, BrokerHost {
   readonly engine: StorageEngine;
   readonly coordinator = new GroupCoordinator();
@@ -97,11 +76,14 @@ export class EmbeddedBroker implements Broker, BrokerHost {
   readonly dataDir: string;
   readonly fs: FileSystem;
   private subs = new Set<GroupSubscription<unknown>>();
-  private sticky = new Map<string, { partition: number; bytes: number }>();
   private retentionTimer: NodeJS.Timeout | null = null;
   private queues!: QueueManager;
   private closed = false;
   private closing: Promise<void> | null = null;
+  /** publish() and publishBatch(): validation, partitioning, per-partition order (publisher.ts). */
+  private readonly publisher: Publisher;
+  /** Makes calls that may complete without waiting yield now and then (turn-yield.ts). */
+  private readonly yielder = new TurnYield();
 
   private constructor(opts: BrokerOptions) {
     this.telemetry = telemetry({ ...opts.telemetry, logger: opts.logger ?? opts.telemetry?.logger });
@@ -109,6 +91,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     this.dataDir = opts.dataDir ?? "";
     this.fs = opts.fs ?? new NodeFileSystem();
     this.engine = opts.engine ?? new DiskEngine({ dataDir: this.dataDir, fs: this.fs, telemetry: this.telemetry });
+    this.publisher = new Publisher(this.engine, () => this.closed);
   }
 
   static async open(opts: BrokerOptions): Promise<EmbeddedBroker> {
@@ -135,6 +118,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
   async createTopic(name: string, config?: TopicConfig): Promise<TopicDescription> {
     this.check();
     await this.engine.createTopic(name, resolveTopicConfig(config));
+    this.publisher.forget(name);
     return this.engine.describeTopic(name);
   }
 
@@ -142,16 +126,18 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     this.check();
     for (const s of [...this.subs]) if (s.topic === name) await s.close();
     await this.engine.deleteTopic(name);
-    this.sticky.delete(name);
+    this.publisher.forget(name);
   }
 
   async listTopics(): Promise<string[]> {
     this.check();
+    await this.yielder.turn();
     return this.engine.listTopics();
   }
 
   async describeTopic(name: string): Promise<TopicDescription> {
     this.check();
+    await this.yielder.turn();
     return this.engine.describeTopic(name);
   }
 
@@ -160,71 +146,17 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     return this.engine.allocateProducer(producerId);
   }
 
-  publish(topic: string, value: PublishValue, opts: PublishOptions = {}): Promise<PublishReceipt> {
-    return this.publishBatch(topic, [{ ...opts, value }]).then((r) => r[0]);
+  /**
+   * One record. Records published while their partition's appends are in flight join the next
+   * append (publish-accumulator.ts): one batch, one fdatasync share, one promise per record.
+   * Validated completely first, so an invalid or oversized record fails alone.
+   */
+  publish(topic: string, value: PublishValue, opts?: PublishOptions): Promise<PublishReceipt> {
+    return this.publisher.publish(topic, value, opts);
   }
 
-  async publishBatch(topic: string, records: PublishRecord[], opts: PublishBatchOptions = {}): Promise<PublishReceipt[]> {
-    this.check();
-    if (!Array.isArray(records) || records.length === 0) throw new ValidationError("publishBatch needs a non-empty array of records");
-    const t = await this.engine.getTopic(topic);
-    const n = t.config.partitions;
-    const now = Date.now();
-    const parts = new Int32Array(records.length);
-    const byPartition = new Map<number, PreparedRecord[]>();
-    let sticky = this.sticky.get(topic);
-    if (!sticky) this.sticky.set(topic, (sticky = { partition: Math.floor(Math.random() * n), bytes: 0 }));
-    for (let i = 0; i < records.length; i++) {
-      const r = records[i];
-      if (r === null || typeof r !== "object") throw new ValidationError(`record ${i} must be an object`);
-      const key = toKeyBuffer(r.key);
-      const { value, valueKind } = prepareValue(r.value);
-      const timestamp = r.timestamp ?? now;
-      let p: number;
-      if (r.partition !== undefined) {
-        if (!Number.isInteger(r.partition) || r.partition < 0 || r.partition >= n)
-          throw new ValidationError(`partition ${r.partition} out of range for ${topic} (0..${n - 1})`);
-        p = r.partition;
-      } else if (key !== null) p = partitionForKey(key, n);
-      else {
-        p = sticky.partition;
-        sticky.bytes += (value?.length ?? 0) + 32;
-        if (sticky.bytes >= STICKY_BYTES) sticky = { partition: (sticky.partition + 1) % n, bytes: 0 };
-      }
-      parts[i] = p;
-      let list = byPartition.get(p);
-      if (!list) byPartition.set(p, (list = []));
-      const prepared: PreparedRecord = { key, value, valueKind, timestamp, headers: toHeaders(r.headers) };
-      // Validate every record before any partition appends: a rejected batch stores nothing.
-      if (!Number.isSafeInteger(timestamp) || timestamp < 0) throw new ValidationError(`record ${i}: invalid timestamp ${timestamp}`);
-      const size = recordSize(prepared);
-      if (size > t.config.maxMessageBytes) throw new RecordTooLargeError(size, t.config.maxMessageBytes);
-      list.push(prepared);
-    }
-    // Each call is one batch: the next call starts on the next partition, so keyless
-    // single publishes spread evenly while each batch stays together (sticky batches).
-    this.sticky.set(topic, { partition: (sticky.partition + 1) % n, bytes: 0 });
-    let producer: { producerId: number; producerEpoch: number; baseSequence: number } | undefined;
-    if (opts.producerId !== undefined) {
-      if (byPartition.size !== 1) throw new ValidationError("an idempotent batch must target exactly one partition");
-      producer = { producerId: opts.producerId, producerEpoch: opts.producerEpoch ?? 0, baseSequence: opts.baseSequence ?? -1 };
-    }
-    const results = new Map<number, { baseOffset: number; duplicate: boolean; synced: boolean }>();
-    await Promise.all(
-      [...byPartition].map(async ([p, recs]) => {
-        results.set(p, await this.engine.append(topic, p, recs, producer, opts.signal));
-      }),
-    );
-    const next = new Map<number, number>();
-    const out: PublishReceipt[] = new Array(records.length);
-    for (let i = 0; i < records.length; i++) {
-      const p = parts[i];
-      const r = results.get(p)!;
-      const k = next.get(p) ?? 0;
-      next.set(p, k + 1);
-      out[i] = { topic, partition: p, offset: r.baseOffset + k, duplicate: r.duplicate, synced: r.synced };
-    }
-    return out;
+  publishBatch(topic: string, records: PublishRecord[], opts: PublishBatchOptions = {}): Promise<PublishReceipt[]> {
+    return this.publisher.publishBatch(topic, records, opts);
   }
 
   /**
@@ -241,7 +173,9 @@ export class EmbeddedBroker implements Broker, BrokerHost {
       throw new ValidationError(`partition ${partition} out of range for ${topic} (0..${t.config.partitions - 1})`);
     if (this.engine.encoded) return this.engine.encoded.appendEncoded(topic, partition, batch, signal);
     // An engine without the encoded-batch capability: verify and decode, then append records.
-    const { header: h } = validateEncodedBatch(batch, t.config.maxMessageBytes);
+    // Record sizes are checked by the engine's append, as for any record: recordSize() with a
+    // zero timestamp delta (docs/storage-format.md), not the size within this batch.
+    const { header: h } = validateEncodedBatch(batch, MAX_BATCH_BYTES);
     const records: PreparedRecord[] = decodeRecords(batch, 0, h).map((r) => ({ key: r.key, value: r.value, valueKind: r.valueKind, timestamp: r.timestamp, headers: r.headers }));
     const producer = h.producerId >= 0 ? { producerId: h.producerId, producerEpoch: h.producerEpoch, baseSequence: h.baseSequence } : undefined;
     const r = await this.engine.append(topic, partition, records, producer, signal);
@@ -254,6 +188,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     const maxWaitMs = opts.maxWaitMs ?? 0;
     if (!Number.isInteger(maxBytes) || maxBytes < 1 || maxBytes > MAX_FETCH_BYTES) throw new ValidationError(`maxBytes must be in [1, ${MAX_FETCH_BYTES}]`);
     if (!Number.isInteger(maxWaitMs) || maxWaitMs < 0 || maxWaitMs > MAX_WAIT_MS) throw new ValidationError(`maxWaitMs must be in [0, ${MAX_WAIT_MS}]`);
+    await this.yielder.turn();
     const o = await this.engine.offsets(topic, partition);
     if (offset === o.highWatermark && maxWaitMs > 0) {
       await this.engine.waitFor(topic, partition, offset, maxWaitMs, opts.signal);
@@ -273,6 +208,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
   async offsetForTimestamp(topic: string, partition: number, timestamp: number): Promise<number> {
     this.check();
     if (!Number.isFinite(timestamp)) throw new ValidationError("timestamp must be a number");
+    await this.yielder.turn();
     return this.engine.offsetForTimestamp(topic, partition, timestamp);
   }
 
@@ -298,6 +234,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     validateName("group", group);
     const t = await this.engine.getTopic(topic);
     const dryRun = opts.dryRun ?? false;
+    await this.yielder.turn();
     if (!dryRun && this.coordinator.hasMembers(group, topic)) throw new GroupActiveError(group);
     const committed = await this.engine.getCommitted(group, topic);
     const partitions: ResetResult["partitions"] = [];
@@ -325,6 +262,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
   async groupLag(group: string, topic: string): Promise<GroupLag> {
     this.check();
     validateName("group", group);
+    await this.yielder.turn();
     const t = await this.engine.getTopic(topic);
     const committed = await this.engine.getCommitted(group, topic);
     const now = Date.now();
@@ -368,6 +306,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
 
   async listQueues(): Promise<string[]> {
     this.check();
+    await this.yielder.turn();
     return this.queues.listQueues();
   }
 
@@ -388,6 +327,8 @@ export class EmbeddedBroker implements Broker, BrokerHost {
         if (this.retentionTimer) clearInterval(this.retentionTimer);
         for (const s of [...this.subs]) await s.close();
         this.closed = true;
+        // Publishes accepted before close() are appended and answered first.
+        await this.publisher.drain();
         await this.queues.close();
         await this.engine.close();
       })();

@@ -26,7 +26,7 @@ import { LogReader, type RawRead } from "./log-reader.js";
 import type { LogConfig, LogState } from "./log-state.js";
 import { Preallocator, type PreallocateMode } from "./preallocator.js";
 import { ProducerStateManager, type ProducerBatch } from "./producer-state.js";
-import { encodeBatch, recordSize, validateEncodedBatch, type PreparedRecord, type ProducerInfo, type StoredRecord } from "./record-batch.js";
+import { encodeBatch, HEADER_SIZE, MAX_BATCH_BYTES, recordSize, validateEncodedBatch, type BatchHeader, type PreparedRecord, type ProducerInfo, type StoredRecord } from "./record-batch.js";
 import { Retention } from "./retention.js";
 import { segmentFileName } from "./segment.js";
 import { writeFileAtomic } from "./io.js";
@@ -131,7 +131,9 @@ export class PartitionLog {
    */
   async appendEncoded(buf: Buffer, signal?: AbortSignal): Promise<AppendResult> {
     this.st.checkWritable();
-    const { header: h } = validateEncodedBatch(buf, this.config.maxMessageBytes);
+    // Structure and CRC first; sizes against maxMessageBytes as recordSize() measures them.
+    const { header: h, maxRecordBytes } = validateEncodedBatch(buf, MAX_BATCH_BYTES);
+    if (maxRecordBytes > this.config.maxMessageBytes) checkRecordSizes(buf, h, this.config.maxMessageBytes);
     const producer = h.producerId >= 0 ? { producerId: h.producerId, producerEpoch: h.producerEpoch, baseSequence: h.baseSequence } : undefined;
     return this.appendBatch(buf, h.count, producer, signal, true);
   }
@@ -258,4 +260,52 @@ export class PartitionLog {
   describeSegments(): { baseOffset: number; endOffset: number; size: number; sealed: boolean; file: string }[] {
     return this.st.segments.map((s) => ({ baseOffset: s.baseOffset, endOffset: s.endOffset, size: s.size, sealed: s.sealed, file: s.logPath }));
   }
+}
+
+/**
+ * `maxMessageBytes` applies to `recordSize()`: a record encoded with a zero timestamp delta
+ * (docs/storage-format.md), the size the embedded broker and the client check each record
+ * against. Within a batch a record's delta from the first timestamp may take more bytes, so
+ * a batch whose largest record exceeds the limit there is measured again record by record:
+ * only a record that is too large by recordSize() refuses the batch, and every client that
+ * validated its records with recordSize() never has a batch refused for a record it accepted.
+ * Called only on a batch validateEncodedBatch accepted (every length was checked).
+ */
+function checkRecordSizes(buf: Buffer, h: BatchHeader, max: number): void {
+  let p = HEADER_SIZE;
+  for (let i = 0; i < h.count; i++) {
+    const bodyLen = varintAt(buf, p);
+    const body = p + varintBytes;
+    // Attributes (1 byte), then the timestamp delta: recordSize() counts it as 1 byte.
+    varintAt(buf, body + 1);
+    const zeroDelta = bodyLen - varintBytes + 1;
+    const size = varintLength(zeroDelta) + zeroDelta;
+    if (size > max) throw new RecordTooLargeError(size, max);
+    p = body + bodyLen;
+  }
+}
+
+/** Bytes taken by the varint read by the last varintAt call. */
+let varintBytes = 0;
+function varintAt(buf: Buffer, pos: number): number {
+  let result = 0;
+  let mul = 1;
+  let i = 0;
+  for (;;) {
+    const byte = buf[pos + i++];
+    result += (byte & 0x7f) * mul;
+    if ((byte & 0x80) === 0) break;
+    mul *= 128;
+  }
+  varintBytes = i;
+  return result;
+}
+
+function varintLength(n: number): number {
+  let s = 1;
+  while (n >= 0x80) {
+    n = Math.floor(n / 128);
+    s++;
+  }
+  return s;
 }

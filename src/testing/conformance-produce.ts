@@ -15,6 +15,8 @@ export function produceTests(t: DefineTest): void {
   t("a key picks the partition with Kafka's murmur2; receipts carry partition and offset", keyPartitioning);
   t("publishBatch returns one receipt per record in order; explicit partitions are honoured", publishBatchReceipts);
   t("a record over maxMessageBytes fails with RecordTooLargeError and nothing of it is stored", recordTooLarge);
+  t("concurrent publish() calls: receipts in call order per key; an invalid or oversized record fails alone", concurrentPublishes);
+  t("maxMessageBytes is measured by recordSize(): a record of exactly the limit is stored whatever its batch-mates' timestamps", exactRecordSize);
   t("idempotent producing: a retried batch returns the original offsets with duplicate=true", idempotentProducing);
   t("fetch honours maxBytes (at least one record), nextOffset and offsets out of range", fetchBounds);
   t("fetch long-polls: a waiting fetch returns as soon as a record arrives", fetchLongPoll);
@@ -91,6 +93,56 @@ async function recordTooLarge(b: Broker): Promise<void> {
   assert.equal(d.partitions[0].highWatermark, 1);
   await b.publish(name, "after");
   assert.deepEqual((await readAll(b, name)).get(0), ["small", "after"]);
+}
+
+async function concurrentPublishes(b: Broker): Promise<void> {
+  const name = uniq("concurrent");
+  await b.createTopic(name, { partitions: 3, maxMessageBytes: 1024 });
+  const n = 600;
+  const calls = Array.from({ length: n }, (_, i) => {
+    if (i === 100) return b.publish(name, Buffer.alloc(2000), { key: "k" });
+    if (i === 200) return b.publish(name, "bad", { key: "k", timestamp: -5 });
+    return b.publish(name, `v${i}`, { key: i % 2 === 0 ? "k" : "other" });
+  });
+  const out = await Promise.allSettled(calls);
+  out.forEach((o, i) => {
+    if (i === 100) assert.ok(o.status === "rejected" && o.reason instanceof RecordTooLargeError && o.reason.maxBytes === 1024, `record ${i}: ${String((o as PromiseRejectedResult).reason)}`);
+    else if (i === 200) assert.ok(o.status === "rejected" && o.reason instanceof ValidationError, `record ${i}`);
+    else assert.equal(o.status, "fulfilled", `record ${i}: ${String((o as PromiseRejectedResult).reason)}`);
+  });
+  const byKey = new Map<string, number[]>();
+  out.forEach((o, i) => {
+    if (o.status !== "fulfilled") return;
+    const k = i % 2 === 0 ? "k" : "other";
+    if (!byKey.has(k)) byKey.set(k, []);
+    byKey.get(k)!.push(o.value.offset);
+    assert.equal(o.value.partition, partitionForKey(Buffer.from(k), 3));
+  });
+  for (const [k, offs] of byKey) {
+    for (let i = 1; i < offs.length; i++) assert.ok(offs[i] > offs[i - 1], `key ${k}: offsets follow call order`);
+  }
+  const all = await readAll(b, name);
+  const kp = partitionForKey(Buffer.from("k"), 3);
+  const want = Array.from({ length: n }, (_, i) => i).filter((i) => i % 2 === 0 && i !== 100 && i !== 200);
+  const got = all.get(kp)!.filter((v) => typeof v === "string" && want.includes(Number((v as string).slice(1))));
+  assert.deepEqual(got, want.map((i) => `v${i}`), "stored in call order, the refused ones absent");
+}
+
+async function exactRecordSize(b: Broker): Promise<void> {
+  const name = uniq("exact");
+  await b.createTopic(name, { maxMessageBytes: 1024 });
+  // recordSize() of a 1017-byte value without key or headers is exactly 1024; in a batch whose
+  // first record is years older, its timestamp delta takes 6 bytes instead of 1.
+  const exact = Buffer.alloc(1017, 7);
+  const rs = await b.publishBatch(name, [
+    { value: "old", timestamp: 1 },
+    { value: exact, timestamp: 1_700_000_000_000 },
+  ]);
+  assert.deepEqual(rs.map((r) => r.offset), [0, 1]);
+  await assert.rejects(b.publish(name, Buffer.alloc(1018)), (e: unknown) => e instanceof RecordTooLargeError && e.sizeBytes === 1025 && e.maxBytes === 1024);
+  const got = await b.fetch(name, 0, 0);
+  assert.equal(got.records.length, 2);
+  assert.equal(Buffer.from(got.records[1].value as Uint8Array).length, 1017);
 }
 
 async function idempotentProducing(b: Broker): Promise<void> {
