@@ -32,18 +32,41 @@
  */
 import { ProtocolError, TimeoutError } from "../errors.js";
 import { PRODUCER_BATCHES_KEPT } from "../log/producer-state.js";
-import { encodeBatch, stampBatch, type PreparedRecord } from "../log/record-batch.js";
+import { encodeBatch, stampBatch, type PreparedRecord, type ValueKind } from "../log/record-batch.js";
 import type { ProducerIdentity, PublishReceipt } from "../types.js";
 import type { Frame } from "../wire/index.js";
 
-/** The records of one send() call for one partition (one promise for all of them). */
-export interface Item {
-  /** Validated and converted to bytes once, at send() time (the caller may reuse its objects). */
-  records: PreparedRecord[];
-  size: number;
-  resolve(r: PublishReceipt[]): void;
-  reject(e: unknown): void;
+/**
+ * A record validated and converted to bytes once, at publish time (the caller may reuse its
+ * objects). A publish() of one record is settled through the record itself (`resolve`), so
+ * such a publish costs one object and one promise; records of a larger call belong to a
+ * `Group` and have no settlement of their own.
+ */
+export class QueuedRecord implements PreparedRecord {
+  constructor(
+    public key: Buffer | null,
+    public value: Buffer | null,
+    public valueKind: ValueKind,
+    public timestamp: number,
+    public headers: [string, Buffer][] | null,
+    /** A publish of its own: its receipt (or `[receipt]` with `asArray`); null in a Group. */
+    readonly resolve: ((r: never) => void) | null,
+    readonly reject: ((e: unknown) => void) | null,
+    readonly asArray: boolean,
+  ) {}
 }
+
+/** The records of one send() call for one partition (one promise for all of them). */
+export class Group {
+  constructor(
+    readonly records: QueuedRecord[],
+    readonly resolve: (r: PublishReceipt[]) => void,
+    readonly reject: (e: unknown) => void,
+  ) {}
+}
+
+/** What a batch gathers: single publishes (their record) and groups, in publish order. */
+export type Entry = QueuedRecord | Group;
 
 export const enum St {
   /** Gathering records or waiting for a window slot: no sequence yet. */
@@ -69,7 +92,7 @@ const enum Mode {
   Backoff,
 }
 
-const NO_ITEMS: Item[] = [];
+const NO_ENTRIES: Entry[] = [];
 /** Largest sequence + count the broker accepts (the header field is an i32). */
 const MAX_SEQUENCE = 2 ** 31 - 1;
 const RETRY_BACKOFF_MIN_MS = 50;
@@ -107,7 +130,9 @@ export interface WindowHost {
 }
 
 export class Batch {
-  items: Item[] = [];
+  entries: Entry[] = [];
+  /** Groups among the entries (none: the entries are the records, no copy). */
+  groups = 0;
   count = 0;
   bytes = 0;
   seq = -1;
@@ -124,22 +149,32 @@ export class Batch {
     readonly deadline: number,
   ) {}
 
-  /** All records of the batch, in order (one item: its own array, no copy). */
+  /** All records of the batch, in order (no groups, or one: no copy). */
   records(): PreparedRecord[] {
-    return this.items.length === 1 ? this.items[0].records : this.items.flatMap((it) => it.records);
+    const es = this.entries;
+    if (this.groups === 0) return es as QueuedRecord[];
+    if (es.length === 1) return (es[0] as Group).records;
+    return es.flatMap((e) => (e instanceof Group ? e.records : e));
   }
 
   /** The broker stored the batch at `baseOffset`: every caller gets its receipts. */
   resolve(baseOffset: number, duplicate: boolean, synced: boolean): void {
-    const part = this.part;
+    const { topic, partition } = this.part;
+    const es = this.entries;
+    this.entries = NO_ENTRIES;
     let offset = baseOffset;
-    for (const it of this.items) {
-      const rs: PublishReceipt[] = new Array(it.records.length);
-      for (let k = 0; k < rs.length; k++) rs[k] = { topic: part.topic, partition: part.partition, offset: offset++, duplicate, synced };
-      it.resolve(rs);
+    for (let i = 0; i < es.length; i++) {
+      const e = es[i];
+      if (e instanceof Group) {
+        const rs: PublishReceipt[] = new Array(e.records.length);
+        for (let k = 0; k < rs.length; k++) rs[k] = { topic, partition, offset: offset++, duplicate, synced };
+        e.resolve(rs);
+      } else {
+        const r = { topic, partition, offset: offset++, duplicate, synced };
+        (e.resolve as (x: PublishReceipt | PublishReceipt[]) => void)(e.asArray ? [r] : r);
+      }
     }
-    this.items = NO_ITEMS;
-    part.host.release(this.count);
+    this.part.host.release(this.count);
   }
 
   /** A numbered batch failed for good (or expired): its callers get `err`. */
@@ -156,9 +191,9 @@ export class Batch {
   }
 
   rejectItems(err: unknown): void {
-    const items = this.items;
-    this.items = NO_ITEMS;
-    for (const it of items) it.reject(err);
+    const es = this.entries;
+    this.entries = NO_ENTRIES;
+    for (const e of es) e.reject!(err);
     this.part.host.release(this.count);
   }
 
@@ -176,6 +211,8 @@ export class PartitionWindow {
   open: Batch | null = null;
   /** In the producer's flush list (avoids duplicates). */
   listed = false;
+  /** Without idempotence: batches sent and not answered (the producer caps them too). */
+  plainInFlight = 0;
   /** Closed batches waiting for a window slot, in order (head index: no O(n) shift). */
   private queue: (Batch | undefined)[] = [];
   private qHead = 0;
@@ -192,6 +229,11 @@ export class PartitionWindow {
     readonly topic: string,
     readonly partition: number,
   ) {}
+
+  /** A closed batch would be numbered and sent at once (a free slot, nothing queued before it). */
+  get hasRoom(): boolean {
+    return this.window.length < PRODUCER_BATCHES_KEPT && this.qHead === this.queue.length && this.mode === Mode.Normal;
+  }
 
   /** Nothing gathering, waiting or numbered. */
   get idle(): boolean {

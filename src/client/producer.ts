@@ -2,9 +2,16 @@
 /**
  * Client-side batching and idempotent producing (docs/protocol.md §5).
  *
- * `publish()` calls are gathered per (topic, partition) for up to `lingerMs` (0 = until the
- * current event-loop turn ends) or until a batch reaches `maxBatchRecords`/`maxBatchBytes`,
- * then sent as one PUBLISH_ENCODED frame. Batches of different partitions are pipelined freely.
+ * `publish()` calls are gathered per (topic, partition) into batches, each sent as one
+ * PUBLISH_ENCODED frame. With `lingerMs` 0 (the default) nothing waits for time: the publishes
+ * of one tick close their batch on a microtask, and it goes out at once if its partition has
+ * room, at most PRODUCER_BATCHES_KEPT batches in flight per partition (the idempotent window,
+ * and the same cap without idempotence). While a partition is full, its records keep gathering
+ * in its open batch (up to `maxBatchRecords`/`maxBatchBytes`), which is sent when an answer
+ * frees a slot: a lone publish goes out at once, and under load batches grow with the records
+ * in flight (as Kafka's accumulator). With `lingerMs` > 0 batches gather for that long.
+ * A publish of one record (`publishOne`) costs one object and one promise when its topic and
+ * producer id are known (nothing else is being admitted, so order is kept).
  *
  * Idempotence: the client picks the partition itself (Kafka's murmur2 for keys, a sticky
  * partition per batch otherwise) so that every batch carries producerId, epoch and the
@@ -14,11 +21,12 @@
  * producer-wide state the windows share (identity, renewal, buffered records).
  */
 import { ProtocolError, RecordTooLargeError, ValidationError } from "../errors.js";
-import { encodeBatch, prepareValue, recordSize, stampBatch, type PreparedRecord } from "../log/record-batch.js";
+import { PRODUCER_BATCHES_KEPT } from "../log/producer-state.js";
+import { encodeBatch, prepareValue, recordSize, stampBatch, type ValueKind } from "../log/record-batch.js";
 import { partitionForKey } from "../streams/murmur2.js";
-import type { ProducerIdentity, PublishReceipt, PublishRecord } from "../types.js";
+import type { ProducerIdentity, PublishOptions, PublishReceipt, PublishRecord, PublishValue } from "../types.js";
 import type { Frame } from "../wire/index.js";
-import { Batch, nextBackoffMs, PartitionWindow, type Item, type WindowHost } from "./partition-window.js";
+import { Batch, Group, nextBackoffMs, PartitionWindow, QueuedRecord, type Entry, type WindowHost } from "./partition-window.js";
 import type { Transport } from "./transport.js";
 
 /** What the producer uses of its transport (a test may script it). */
@@ -40,6 +48,17 @@ export interface ProducerOptions {
   /** The transport's per-request deadline: requests of a batch are cut to its delivery deadline. */
   requestTimeoutMs: number;
 }
+
+const NO_OPTS: PublishOptions = {};
+/**
+ * A batch this large goes out at once when its partition has a free slot, even if more records
+ * of the same tick follow (they start the next batch): records published together (e.g. the
+ * answers to one batch, each publishing again) then travel as several batches, so encoding,
+ * the transfer, the broker's checks and the fdatasync of consecutive batches overlap instead of
+ * the whole window moving as one batch. With the partition's window full, batches gather up to
+ * `maxBatchBytes`.
+ */
+const SPLIT_BATCH_BYTES = 64 * 1024;
 
 interface TopicMeta {
   partitions: number;
@@ -73,6 +92,8 @@ export class Producer implements WindowHost {
   private buffered = 0;
   private spaceWaiters: (() => void)[] = [];
   private rr = 0;
+  /** send() calls between their start and their records joining a batch (they wait for metadata, an id or room). */
+  private admitting = 0;
 
   constructor(
     private readonly transport: ProducerTransport,
@@ -143,37 +164,101 @@ export class Producer implements WindowHost {
     await this.identityLoading;
   }
 
-  async send(topic: string, records: PublishRecord[]): Promise<PublishReceipt[]> {
-    if (!Array.isArray(records) || records.length === 0) throw new ValidationError("publishBatch needs a non-empty array of records");
-    if (this.closedError) throw this.closedError;
-    while (this.buffered >= this.opts.maxBufferedRecords) {
-      await new Promise<void>((r) => this.spaceWaiters.push(r));
+  /**
+   * One record (`publish()`): validated and queued at once, settled through its own record,
+   * when the topic's metadata and the producer id are known and no other call is being
+   * admitted (which keeps publish order); otherwise the general path.
+   */
+  publishOne(topic: string, value: PublishValue, opts: PublishOptions | undefined): Promise<PublishReceipt> {
+    const o = opts !== null && typeof opts === "object" ? opts : NO_OPTS;
+    const meta = this.meta.get(topic);
+    if (meta !== undefined && this.canAdmitNow(meta, o)) return new Promise<PublishReceipt>((resolve, reject) => this.admitOne(topic, meta, value, o, resolve, reject, false));
+    return this.send(topic, [{ ...o, value }]).then((rs) => rs[0]);
+  }
+
+  send(topic: string, records: PublishRecord[]): Promise<PublishReceipt[]> {
+    if (Array.isArray(records) && records.length === 1) {
+      const r = records[0];
+      const meta = this.meta.get(topic);
+      if (r !== null && typeof r === "object" && meta !== undefined && this.canAdmitNow(meta, r))
+        return new Promise<PublishReceipt[]>((resolve, reject) => this.admitOne(topic, meta, r.value, r, resolve, reject, true));
     }
-    this.buffered += records.length;
-    let parts: number[];
-    let prepared: PreparedRecord[];
-    let sizes: Int32Array;
-    try {
-      ({ parts, prepared, sizes } = await this.choosePartitions(topic, records));
-    } catch (err) {
-      // Nothing was queued: give the room back (close() waits for buffered records).
-      this.release(records.length);
-      throw err;
-    }
+    return this.sendSlow(topic, records);
+  }
+
+  /** Whether a record can join a batch now, without waiting and without overtaking a call that waits. */
+  private canAdmitNow(meta: TopicMeta, o: PublishOptions): boolean {
+    return (
+      this.closedError === null &&
+      this.admitting === 0 &&
+      this.buffered < this.opts.maxBufferedRecords &&
+      (!this.opts.idempotent || this.identity !== null) &&
+      // A partition beyond the cached count needs fresh metadata (the general path).
+      (o.partition === undefined || o.partition < meta.partitions)
+    );
+  }
+
+  /** Validates one record, queues it in its partition's open batch; throws (queues nothing) if invalid. */
+  private admitOne(topic: string, meta: TopicMeta, value: PublishValue, o: PublishOptions, resolve: (r: never) => void, reject: (e: unknown) => void, asArray: boolean): void {
+    const rec = this.validate(o, value, 0, meta, Date.now(), resolve, reject, asArray);
+    const size = recordSize(rec);
+    if (size > meta.maxMessageBytes) throw new RecordTooLargeError(size, meta.maxMessageBytes);
+    const p = o.partition !== undefined ? o.partition : rec.key !== null ? partitionForKey(rec.key, meta.partitions) : meta.sticky;
+    this.buffered++;
+    this.add(this.windowOf(topic, p), rec, 1, size);
+    this.scheduleFlush();
+  }
+
+  private windowOf(topic: string, p: number): PartitionWindow {
     let arr = this.parts.get(topic);
     if (!arr) this.parts.set(topic, (arr = []));
-    // Group by partition (in record order), one item per group and batch-sized chunk.
+    return arr[p] ?? (arr[p] = new PartitionWindow(this, topic, p));
+  }
+
+  /**
+   * The general path: waits for room, the producer id and the topic's metadata, then queues
+   * the records (one group per partition and batch-sized chunk). Counted in `admitting` until
+   * queued, so no single publish overtakes it meanwhile.
+   */
+  private async sendSlow(topic: string, records: PublishRecord[]): Promise<PublishReceipt[]> {
+    if (!Array.isArray(records) || records.length === 0) throw new ValidationError("publishBatch needs a non-empty array of records");
+    if (this.closedError) throw this.closedError;
+    this.admitting++;
+    let done: Promise<PublishReceipt[]>;
+    try {
+      while (this.buffered >= this.opts.maxBufferedRecords) {
+        await new Promise<void>((r) => this.spaceWaiters.push(r));
+      }
+      this.buffered += records.length;
+      let chosen: { parts: number[]; prepared: QueuedRecord[]; sizes: Int32Array };
+      try {
+        chosen = await this.choosePartitions(topic, records);
+      } catch (err) {
+        // Nothing was queued: give the room back (close() waits for buffered records).
+        this.release(records.length);
+        throw err;
+      }
+      done = this.admitGroups(topic, chosen.parts, chosen.prepared, chosen.sizes);
+    } finally {
+      this.admitting--;
+    }
+    this.scheduleFlush();
+    return done;
+  }
+
+  /** Queues validated records, grouped by partition in record order; resolves with receipts in record order. */
+  private admitGroups(topic: string, parts: number[], prepared: QueuedRecord[], sizes: Int32Array): Promise<PublishReceipt[]> {
     const groups = new Map<number, number[]>();
-    for (let i = 0; i < records.length; i++) {
+    for (let i = 0; i < parts.length; i++) {
       let g = groups.get(parts[i]);
       if (!g) groups.set(parts[i], (g = []));
       g.push(i);
     }
-    const out: PublishReceipt[] = new Array(records.length);
+    const out: PublishReceipt[] = new Array(parts.length);
     const promises: Promise<void>[] = [];
     const max = this.opts.maxBatchRecords;
     for (const [p, idx] of groups) {
-      const part = arr[p] ?? (arr[p] = new PartitionWindow(this, topic, p));
+      const part = this.windowOf(topic, p);
       for (let s = 0; s < idx.length; s += max) {
         const chunk = groups.size === 1 && idx.length <= max ? null : idx.slice(s, s + max);
         const recs = chunk === null ? prepared : chunk.map((i) => prepared[i]);
@@ -181,34 +266,33 @@ export class Producer implements WindowHost {
         if (chunk === null) for (let k = 0; k < sizes.length; k++) size += sizes[k];
         else for (const i of chunk) size += sizes[i];
         promises.push(
-          new Promise<PublishReceipt[]>((resolve, reject) => this.add(part, { records: recs, size, resolve, reject })).then((rs) => {
+          new Promise<PublishReceipt[]>((resolve, reject) => this.add(part, new Group(recs, resolve, reject), recs.length, size)).then((rs) => {
             if (chunk === null) for (let k = 0; k < rs.length; k++) out[k] = rs[k];
             else for (let k = 0; k < rs.length; k++) out[chunk[k]] = rs[k];
           }),
         );
       }
     }
-    this.scheduleFlush();
-    await Promise.all(promises);
-    return out;
+    return Promise.all(promises).then(() => out);
   }
 
   /**
    * Validates every record (as the broker would), converts it to bytes and picks its
    * partition (Kafka's murmur2 for keys, the sticky partition otherwise). Throws, queues nothing.
    */
-  private async choosePartitions(topic: string, records: PublishRecord[]): Promise<{ parts: number[]; prepared: PreparedRecord[]; sizes: Int32Array }> {
+  private async choosePartitions(topic: string, records: PublishRecord[]): Promise<{ parts: number[]; prepared: QueuedRecord[]; sizes: Int32Array }> {
     if (this.opts.idempotent) await this.ensureIdentity();
     let meta = this.meta.get(topic) ?? (await this.topicMeta(topic));
     const parts: number[] = new Array(records.length);
-    const prepared: PreparedRecord[] = new Array(records.length);
+    const prepared: QueuedRecord[] = new Array(records.length);
     const sizes = new Int32Array(records.length);
     const now = Date.now();
     for (let i = 0; i < records.length; i++) {
       const r = records[i];
+      if (r === null || typeof r !== "object") throw new ValidationError(`record ${i} must be an object`);
       // Validate here, exactly as the broker would: this record will share a batch with other
       // callers' records, and one bad record must not fail their publishes.
-      const pr = this.validate(r, i, meta, now);
+      const pr = this.validate(r, r.value, i, meta, now, null, null, false);
       prepared[i] = pr;
       sizes[i] = recordSize(pr);
       if (sizes[i] > meta.maxMessageBytes) throw new RecordTooLargeError(sizes[i], meta.maxMessageBytes);
@@ -231,8 +315,12 @@ export class Producer implements WindowHost {
     return { parts, prepared, sizes };
   }
 
-  private validate(r: PublishRecord, i: number, meta: TopicMeta, now: number): PreparedRecord {
-    if (r === null || typeof r !== "object") throw new ValidationError(`record ${i} must be an object`);
+  /**
+   * One record, checked as the broker checks it (its size is checked by the caller with
+   * recordSize(), the measure the broker applies, so a record accepted here is never the
+   * reason its batch is refused).
+   */
+  private validate(r: PublishOptions, v: unknown, i: number, meta: TopicMeta, now: number, resolve: ((x: never) => void) | null, reject: ((e: unknown) => void) | null, asArray: boolean): QueuedRecord {
     if (r.partition !== undefined && (!Number.isInteger(r.partition) || r.partition < 0)) {
       throw new ValidationError(`partition ${r.partition} out of range (0..${meta.partitions - 1})`);
     }
@@ -246,20 +334,23 @@ export class Producer implements WindowHost {
     if (r.headers !== undefined && r.headers !== null) {
       if (typeof r.headers !== "object") throw new ValidationError("headers must be an object");
       headers = [];
-      for (const [k, v] of Object.entries(r.headers)) {
-        if (typeof v === "string") headers.push([k, Buffer.from(v, "utf8")]);
-        else if (v instanceof Uint8Array) headers.push([k, Buffer.from(v.buffer, v.byteOffset, v.byteLength)]);
+      for (const [k, hv] of Object.entries(r.headers)) {
+        if (typeof hv === "string") headers.push([k, Buffer.from(hv, "utf8")]);
+        else if (hv instanceof Uint8Array) headers.push([k, Buffer.from(hv.buffer, hv.byteOffset, hv.byteLength)]);
         else throw new ValidationError(`header ${JSON.stringify(k)} must be a string or Uint8Array`);
       }
       if (headers.length === 0) headers = null;
     }
     const timestamp = r.timestamp ?? now;
     if (!Number.isSafeInteger(timestamp) || timestamp < 0) throw new ValidationError(`record ${i}: invalid timestamp ${timestamp}`);
-    const v = r.value;
     // Bytes are the common case: no intermediate object per record.
-    if (Buffer.isBuffer(v)) return { key, value: v, valueKind: 0, timestamp, headers };
-    const { value, valueKind } = prepareValue(v);
-    return { key, value, valueKind, timestamp, headers };
+    let value: Buffer | null;
+    let valueKind: ValueKind;
+    if (Buffer.isBuffer(v)) {
+      value = v;
+      valueKind = 0;
+    } else ({ value, valueKind } = prepareValue(v));
+    return new QueuedRecord(key, value, valueKind, timestamp, headers, resolve, reject, asArray);
   }
 
   get deliveryTimeoutMs(): number {
@@ -271,9 +362,10 @@ export class Producer implements WindowHost {
     while (this.spaceWaiters.length && this.buffered < this.opts.maxBufferedRecords) this.spaceWaiters.shift()!();
   }
 
-  private add(part: PartitionWindow, item: Item): void {
+  /** An entry of `count` records and `size` bytes joins its partition's open batch. */
+  private add(part: PartitionWindow, e: Entry, count: number, size: number): void {
     let b = part.open;
-    if (b && b.count + item.records.length > this.opts.maxBatchRecords) {
+    if (b && b.count + count > this.opts.maxBatchRecords) {
       // Keep batches within maxBatchRecords: close what is gathered, start a new one.
       part.open = null;
       this.close(b);
@@ -287,13 +379,19 @@ export class Producer implements WindowHost {
         this.openList.push(part);
       }
     }
-    b.items.push(item);
-    b.count += item.records.length;
-    b.bytes += item.size;
-    if (b.count >= this.opts.maxBatchRecords || b.bytes >= this.opts.maxBatchBytes) {
+    b.entries.push(e);
+    if (e instanceof Group) b.groups++;
+    b.count += count;
+    b.bytes += size;
+    if (b.count >= this.opts.maxBatchRecords || b.bytes >= this.opts.maxBatchBytes || (b.bytes >= SPLIT_BATCH_BYTES && this.hasRoom(part))) {
       part.open = null;
       this.close(b);
     }
+  }
+
+  /** A batch closed now would be sent at once. */
+  private hasRoom(part: PartitionWindow): boolean {
+    return this.opts.idempotent ? part.hasRoom && !this.renewNeeded : part.plainInFlight < PRODUCER_BATCHES_KEPT;
   }
 
   /** A batch stops gathering: sent at once, or queued behind its partition's window. */
@@ -306,16 +404,19 @@ export class Producer implements WindowHost {
     b.part.enqueue(b);
   }
 
+  private readonly runFlush = (): void => {
+    this.flushScheduled = false;
+    this.lingerTimer = null;
+    this.flush();
+  };
+
   private scheduleFlush(): void {
     if (this.flushScheduled) return;
     this.flushScheduled = true;
-    const run = (): void => {
-      this.flushScheduled = false;
-      this.lingerTimer = null;
-      this.flush();
-    };
-    if (this.opts.lingerMs <= 0) setImmediate(run);
-    else this.lingerTimer = setTimeout(run, this.opts.lingerMs);
+    // No linger: on a microtask, so the publishes of this tick share a batch and a lone publish
+    // goes out at once; while its partition is full the batch keeps gathering (flush()).
+    if (this.opts.lingerMs <= 0) queueMicrotask(this.runFlush);
+    else this.lingerTimer = setTimeout(this.runFlush, this.opts.lingerMs);
   }
 
   flush(): void {
@@ -333,8 +434,12 @@ export class Producer implements WindowHost {
       const b = part.open;
       if (b === null) continue;
       if (!this.opts.idempotent) {
-        part.open = null;
-        this.close(b);
+        // The same cap as the idempotent window: a full partition keeps gathering, and
+        // sendPlain() sends the batch when an answer frees a slot.
+        if (part.plainInFlight < PRODUCER_BATCHES_KEPT) {
+          part.open = null;
+          this.close(b);
+        } else b.ready = true;
         continue;
       }
       // Ready to go. If the window is full it stays open and keeps gathering (fewer, larger
@@ -417,6 +522,7 @@ export class Producer implements WindowHost {
       b.reject(err);
       return;
     }
+    part.plainInFlight++;
     try {
       const f = await this.transport.rpc.PublishEncoded({ topic: part.topic, partition: part.partition }, { body: batch, retry: false });
       const baseOffset = Number(f.meta.baseOffset);
@@ -427,6 +533,14 @@ export class Producer implements WindowHost {
       const code = (err as { code?: string }).code;
       if (code === "TOPIC_NOT_FOUND" || code === "PARTITION_NOT_FOUND") this.invalidate(part.topic);
       b.reject(err);
+    } finally {
+      part.plainInFlight--;
+      // A batch that gathered while the partition was full goes now.
+      const open = part.open;
+      if (open !== null && open.ready && part.plainInFlight < PRODUCER_BATCHES_KEPT) {
+        part.open = null;
+        this.close(open);
+      }
     }
   }
 }
