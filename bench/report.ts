@@ -16,9 +16,19 @@ export type BenchRow = {
   name: string;
   system: string;
   durability: string;
+  /** The median of the repetitions when `reps` > 1. */
   value: number;
   unit: string;
   note?: string;
+  /** The client shape that produced the figure (window in flight, calls, ack discipline). */
+  shape?: string;
+  /** Lowest and highest of the repetitions (same unit as `value`). */
+  min?: number;
+  max?: number;
+  /** Repetitions the median is taken over. */
+  reps?: number;
+  /** Which summary table the row belongs to: "per-message", "batch", "embedded", "engine", "info". */
+  table?: string;
 };
 
 /**
@@ -106,6 +116,8 @@ export type PrintOptions = {
   title?: string;
   /** Where lines go (default console.log). The full text is also returned. */
   write?: (line: string) => void;
+  /** Print each row's shape on its own line under the row instead of in a column. */
+  shapeLines?: boolean;
 };
 
 /**
@@ -120,20 +132,22 @@ export function printTable(rows: readonly BenchRow[], options: PrintOptions = {}
   if (base !== undefined) {
     for (const r of rows) if (r.system === base && !baseByName.has(r.name)) baseByName.set(r.name, r);
   }
-  const header = ["metric", "system", "value", ...(base !== undefined ? [`${base}/this`] : []), "durability", "note"];
+  const withShape = !options.shapeLines && rows.some((r) => r.shape !== undefined);
+  const header = ["metric", "system", "value", "min-max", ...(base !== undefined ? [`${base}/this`] : []), ...(withShape ? ["shape"] : []), "durability", "note"];
   const table: string[][] = [header];
   for (const r of rows) {
-    const cells = [r.name, r.system, formatValue(r.value, r.unit)];
+    const cells = [r.name, r.system, formatValue(r.value, r.unit), rangeText(r)];
     if (base !== undefined) {
       const b = baseByName.get(r.name);
       cells.push(b && r.system !== base && b.unit === r.unit ? formatRatio(b.value / r.value) : "");
     }
+    if (withShape) cells.push(r.shape ?? "");
     cells.push(r.durability, r.note ?? "");
     table.push(cells);
   }
   const widths = header.map((_, i) => Math.max(...table.map((row) => row[i].length)));
   // Numbers and ratios right-aligned, text left-aligned.
-  const rightAligned = new Set([2, ...(base !== undefined ? [3] : [])]);
+  const rightAligned = new Set([2, 3, ...(base !== undefined ? [4] : [])]);
   const lines: string[] = [];
   if (options.title) lines.push(`== ${options.title} ==`);
   table.forEach((row, idx) => {
@@ -144,12 +158,48 @@ export function printTable(rows: readonly BenchRow[], options: PrintOptions = {}
         .trimEnd(),
     );
     if (idx === 0) lines.push(widths.map((w) => "-".repeat(w)).join("  "));
+    else if (options.shapeLines && rows[idx - 1].shape) lines.push(`    shape: ${rows[idx - 1].shape}`);
   });
   for (const line of lines) write(line);
   return lines.join("\n");
 }
 
-function formatRatio(r: number): string {
+/** The summary tables, in this order; rows name theirs in `table`. */
+export const TABLES: readonly (readonly [string, string])[] = [
+  ["per-message", "Table 1: per-message shapes as users write them (every system: same window, one call per message, ack/commit every message)"],
+  ["batch", "Table 2: each system's best batch shape (every system: the same records in flight)"],
+  ["engine", "Storage engine (embedded, durability always) vs the raw disk"],
+  ["info", "Other figures"],
+];
+
+/** Prints rows grouped by their summary table (ratio rows after the figures), shapes on their own lines. */
+export function printByTable(rows: readonly BenchRow[], write: (line: string) => void = (l) => console.log(l)): void {
+  const known = new Set(TABLES.map(([k]) => k));
+  for (const [key, title] of TABLES) {
+    const mine = rows.filter((r) => (r.table ?? "info") === key || (key === "info" && r.table !== undefined && !known.has(r.table)));
+    if (mine.length === 0) continue;
+    write("");
+    const figures = mine.filter((r) => r.unit !== "x");
+    const ratios = mine.filter((r) => r.unit === "x");
+    if (figures.length) printTable(figures, { title, write, shapeLines: true });
+    if (ratios.length) {
+      write("");
+      printTable(
+        ratios.map((r) => ({ ...r, shape: undefined })),
+        { title: `${title.split(":")[0]}: ratios (sluice / peer, same shape on both sides)`, write },
+      );
+    }
+  }
+}
+
+/** "min-max (n reps)" of a row measured more than once; "" otherwise. */
+export function rangeText(r: BenchRow): string {
+  if (r.min === undefined || r.max === undefined || !Number.isFinite(r.min)) return "";
+  const f = (v: number) => formatValue(v, "").trim();
+  return `${f(r.min)}-${f(r.max)}${r.reps !== undefined ? ` (${r.reps})` : ""}`;
+}
+
+export function formatRatio(r: number): string {
   if (!Number.isFinite(r)) return "n/a";
   return r >= 10 ? `${r.toFixed(1)}x` : `${r.toFixed(2)}x`;
 }

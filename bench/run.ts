@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * `npm run bench`: every figure in one run, sluice beside its peers, as ratios.
- *   --quick          ~1 s per figure (smoke)
- *   --only=engine,queues,server
+ * `npm run bench`: every figure in one run, sluice beside its peers in the same client shapes,
+ * as medians of interleaved repetitions with their range, and ratios (docs/benchmarks.md).
+ *   --quick              1 s per figure, 1 repetition (smoke)
+ *   --only=server,queues,engine
+ *   --groups=consume-msg,latency,...   only these rows (ids in docs/benchmarks.md)
+ *   --reps=N             repetitions per row (default 3; quick 1)
+ *   --rss-records=N      records retained for the engine's RSS figure
  *
  * With more than one section, each runs in a fresh child process (this script with --only):
  * a section's leftovers -- a heap that held 10 M records or 1 M jobs, JIT state, open files --
@@ -16,43 +20,50 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { printTable, type BenchRow } from "./report.js";
-import { runEngineBench } from "./engine.js";
+import { FULL_LIMITS, QUICK_LIMITS, type RunGroupOptions } from "./harness.js";
+import { printByTable, type BenchRow } from "./report.js";
 
-const { values } = parseArgs({ options: { quick: { type: "boolean", default: false }, only: { type: "string" }, "rss-records": { type: "string" } } });
-const only = values.only ? new Set(values.only.split(",")) : null;
-const SECTIONS = ["engine", "queues", "server"] as const;
+const { values } = parseArgs({
+  options: {
+    quick: { type: "boolean", default: false },
+    only: { type: "string" },
+    groups: { type: "string" },
+    reps: { type: "string" },
+    "rss-records": { type: "string" },
+  },
+});
+const only = values.only ? new Set(values.only.split(",").map((s) => (s === "topics" ? "server" : s))) : null;
+const groupsWanted = values.groups ? new Set(values.groups.split(",")) : null;
+const SECTIONS = ["server", "queues", "engine"] as const;
 type Section = (typeof SECTIONS)[number];
 const wanted = SECTIONS.filter((s) => only === null || only.has(s));
 const rowsOut = process.env.SLUICE_BENCH_ROWS;
 const tmp = mkdtempSync(join(process.env.SLUICE_BENCH_TMP ?? tmpdir(), "sluice-bench-"));
+const reps = values.reps ? Number(values.reps) : values.quick ? 1 : 3;
+const run: RunGroupOptions = { limits: values.quick ? QUICK_LIMITS : FULL_LIMITS, reps };
 
-/** Runs one section in this process and prints its table. */
+/** Runs one section in this process. */
 async function runSection(section: Section): Promise<BenchRow[]> {
-  if (section === "engine") {
-    const rows = await runEngineBench({ tmpDir: tmp, quick: values.quick, rssRecords: values["rss-records"] ? Number(values["rss-records"]) : undefined });
-    printTable(rows, { title: "storage engine (embedded, durability always)" });
-    return rows;
+  const common = { tmpDir: tmp, quick: values.quick, run, only: groupsWanted };
+  try {
+    if (section === "engine") {
+      const { runEngineBench } = await import("./engine.js");
+      return await runEngineBench({ ...common, rssRecords: values["rss-records"] ? Number(values["rss-records"]) : undefined });
+    }
+    if (section === "queues") return await (await import("./queues.js")).runQueueBench(common);
+    return await (await import("./server.js")).runServerBench(common);
+  } catch (err) {
+    console.log(`(${section} bench failed: ${(err as Error).stack ?? err})`);
+    return [];
   }
-  const [mod, fn, title] =
-    section === "queues"
-      ? ["./queues.js", "runQueueBench", "work queues (embedded) vs BullMQ and pg-boss"]
-      : ["./server.js", "runServerBench", "server mode vs NATS JetStream, Redis Streams, RabbitMQ"];
-  const m = (await import(mod).catch((e: unknown) => {
-    console.log(`(${section} bench unavailable: ${(e as Error).message})`);
-    return null;
-  })) as Record<string, (o: { tmpDir: string; quick?: boolean }) => Promise<BenchRow[]>> | null;
-  if (!m?.[fn]) return [];
-  const rows = await m[fn]({ tmpDir: tmp, quick: values.quick });
-  printTable(rows, { title });
-  return rows;
 }
 
 /** Runs one section in a fresh child process and returns the rows it wrote. */
 function runSectionInChild(section: Section): BenchRow[] {
   const rowsFile = join(tmp, `${section}.rows.json`);
-  const args = [fileURLToPath(import.meta.url), `--only=${section}`];
+  const args = [fileURLToPath(import.meta.url), `--only=${section}`, `--reps=${reps}`];
   if (values.quick) args.push("--quick");
+  if (values.groups) args.push(`--groups=${values.groups}`);
   if (values["rss-records"]) args.push(`--rss-records=${values["rss-records"]}`);
   const r = spawnSync(process.execPath, args, { stdio: "inherit", env: { ...process.env, SLUICE_BENCH_ROWS: rowsFile } });
   if (r.status !== 0) console.log(`(${section} bench exited with ${r.status ?? r.signal})`);
@@ -64,14 +75,27 @@ function runSectionInChild(section: Section): BenchRow[] {
 }
 
 const all: BenchRow[] = [];
+const started = performance.now();
 try {
-  if (!rowsOut) console.log(`sluice bench ${new Date().toISOString()} node ${process.version} quick=${values.quick}`);
-  for (const section of wanted) all.push(...(wanted.length > 1 ? runSectionInChild(section) : await runSection(section)));
+  if (!rowsOut) {
+    console.log(
+      `sluice bench ${new Date().toISOString()} node ${process.version} quick=${values.quick}: ${reps} interleaved repetition(s) per row, each ${run.limits.warmupMs} ms warm-up then ${run.limits.maxMessages.toLocaleString("en-US")} messages or ${run.limits.maxMs / 1000} s, whichever first`,
+    );
+  }
+  for (const section of wanted) {
+    const rows = wanted.length > 1 ? runSectionInChild(section) : await runSection(section);
+    // A child (rowsOut) prints only its progress lines: the parent prints every table once.
+    if (wanted.length === 1 && !rowsOut) printByTable(rows);
+    all.push(...rows);
+  }
   if (rowsOut) writeFileSync(rowsOut, JSON.stringify(all));
-  else {
-    const ratios = all.filter((r) => r.unit === "x");
-    if (ratios.length > 0) printTable(ratios, { title: "summary: ratios measured in this run" });
+  else if (wanted.length > 1) {
+    console.log(`\n== summary of all sections (${((performance.now() - started) / 60_000).toFixed(1)} min) ==`);
+    printByTable(all);
   }
 } finally {
   rmSync(tmp, { recursive: true, force: true });
 }
+// A client library that keeps a handle open (a timer, a socket being torn down) must not keep
+// the section's child alive: the parent waits for it.
+process.exit(process.exitCode ?? 0);

@@ -1,279 +1,212 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
- * NATS JetStream (file storage) as a peer for sluice's topic figures.
+ * NATS JetStream (file storage) as a peer for sluice's topic rows, in the shapes of
+ * bench/shapes.ts. The client connects with `noAsyncTraces: true` (nats.js otherwise captures
+ * a stack trace per request: 33.7k vs 52.5k publishes/s measured on this machine).
  *
  * Durability: by default JetStream acknowledges a publish once the message is written to the
  * stream's file (the page cache) and fsyncs only every `sync_interval` (2 minutes by default), so
- * a power loss or kernel crash can drop up to two minutes of acknowledged messages. The label
- * says so. nats-server >= 2.10 accepts `jetstream { sync_interval: always }` (fsync before ack);
- * when the installed server allows it, a second server on 4223 with that config is spawned in a
- * temp dir and measured too, which is the like-for-like peer for sluice's `durability: "always"`.
+ * a power loss can drop up to two minutes of acknowledged messages; consumer acks are not synced
+ * either. The label says so. nats-server >= 2.10 accepts `jetstream { sync_interval: always }`;
+ * the machine has 2.9.10, so JetStream is measured with a weaker setting than sluice (a ratio
+ * above 1 is a stronger result than it looks).
  */
-import { AckPolicy, connect, StorageType, type JsMsg, type NatsConnection } from "nats";
-import { execFile } from "node:child_process";
-import { writeFile } from "node:fs/promises";
-import { join } from "node:path";
-import { promisify } from "node:util";
-import { METRIC, summarizeLatencies, unavailableRow, type BenchRow } from "../report.js";
-import {
-  compareVersions,
-  DEFAULT_LATENCY_RATE,
-  DEFAULT_RECORD_BYTES,
-  durationOf,
-  warmupOf,
-  runAtFixedRate,
-  runId,
-  sentAtOf,
-  spawnServer,
-  stampedPayload,
-  pumpWindow,
-  waitUntil,
-  type PeerOptions,
-} from "./common.js";
+import { AckPolicy, connect, StorageType, type ConsumerMessages, type JsMsg, type NatsConnection } from "nats";
+import { backlogFor, cpuPerMessage, findPid, Meter, nextEstimate, type BenchCase, type Limits } from "../harness.js";
+import { summarizeLatencies } from "../report.js";
+import { CONSUME_BATCH, CONSUME_WINDOW, fmt, ORDER_JSON, ORDER_TEXT, PUBLISH_WINDOW, RECORD_BYTES, SHAPE, stampedOrderJson } from "../shapes.js";
+import { pumpWindow, runAtFixedRate, runId, stampedPayload, waitUntil } from "./common.js";
 
 export const NATS_URL = "127.0.0.1:4222";
-export const NATS_SYNC_PORT = 4223;
 export const NATS_SYSTEM = "nats-jetstream";
-export const NATS_SYNC_SYSTEM = "nats-jetstream-sync";
-export const NATS_DEFAULT_DURABILITY = "file storage, fsync every 2 min (default sync_interval): ack before fsync";
-export const NATS_SYNC_DURABILITY = "file storage, sync_interval always: fsync before ack";
+export const NATS_DURABILITY = "file storage, default sync_interval (fsync every 2 min): ack before fsync; consumer acks not synced";
 
-/** Outstanding acknowledged publishes from the single producer. */
-const PUBLISH_WINDOW = 512;
-/** Messages per pull in the consume figure; acks are cumulative (AckPolicy.All) every ACK_EVERY. */
-const PULL_BATCH = 1000;
-const ACK_EVERY = 100;
-const MAX_BACKLOG = 500_000;
-
-export type NatsTarget = { servers: string; system: string; durability: string };
-
-async function open(target: NatsTarget): Promise<NatsConnection> {
-  return connect({ servers: target.servers, timeout: 2000, reconnect: false, maxReconnectAttempts: 0 });
+async function open(): Promise<NatsConnection> {
+  return connect({ servers: NATS_URL, timeout: 2000, reconnect: false, maxReconnectAttempts: 0, noAsyncTraces: true });
 }
 
-async function withStream<T>(nc: NatsConnection, fn: (stream: string, subject: string) => Promise<T>): Promise<T> {
-  const jsm = await nc.jetstreamManager();
-  const stream = `sluice_bench_${runId().replace(/[^a-zA-Z0-9_]/g, "_")}`;
-  const subject = `${stream}.data`;
-  await jsm.streams.add({ name: stream, subjects: [subject], storage: StorageType.File });
+async function withNats<T>(fn: (nc: NatsConnection) => Promise<T>): Promise<T> {
+  const nc = await open();
   try {
-    return await fn(stream, subject);
+    return await fn(nc);
+  } finally {
+    await nc.close().catch(() => {});
+  }
+}
+
+const streamName = () => `sluice_bench_${runId().replace(/[^a-zA-Z0-9_]/g, "_")}`;
+
+async function withStream<T>(nc: NatsConnection, fn: (subject: string) => Promise<T>): Promise<T> {
+  const jsm = await nc.jetstreamManager();
+  const stream = streamName();
+  await jsm.streams.add({ name: stream, subjects: [`${stream}.data`], storage: StorageType.File });
+  try {
+    return await fn(`${stream}.data`);
   } finally {
     await jsm.streams.delete(stream).catch(() => {});
   }
 }
 
-/** One producer, `js.publish` with up to 512 outstanding, each PubAck awaited. */
-export async function natsPublishThroughput(target: NatsTarget, opts: PeerOptions = {}): Promise<BenchRow> {
-  const bytes = opts.recordBytes ?? DEFAULT_RECORD_BYTES;
-  let nc: NatsConnection | undefined;
-  try {
-    nc = await open(target);
+/** js.publish with `window` PubAcks awaited at once. */
+function publishCase(shape: string, window: number, payload: Buffer): BenchCase {
+  return {
+    system: NATS_SYSTEM,
+    durability: NATS_DURABILITY,
+    shape,
+    run: (limits) =>
+      withNats((nc) =>
+        withStream(nc, async (subject) => {
+          const js = nc.jetstream();
+          const m = new Meter(limits);
+          await pumpWindow(window, () => (m.done ? null : js.publish(subject, payload).then(() => void m.add(1))));
+          return { values: { rate: m.rate() }, note: m.describe() };
+        }),
+      ),
+  };
+}
+
+export function natsPublishPerMessage(): BenchCase {
+  return publishCase(`js.publish per message, ${SHAPE.publishPerMessage}`, PUBLISH_WINDOW, ORDER_JSON);
+}
+
+/** No batch publish in nats.js 2.x / nats-server 2.9: the same records in flight, one call each. */
+export function natsPublishBatches(batch: number, window: number): BenchCase {
+  return publishCase(
+    `js.publish per message (no batch publish in nats.js 2 / server 2.9), ${fmt(batch * window)} awaiting their PubAck at once (= ${fmt(batch)} x ${window}), ${RECORD_BYTES} B`,
+    batch * window,
+    stampedPayload(RECORD_BYTES, 0),
+  );
+}
+
+/** A stream kept across repetitions (and its connection), read by a new durable consumer each time. */
+class NatsBacklog {
+  stream = streamName();
+  filled = 0;
+  constructor(
+    readonly payload: Buffer,
+    public est: number,
+  ) {}
+  async ensure(nc: NatsConnection, limits: Limits): Promise<void> {
+    const need = backlogFor(limits, this.est);
+    if (this.filled === 0) await (await nc.jetstreamManager()).streams.add({ name: this.stream, subjects: [`${this.stream}.data`], storage: StorageType.File });
+    if (this.filled >= need) return;
     const js = nc.jetstream();
-    return await withStream(nc, async (_stream, subject) => {
-      const payload = stampedPayload(bytes, 0);
-      const durationMs = durationOf(opts);
-      const warm = performance.now();
-      await pumpWindow(PUBLISH_WINDOW, () => (performance.now() - warm < warmupOf(opts) ? js.publish(subject, payload) : null));
-      const start = performance.now();
-      const sent = await pumpWindow(PUBLISH_WINDOW, () =>
-        performance.now() - start < durationMs ? js.publish(subject, payload) : null,
-      );
-      const secs = (performance.now() - start) / 1000;
-      return {
-        name: METRIC.publish,
-        system: target.system,
-        durability: target.durability,
-        value: sent / secs,
-        unit: "msg/s",
-        note: `js.publish, ${PUBLISH_WINDOW} outstanding`,
-      };
-    });
-  } catch (err) {
-    return unavailableRow(METRIC.publish, target.system, target.durability, "msg/s", err);
-  } finally {
-    await nc?.close().catch(() => {});
+    let issued = this.filled;
+    await pumpWindow(2000, () => (issued >= need ? null : (issued++, js.publish(`${this.stream}.data`, this.payload))));
+    this.filled = need;
   }
 }
 
 /**
- * Consume-and-commit from a backlog with a durable pull consumer. AckPolicy.All makes an ack
- * cumulative ("processed through this message"), the same meaning as sluice's `msg.commit()`;
- * the consumer acks every 100 messages and confirms the last ack with ackAck().
+ * Consume from a backlog with a durable pull consumer (`consume({ max_messages: 2000 })`):
+ * per message, AckPolicy.Explicit and `m.ack()` of every message (max_ack_pending 2000);
+ * batch shape, AckPolicy.All and `ackAck()` of the last message of each 1000 (one in flight).
+ * The last ack is confirmed (`ackAck()`) before the clock stops.
  */
-export async function natsConsumeThroughput(target: NatsTarget, opts: PeerOptions = {}): Promise<BenchRow> {
-  const bytes = opts.recordBytes ?? DEFAULT_RECORD_BYTES;
-  let nc: NatsConnection | undefined;
-  try {
-    nc = await open(target);
-    const js = nc.jetstream();
-    const jsm = await nc.jetstreamManager();
-    return await withStream(nc, async (stream, subject) => {
-      const durationMs = durationOf(opts);
-      // Fill the backlog (time-bounded).
-      const payload = stampedPayload(bytes, 0);
-      const wanted = opts.quick ? 100_000 : MAX_BACKLOG;
-      let issued = 0;
-      const fillStart = performance.now();
-      const backlog = await pumpWindow(PUBLISH_WINDOW, () =>
-        issued < wanted && performance.now() - fillStart < durationMs * 2 ? (issued++, js.publish(subject, payload)) : null,
-      );
-      await jsm.consumers.add(stream, { durable_name: "c", ack_policy: AckPolicy.All, max_ack_pending: 20_000 });
-      const consumer = await js.consumers.get(stream, "c");
-      const iter = await consumer.consume({ max_messages: PULL_BATCH });
-      let consumed = 0;
-      let last: JsMsg | undefined;
-      const start = performance.now();
-      const stopTimer = setTimeout(() => void iter.stop(), durationMs + 2000);
-      for await (const m of iter) {
-        consumed++;
-        last = m;
-        if (consumed % ACK_EVERY === 0) m.ack();
-        if (consumed >= backlog || performance.now() - start >= durationMs) break;
-      }
-      clearTimeout(stopTimer);
-      if (last) await last.ackAck();
-      const secs = (performance.now() - start) / 1000;
-      await iter.stop();
-      return {
-        name: METRIC.consume,
-        system: target.system,
-        durability: target.durability,
-        value: consumed / secs,
-        unit: "msg/s",
-        note: `pull consume ${PULL_BATCH}, AckPolicy.All ack every ${ACK_EVERY}, backlog ${backlog}`,
-      };
-    });
-  } catch (err) {
-    return unavailableRow(METRIC.consume, target.system, target.durability, "msg/s", err);
-  } finally {
-    await nc?.close().catch(() => {});
-  }
+export function natsConsume(perMessage: boolean): BenchCase {
+  const backlog = new NatsBacklog(perMessage ? ORDER_JSON : stampedPayload(RECORD_BYTES, 0), perMessage ? 40_000 : 80_000);
+  return {
+    system: NATS_SYSTEM,
+    durability: NATS_DURABILITY,
+    shape: perMessage
+      ? `pull consume max_messages ${fmt(CONSUME_WINDOW)}, AckPolicy.Explicit, m.ack() per message, max_ack_pending ${fmt(CONSUME_WINDOW)}; ${SHAPE.perMessageConsume}`
+      : `pull consume max_messages ${fmt(CONSUME_WINDOW)}, AckPolicy.All, ackAck() of each ${fmt(CONSUME_BATCH)}th message (one in flight); ${SHAPE.batchConsume}`,
+    run: (limits, rep) =>
+      withNats(async (nc) => {
+        await backlog.ensure(nc, limits);
+        const jsm = await nc.jetstreamManager();
+        const name = `c${rep}`;
+        await jsm.consumers.add(backlog.stream, {
+          durable_name: name,
+          ack_policy: perMessage ? AckPolicy.Explicit : AckPolicy.All,
+          max_ack_pending: perMessage ? CONSUME_WINDOW : CONSUME_WINDOW * 10,
+        });
+        let iter: ConsumerMessages | undefined;
+        try {
+          iter = await (await nc.jetstream().consumers.get(backlog.stream, name)).consume({ max_messages: CONSUME_WINDOW });
+          const m = new Meter(limits);
+          let seen = 0;
+          let sum = 0;
+          let pending: Promise<boolean> | null = null;
+          let last: JsMsg | undefined;
+          const stall = setTimeout(() => void iter?.stop(), limits.warmupMs + limits.maxMs * 3 + 10_000);
+          for await (const msg of iter) {
+            seen++;
+            last = msg;
+            const stop = m.add(1) || seen >= backlog.filled;
+            if (perMessage) {
+              sum += (JSON.parse(msg.string()) as { total: number }).total;
+              if (stop) break;
+              msg.ack();
+            } else {
+              sum++;
+              if (seen % CONSUME_BATCH === 0 || stop) {
+                if (pending) await pending;
+                pending = msg.ackAck();
+              }
+              if (stop) break;
+            }
+          }
+          clearTimeout(stall);
+          if (last) await (perMessage ? last.ackAck() : pending);
+          m.finish();
+          const exhausted = seen >= backlog.filled;
+          if (sum === 0) throw new Error("no values read");
+          backlog.est = nextEstimate(backlog.est, m, exhausted);
+          return { values: { rate: m.rate() }, note: `${m.describe()}${exhausted ? `; backlog of ${fmt(backlog.filled)} exhausted` : ""}` };
+        } finally {
+          await iter?.stop();
+          await jsm.consumers.delete(backlog.stream, name).catch(() => {});
+        }
+      }),
+    close: () => withNats(async (nc) => void (await (await nc.jetstreamManager()).streams.delete(backlog.stream).catch(() => {}))),
+  };
+}
+
+/** The machine's nats-server (for its CPU time). */
+export function natsPid(): number | undefined {
+  return findPid("nats-server", (cmd) => cmd.includes("4222"));
 }
 
 /** Fixed-rate js.publish (acked) with a pull consumer acking each message; latency = delivery - send. */
-export async function natsLatency(target: NatsTarget, opts: PeerOptions = {}): Promise<BenchRow[]> {
-  const rate = opts.latencyRatePerSec ?? DEFAULT_LATENCY_RATE;
-  const bytes = opts.recordBytes ?? DEFAULT_RECORD_BYTES;
-  let nc: NatsConnection | undefined;
-  try {
-    nc = await open(target);
-    const js = nc.jetstream();
-    const jsm = await nc.jetstreamManager();
-    return await withStream(nc, async (stream, subject) => {
-      await jsm.consumers.add(stream, { durable_name: "lat", ack_policy: AckPolicy.Explicit });
-      const consumer = await js.consumers.get(stream, "lat");
-      const iter = await consumer.consume({ max_messages: 500 });
-      const samples: number[] = [];
-      const reader = (async () => {
-        for await (const m of iter) {
-          samples.push(performance.now() - sentAtOf(m.data));
-          m.ack();
-        }
-      })();
-      const template = stampedPayload(bytes, 0);
-      let pubErr: unknown;
-      const pacer = await runAtFixedRate(rate, durationOf(opts), () => {
-        js.publish(subject, stampedPayload(bytes, performance.now(), template)).catch((e) => (pubErr ??= e));
-      });
-      await waitUntil(() => samples.length >= pacer.sent || pubErr !== undefined, 5000, "jetstream latency deliveries", 5);
-      await iter.stop();
-      await reader;
-      if (pubErr) throw pubErr;
-      const s = summarizeLatencies(samples);
-      const note = `${rate}/s target, ${pacer.achievedRatePerSec.toFixed(0)}/s achieved, n=${s.count}`;
-      return [
-        { name: METRIC.latencyP50, system: target.system, durability: target.durability, value: s.p50Ms, unit: "ms", note },
-        { name: METRIC.latencyP99, system: target.system, durability: target.durability, value: s.p99Ms, unit: "ms", note },
-      ];
-    });
-  } catch (err) {
-    return [
-      unavailableRow(METRIC.latencyP50, target.system, target.durability, "ms", err),
-      unavailableRow(METRIC.latencyP99, target.system, target.durability, "ms", err),
-    ];
-  } finally {
-    await nc?.close().catch(() => {});
-  }
-}
-
-export async function natsTargetRows(target: NatsTarget, opts: PeerOptions = {}): Promise<BenchRow[]> {
-  return [
-    await natsPublishThroughput(target, opts),
-    await natsConsumeThroughput(target, opts),
-    ...(await natsLatency(target, opts)),
-  ];
-}
-
-/** `nats-server --version` as "2.9.10", or null when the binary is missing. */
-export async function natsServerVersion(): Promise<string | null> {
-  try {
-    const { stdout } = await promisify(execFile)("nats-server", ["--version"]);
-    return /v?(\d+\.\d+\.\d+)/.exec(stdout)?.[1] ?? null;
-  } catch {
-    return null;
-  }
-}
-
-/** First version whose JetStream config accepts `sync_interval: always`. */
-export const NATS_SYNC_ALWAYS_MIN_VERSION = "2.10.0";
-
-export type NatsSyncServer = { servers: string; stop(): Promise<void> };
-
-/**
- * Spawns nats-server on `port` with JetStream in a temp store dir and `sync_interval: always`.
- * Throws with the reason when the installed server is too old or fails to start.
- */
-export async function startNatsSyncAlways(port = NATS_SYNC_PORT): Promise<NatsSyncServer> {
-  const version = await natsServerVersion();
-  if (version === null) throw new Error("nats-server not found");
-  if (compareVersions(version, NATS_SYNC_ALWAYS_MIN_VERSION) < 0) {
-    throw new Error(`nats-server v${version} has no jetstream sync_interval (needs >= ${NATS_SYNC_ALWAYS_MIN_VERSION})`);
-  }
-  const servers = `127.0.0.1:${port}`;
-  const server = await spawnServer({
-    command: "nats-server",
-    dirPrefix: "sluice-bench-nats-",
-    argsFor: async (dir) => {
-      const conf = join(dir, "nats.conf");
-      await writeFile(
-        conf,
-        `listen: "127.0.0.1:${port}"\njetstream {\n  store_dir: "${join(dir, "store")}"\n  sync_interval: always\n}\n`,
-      );
-      return ["-c", conf];
-    },
-    ready: async () => {
-      const nc = await connect({ servers, timeout: 1000, reconnect: false }).catch(() => null);
-      if (!nc) return false;
-      try {
-        await (await nc.jetstreamManager()).getAccountInfo();
-        return true;
-      } finally {
-        await nc.close().catch(() => {});
-      }
-    },
-  });
-  return { servers, stop: () => server.stop() };
-}
-
-/** JetStream with default sync (machine's server on 4222) and, if possible, sync always (4223). */
-export async function runNatsPeer(opts: PeerOptions & { includeSyncAlways?: boolean } = {}): Promise<BenchRow[]> {
-  const rows: BenchRow[] = [];
-  opts.log?.(`nats ${NATS_URL} (${NATS_DEFAULT_DURABILITY})`);
-  rows.push(...(await natsTargetRows({ servers: NATS_URL, system: NATS_SYSTEM, durability: NATS_DEFAULT_DURABILITY }, opts)));
-  if (opts.includeSyncAlways !== false) {
-    const target: NatsTarget = { servers: `127.0.0.1:${NATS_SYNC_PORT}`, system: NATS_SYNC_SYSTEM, durability: NATS_SYNC_DURABILITY };
-    let server: NatsSyncServer | undefined;
-    try {
-      server = await startNatsSyncAlways(NATS_SYNC_PORT);
-      opts.log?.(`nats ${server.servers} (${NATS_SYNC_DURABILITY})`);
-      rows.push(...(await natsTargetRows(target, opts)));
-    } catch (err) {
-      for (const [n, u] of [[METRIC.publish, "msg/s"], [METRIC.consume, "msg/s"], [METRIC.latencyP50, "ms"], [METRIC.latencyP99, "ms"]] as const) {
-        rows.push(unavailableRow(n, target.system, target.durability, u, err));
-      }
-    } finally {
-      await server?.stop().catch(() => {});
-    }
-  }
-  return rows;
+export function natsLatency(rate: number): BenchCase {
+  return {
+    system: NATS_SYSTEM,
+    durability: NATS_DURABILITY,
+    shape: `js.publish per message at ${fmt(rate)}/s; consumer: pull consume, m.ack() per message (AckPolicy.Explicit); ${ORDER_TEXT} + send time`,
+    run: (limits) =>
+      withNats((nc) =>
+        withStream(nc, async (subject) => {
+          const stream = subject.slice(0, -".data".length);
+          const js = nc.jetstream();
+          await (await nc.jetstreamManager()).consumers.add(stream, { durable_name: "lat", ack_policy: AckPolicy.Explicit });
+          const iter = await (await js.consumers.get(stream, "lat")).consume({ max_messages: 500 });
+          const samples: number[] = [];
+          let measureFrom = Number.POSITIVE_INFINITY;
+          const reader = (async () => {
+            for await (const msg of iter) {
+              const v = JSON.parse(msg.string()) as { t: number };
+              if (v.t >= measureFrom) samples.push(performance.now() - v.t);
+              msg.ack();
+            }
+          })();
+          let pubErr: unknown;
+          const send = () => {
+            js.publish(subject, stampedOrderJson(performance.now())).catch((e) => (pubErr ??= e));
+          };
+          await runAtFixedRate(rate, limits.warmupMs, send);
+          measureFrom = performance.now();
+          const { usPerMsg, result: pacer } = await cpuPerMessage(natsPid(), async () => {
+            const p = await runAtFixedRate(rate, limits.maxMs, send);
+            await waitUntil(() => samples.length >= p.sent || pubErr !== undefined, 5000, "jetstream latency deliveries", 5);
+            return { messages: p.sent, result: p };
+          });
+          await iter.stop();
+          await reader;
+          if (pubErr) throw pubErr;
+          const s = summarizeLatencies(samples);
+          return { values: { p50: s.p50Ms, p99: s.p99Ms, cpu: usPerMsg }, note: `${pacer.achievedRatePerSec.toFixed(0)}/s achieved, n=${s.count}` };
+        }),
+      ),
+  };
 }

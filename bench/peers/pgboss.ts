@@ -1,32 +1,23 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * pg-boss as a job-queue peer: jobs/s end to end (enqueue with insert() in batches, workers that
- * fetch in batches and complete() them, which is pg-boss's ack).
+ * fetch and complete(), pg-boss's ack).
  *
- * Durability: PostgreSQL with `synchronous_commit = on` and `fsync = on` (the defaults, read
- * from the server at run time and printed) flushes the WAL to disk before a commit returns, so
- * each enqueue batch, fetch (it marks jobs active) and completion is durable when it resolves.
- * That is the same promise as sluice's `durability: "always"`.
+ * Durability: PostgreSQL with `synchronous_commit = on` and `fsync = on` (read from the server
+ * at run time and printed) flushes the WAL before a commit returns, so each enqueue batch, fetch
+ * (it marks jobs active) and completion is durable when it resolves: the same promise as
+ * sluice's `durability: "always"`.
  */
 import PgBoss from "pg-boss";
 import pg from "pg";
-import { METRIC, unavailableRow, type BenchRow } from "../report.js";
-import { driveQueue, durationOf, warmupOf, runId, withTimeout, type PeerOptions } from "./common.js";
+import type { BenchCase } from "../harness.js";
+import { JOB_BACKLOG, JOB_CONCURRENCY, JOB_DATA, JOB_ENQUEUE_BATCH, JOB_WARMUP_MS } from "../shapes.js";
+import { driveQueue, runId, withTimeout } from "./common.js";
 
 export const PGBOSS_SYSTEM = "pg-boss";
 export const PG_CONNECTION = "postgres://postgres@127.0.0.1:5432/test";
 /** A schema of our own so a concurrently running pg-boss (another bench) never shares tables. */
 export const PGBOSS_SCHEMA = "sluice_bench_pgboss";
-
-export type PgBossOptions = PeerOptions & {
-  connectionString?: string;
-  /** Concurrent fetch-and-complete loops (default 4). */
-  concurrency?: number;
-  /** Jobs per fetch (default 50). */
-  fetchBatch?: number;
-  /** Jobs per insert() (default 100). */
-  enqueueBatch?: number;
-  maxBacklog?: number;
-};
 
 /** Reads synchronous_commit and fsync so the label reflects the server, not an assumption. */
 export async function describePostgresDurability(connectionString = PG_CONNECTION): Promise<string> {
@@ -42,84 +33,58 @@ export async function describePostgresDurability(connectionString = PG_CONNECTIO
   }
 }
 
-export async function pgbossJobsPerSec(opts: PgBossOptions = {}): Promise<BenchRow> {
-  const connectionString = opts.connectionString ?? PG_CONNECTION;
-  const concurrency = opts.concurrency ?? 4;
-  const fetchBatch = opts.fetchBatch ?? 50;
-  const enqueueBatch = opts.enqueueBatch ?? 100;
-  const durationMs = durationOf(opts);
-  let durability = "PostgreSQL (unreachable)";
-  let boss: PgBoss | undefined;
-  const name = `sluice-bench-${runId()}`;
-  let queueCreated = false;
-  try {
-    durability = await describePostgresDurability(connectionString);
-    boss = new PgBoss({
-      connectionString,
-      schema: PGBOSS_SCHEMA,
-      max: concurrency + 2,
-      // No background maintenance or cron during the measurement.
-      supervise: false,
-      schedule: false,
-      migrate: true,
-    });
-    boss.on("error", () => {});
-    await withTimeout(boss.start(), 30_000, "pg-boss start");
-    await boss.createQueue(name);
-    queueCreated = true;
-    const b = boss;
-    const payload = { data: "x".repeat(200) };
-    const r = await withTimeout(
-      driveQueue({
-        durationMs,
-        warmupMs: warmupOf(opts),
-        enqueueBatch,
-        maxBacklog: opts.maxBacklog ?? 5000,
-        enqueue: async (count, seq) => {
-          await b.insert(Array.from({ length: count }, (_, i) => ({ name, data: { ...payload, seq: seq + i } })));
-        },
-        startWorkers: async (onCompleted) => {
-          let running = true;
-          const loops = Array.from({ length: concurrency }, async () => {
-            while (running) {
-              const jobs = await b.fetch(name, { batchSize: fetchBatch });
-              if (jobs.length === 0) {
-                // pg-boss workers poll; 5 ms keeps an empty queue from spinning on the database.
-                await new Promise((res) => setTimeout(res, 5));
-                continue;
+/**
+ * `JOB_CONCURRENCY` loops, each `fetch(batchSize 1)` then `complete(id)`: 50 jobs in flight,
+ * one ack per job, as the other systems' workers. (pg-boss' `work()` polls at >= 0.5 s between
+ * empty fetches, which would measure the polling interval.)
+ */
+export function pgbossJobs(durability: string): BenchCase {
+  return {
+    system: PGBOSS_SYSTEM,
+    durability,
+    shape: `${JOB_CONCURRENCY} loops of fetch(batchSize 1) + complete(id): concurrency ${JOB_CONCURRENCY}, ack per job; producer insert() x${JOB_ENQUEUE_BATCH} while < ${JOB_BACKLOG.toLocaleString("en-US")} waiting or active`,
+    run: async (limits) => {
+      const boss = new PgBoss({ connectionString: PG_CONNECTION, schema: PGBOSS_SCHEMA, max: JOB_CONCURRENCY + 2, supervise: false, schedule: false, migrate: true });
+      boss.on("error", () => {});
+      const name = `sluice-bench-${runId()}`;
+      let created = false;
+      try {
+        await withTimeout(boss.start(), 30_000, "pg-boss start");
+        await boss.createQueue(name);
+        created = true;
+        const r = await driveQueue({
+          durationMs: limits.maxMs,
+          warmupMs: Math.max(limits.warmupMs, JOB_WARMUP_MS),
+          enqueueBatch: JOB_ENQUEUE_BATCH,
+          maxBacklog: JOB_BACKLOG,
+          enqueue: async (count, seq) => {
+            await boss.insert(Array.from({ length: count }, (_, i) => ({ name, data: { ...JOB_DATA, seq: seq + i } })));
+          },
+          startWorkers: async (onCompleted) => {
+            let running = true;
+            const loops = Array.from({ length: JOB_CONCURRENCY }, async () => {
+              while (running) {
+                const jobs = await boss.fetch(name, { batchSize: 1 });
+                if (jobs.length === 0) {
+                  // pg-boss workers poll; 5 ms keeps an empty queue from spinning on the database.
+                  await new Promise((res) => setTimeout(res, 5));
+                  continue;
+                }
+                await boss.complete(name, jobs[0].id);
+                onCompleted(1);
               }
-              await b.complete(name, jobs.map((j) => j.id));
-              onCompleted(jobs.length);
-            }
-          });
-          return async () => {
-            running = false;
-            await Promise.allSettled(loops);
-          };
-        },
-      }),
-      durationMs + 30_000,
-      "pg-boss run",
-    );
-    return {
-      name: METRIC.jobs,
-      system: PGBOSS_SYSTEM,
-      durability,
-      value: r.jobsPerSec,
-      unit: "jobs/s",
-      note: `${concurrency} fetch loops x batch ${fetchBatch}, insert ${enqueueBatch}, ${r.completed} jobs`,
-    };
-  } catch (err) {
-    return unavailableRow(METRIC.jobs, PGBOSS_SYSTEM, durability, "jobs/s", err);
-  } finally {
-    if (boss) {
-      if (queueCreated) await boss.deleteQueue(name).catch(() => {});
-      await boss.stop({ graceful: false, wait: true, timeout: 5000 }).catch(() => {});
-    }
-  }
-}
-
-export async function runPgBossPeer(opts: PgBossOptions = {}): Promise<BenchRow[]> {
-  opts.log?.("pg-boss on PostgreSQL 127.0.0.1:5432/test");
-  return [await pgbossJobsPerSec(opts)];
+            });
+            return async () => {
+              running = false;
+              await Promise.allSettled(loops);
+            };
+          },
+        });
+        return { values: { rate: r.jobsPerSec }, note: `n=${r.completed.toLocaleString("en-US")} in ${(r.elapsedMs / 1000).toFixed(2)} s` };
+      } finally {
+        if (created) await boss.deleteQueue(name).catch(() => {});
+        await boss.stop({ graceful: false, wait: true, timeout: 5000 }).catch(() => {});
+      }
+    },
+  };
 }

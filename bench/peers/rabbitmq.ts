@@ -1,244 +1,222 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
- * RabbitMQ as a peer: a durable classic queue, persistent messages (delivery mode 2) and
- * publisher confirms. RabbitMQ confirms a persistent message routed to a durable queue only
- * after it is written and fsynced to the message store (fsyncs are batched across publishers),
- * so a confirm means "on disk", the same promise as sluice's `durability: "always"` ack.
+ * RabbitMQ as a peer for sluice's topic rows, in the shapes of bench/shapes.ts: a durable
+ * classic queue, persistent messages (delivery mode 2) and publisher confirms. RabbitMQ confirms
+ * a persistent message routed to a durable queue only after it is written and fsynced to the
+ * message store (fsyncs batched across publishers), the same promise as sluice's ack. Consumer
+ * acks are not confirmed by AMQP and not fsynced one by one.
  */
 import amqp from "amqplib";
 import type { Channel, ChannelModel, ConfirmChannel, ConsumeMessage } from "amqplib";
-import { METRIC, summarizeLatencies, unavailableRow, type BenchRow } from "../report.js";
-import {
-  DEFAULT_LATENCY_RATE,
-  DEFAULT_RECORD_BYTES,
-  durationOf,
-  warmupOf,
-  runAtFixedRate,
-  runId,
-  sentAtOf,
-  stampedPayload,
-  waitUntil,
-  type PeerOptions,
-} from "./common.js";
+import { backlogFor, cpuPerMessage, findPid, Meter, nextEstimate, type BenchCase, type Limits } from "../harness.js";
+import { summarizeLatencies } from "../report.js";
+import { CONSUME_BATCH, CONSUME_WINDOW, fmt, ORDER_JSON, ORDER_TEXT, PUBLISH_WINDOW, RECORD_BYTES, SHAPE, stampedOrderJson } from "../shapes.js";
+import { runAtFixedRate, runId, stampedPayload, waitUntil } from "./common.js";
 
 export const RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672";
 export const RABBITMQ_SYSTEM = "rabbitmq";
-export const RABBITMQ_DURABILITY = "durable classic queue, persistent msgs, publisher confirms (confirm after fsync)";
+export const RABBITMQ_DURABILITY = "durable classic queue, persistent messages, publisher confirms (confirm after fsync); acks not synced";
 
-/** Unconfirmed publishes allowed in flight from the single producer. */
-const CONFIRM_WINDOW = 1000;
-const PREFETCH = 1000;
-const ACK_EVERY = 100;
-const MAX_BACKLOG = 300_000;
-
-export type RabbitOptions = PeerOptions & { url?: string };
-
-async function open(url: string): Promise<ChannelModel> {
+async function open(): Promise<ChannelModel> {
   // noDelay: amqplib leaves Nagle on by default, which adds ~40 ms stalls to a request/confirm pattern.
-  const conn = await amqp.connect(url, { timeout: 2000, noDelay: true });
+  const conn = await amqp.connect(RABBITMQ_URL, { timeout: 2000, noDelay: true });
   conn.on("error", () => {
     // Surfaced through the failing call; the listener prevents an unhandled 'error' event.
   });
   return conn;
 }
 
+async function withConn<T>(fn: (conn: ChannelModel) => Promise<T>): Promise<T> {
+  const conn = await open();
+  try {
+    return await fn(conn);
+  } finally {
+    await conn.close().catch(() => {});
+  }
+}
+
+const queueArgs = { durable: true, arguments: { "x-queue-type": "classic" } };
+
 /**
- * Publishes with a window of unconfirmed messages, respecting the channel's write buffer
- * ('drain'), and counts only confirmed messages.
+ * Publishes while `more()` says so with up to `window` unconfirmed, respecting the channel's
+ * write buffer ('drain'); calls `onConfirmed()` per confirmed message.
  */
-async function publishConfirmed(
-  ch: ConfirmChannel,
-  queue: string,
-  untilStop: () => boolean,
-  makePayload: () => Buffer,
-  maxCount: number,
-): Promise<number> {
+async function publishConfirmed(ch: ConfirmChannel, queue: string, window: number, more: () => boolean, payload: () => Buffer, onConfirmed: () => void): Promise<void> {
   let inflight = 0;
-  let confirmed = 0;
   let failure: unknown;
   let wake: (() => void) | undefined;
   const onConfirm = (err: unknown) => {
     inflight--;
     if (err) failure ??= err;
-    else confirmed++;
+    else onConfirmed();
     const w = wake;
     wake = undefined;
     w?.();
   };
-  let sent = 0;
-  while (!untilStop() && sent < maxCount) {
+  while (more()) {
     if (failure) throw failure;
-    if (inflight >= CONFIRM_WINDOW) {
+    if (inflight >= window) {
       await new Promise<void>((r) => (wake = r));
       continue;
     }
     inflight++;
-    sent++;
-    const ok = ch.sendToQueue(queue, makePayload(), { persistent: true }, onConfirm);
-    if (!ok) await new Promise<void>((r) => ch.once("drain", () => r()));
+    if (!ch.sendToQueue(queue, payload(), { persistent: true }, onConfirm)) await new Promise<void>((r) => ch.once("drain", () => r()));
   }
   while (inflight > 0) await new Promise<void>((r) => (wake = r));
   if (failure) throw failure;
-  return confirmed;
 }
 
-async function withQueue<T>(conn: ChannelModel, fn: (queue: string, ch: ConfirmChannel) => Promise<T>): Promise<T> {
-  const ch = await conn.createConfirmChannel();
-  const queue = `sluice-bench-${runId()}`;
-  await ch.assertQueue(queue, { durable: true, arguments: { "x-queue-type": "classic" } });
-  try {
-    return await fn(queue, ch);
-  } finally {
-    await ch.deleteQueue(queue).catch(() => {});
-    await ch.close().catch(() => {});
-  }
+function publishCase(shape: string, window: number, payload: Buffer): BenchCase {
+  return {
+    system: RABBITMQ_SYSTEM,
+    durability: RABBITMQ_DURABILITY,
+    shape,
+    run: (limits) =>
+      withConn(async (conn) => {
+        const ch = await conn.createConfirmChannel();
+        const queue = `sluice-bench-${runId()}`;
+        await ch.assertQueue(queue, queueArgs);
+        try {
+          const m = new Meter(limits);
+          await publishConfirmed(ch, queue, window, () => !m.done, () => payload, () => void m.add(1));
+          return { values: { rate: m.rate() }, note: m.describe() };
+        } finally {
+          await ch.deleteQueue(queue).catch(() => {});
+        }
+      }),
+  };
 }
 
-export async function rabbitPublishThroughput(opts: RabbitOptions = {}): Promise<BenchRow> {
-  const bytes = opts.recordBytes ?? DEFAULT_RECORD_BYTES;
-  let conn: ChannelModel | undefined;
-  try {
-    conn = await open(opts.url ?? RABBITMQ_URL);
-    return await withQueue(conn, async (queue, ch) => {
-      const payload = stampedPayload(bytes, 0);
-      const durationMs = durationOf(opts);
-      const warm = performance.now();
-      await publishConfirmed(ch, queue, () => performance.now() - warm >= warmupOf(opts), () => payload, MAX_BACKLOG);
-      const start = performance.now();
-      const confirmed = await publishConfirmed(ch, queue, () => performance.now() - start >= durationMs, () => payload, MAX_BACKLOG * 4);
-      const secs = (performance.now() - start) / 1000;
-      return {
-        name: METRIC.publish,
-        system: RABBITMQ_SYSTEM,
-        durability: RABBITMQ_DURABILITY,
-        value: confirmed / secs,
-        unit: "msg/s",
-        note: `confirm window ${CONFIRM_WINDOW}`,
-      };
-    });
-  } catch (err) {
-    return unavailableRow(METRIC.publish, RABBITMQ_SYSTEM, RABBITMQ_DURABILITY, "msg/s", err);
-  } finally {
-    await conn?.close().catch(() => {});
-  }
+export function rabbitPublishPerMessage(): BenchCase {
+  return publishCase(`sendToQueue + confirm per message, ${SHAPE.publishPerMessage}`, PUBLISH_WINDOW, ORDER_JSON);
 }
 
-/** Drains a backlog with prefetch 1000 and cumulative acks (multiple=true) every 100 messages. */
-export async function rabbitConsumeThroughput(opts: RabbitOptions = {}): Promise<BenchRow> {
-  const bytes = opts.recordBytes ?? DEFAULT_RECORD_BYTES;
-  let conn: ChannelModel | undefined;
-  try {
-    conn = await open(opts.url ?? RABBITMQ_URL);
-    return await withQueue(conn, async (queue, pubCh) => {
-      const payload = stampedPayload(bytes, 0);
-      const durationMs = durationOf(opts);
-      const fillStart = performance.now();
-      const backlog = await publishConfirmed(
-        pubCh,
-        queue,
-        () => performance.now() - fillStart >= durationMs * 2,
-        () => payload,
-        opts.quick ? 50_000 : MAX_BACKLOG,
-      );
-      const ch: Channel = await conn!.createChannel();
-      try {
-        await ch.prefetch(PREFETCH);
-        let consumed = 0;
-        let counted = 0;
-        let end = 0;
-        const start = performance.now();
-        await new Promise<void>((resolve, reject) => {
-          const timer = setTimeout(() => {
-            end = performance.now();
-            counted = consumed;
-            resolve();
-          }, durationMs + 2000);
-          ch.consume(
+/** AMQP has no batch publish: the same records in flight, one sendToQueue each. */
+export function rabbitPublishBatches(batch: number, window: number): BenchCase {
+  return publishCase(
+    `sendToQueue per message (AMQP has no batch publish), confirm window ${fmt(batch * window)} (= ${fmt(batch)} x ${window}), ${RECORD_BYTES} B`,
+    batch * window,
+    stampedPayload(RECORD_BYTES, 0),
+  );
+}
+
+/**
+ * Consume from a backlog with prefetch 2000: per message `ch.ack(m)` of every message, or (batch
+ * shape) `ch.ack(m, true)` of each 1000th. A queue is consumed destructively, so it is topped
+ * up before each repetition. AMQP acks have no reply: a `checkQueue` round trip on the same
+ * channel after the last ack (the channel handles frames in order) stops the clock.
+ */
+export function rabbitConsume(perMessage: boolean): BenchCase {
+  const queue = `sluice-bench-backlog-${runId()}`;
+  const payload = perMessage ? ORDER_JSON : stampedPayload(RECORD_BYTES, 0);
+  let est = perMessage ? 30_000 : 40_000; // msgs/s guessed for the first repetition; then measured
+  return {
+    system: RABBITMQ_SYSTEM,
+    durability: RABBITMQ_DURABILITY,
+    shape: perMessage
+      ? `prefetch ${fmt(CONSUME_WINDOW)}, ch.ack(msg) per message; ${SHAPE.perMessageConsume}`
+      : `prefetch ${fmt(CONSUME_WINDOW)}, ch.ack(msg, multiple) of each ${fmt(CONSUME_BATCH)}th message; ${SHAPE.batchConsume} (acks unconfirmed)`,
+    run: (limits) =>
+      withConn(async (conn) => {
+        const pubCh = await conn.createConfirmChannel();
+        const depth = (await pubCh.assertQueue(queue, queueArgs)).messageCount;
+        const need = backlogFor(limits, est);
+        let sent = depth;
+        await publishConfirmed(pubCh, queue, 2000, () => sent++ < need, () => payload, () => {});
+        const backlog = Math.max(depth, need);
+        const ch: Channel = await conn.createChannel();
+        try {
+          await ch.prefetch(CONSUME_WINDOW);
+          const m = new Meter(limits);
+          let seen = 0;
+          let sum = 0;
+          await new Promise<void>((resolve, reject) => {
+            const stall = setTimeout(() => resolve(), limits.warmupMs + limits.maxMs * 3 + 10_000);
+            ch.consume(
+              queue,
+              (msg: ConsumeMessage | null) => {
+                if (!msg || m.done) return;
+                seen++;
+                const stop = m.add(1) || seen >= backlog;
+                if (perMessage) {
+                  sum += (JSON.parse(msg.content.toString()) as { total: number }).total;
+                  ch.ack(msg);
+                } else {
+                  sum++;
+                  if (seen % CONSUME_BATCH === 0 || stop) ch.ack(msg, true);
+                }
+                if (stop) {
+                  clearTimeout(stall);
+                  // Barrier: the reply comes after the channel handled every ack before it.
+                  ch.checkQueue(queue).then(() => resolve(), reject);
+                }
+              },
+              { noAck: false },
+            ).catch(reject);
+          });
+          m.finish();
+          const exhausted = seen >= backlog;
+          if (sum === 0) throw new Error("no values read");
+          est = nextEstimate(est, m, exhausted);
+          return { values: { rate: m.rate() }, note: `${m.describe()}${exhausted ? `; backlog of ${fmt(backlog)} exhausted` : ""}` };
+        } finally {
+          await ch.close().catch(() => {});
+        }
+      }),
+    close: () => withConn(async (conn) => void (await (await conn.createChannel()).deleteQueue(queue).catch(() => {}))),
+  };
+}
+
+/** The RabbitMQ node (Erlang VM) for its CPU time. */
+export function rabbitPid(): number | undefined {
+  return findPid("beam.smp", (cmd) => cmd.includes("rabbit"));
+}
+
+export function rabbitLatency(rate: number): BenchCase {
+  return {
+    system: RABBITMQ_SYSTEM,
+    durability: RABBITMQ_DURABILITY,
+    shape: `sendToQueue + confirm per message at ${fmt(rate)}/s; consumer: prefetch ${fmt(CONSUME_WINDOW)}, ch.ack(msg) per message; ${ORDER_TEXT} + send time`,
+    run: (limits) =>
+      withConn(async (conn) => {
+        const pubCh = await conn.createConfirmChannel();
+        const queue = `sluice-bench-lat-${runId()}`;
+        await pubCh.assertQueue(queue, queueArgs);
+        const ch = await conn.createChannel();
+        try {
+          await ch.prefetch(CONSUME_WINDOW);
+          const samples: number[] = [];
+          let measureFrom = Number.POSITIVE_INFINITY;
+          await ch.consume(
             queue,
-            (m: ConsumeMessage | null) => {
-              if (!m || end !== 0) return;
-              consumed++;
-              const done = consumed >= backlog || performance.now() - start >= durationMs;
-              if (consumed % ACK_EVERY === 0 || done) ch.ack(m, true);
-              if (done) {
-                end = performance.now();
-                counted = consumed;
-                clearTimeout(timer);
-                resolve();
-              }
+            (msg) => {
+              if (!msg) return;
+              const v = JSON.parse(msg.content.toString()) as { t: number };
+              if (v.t >= measureFrom) samples.push(performance.now() - v.t);
+              ch.ack(msg);
             },
             { noAck: false },
-          ).catch(reject);
-        });
-        const secs = (end - start) / 1000;
-        return {
-          name: METRIC.consume,
-          system: RABBITMQ_SYSTEM,
-          durability: RABBITMQ_DURABILITY,
-          value: counted / secs,
-          unit: "msg/s",
-          note: `prefetch ${PREFETCH}, ack multiple every ${ACK_EVERY}, backlog ${backlog}`,
-        };
-      } finally {
-        await ch.close().catch(() => {});
-      }
-    });
-  } catch (err) {
-    return unavailableRow(METRIC.consume, RABBITMQ_SYSTEM, RABBITMQ_DURABILITY, "msg/s", err);
-  } finally {
-    await conn?.close().catch(() => {});
-  }
-}
-
-export async function rabbitLatency(opts: RabbitOptions = {}): Promise<BenchRow[]> {
-  const rate = opts.latencyRatePerSec ?? DEFAULT_LATENCY_RATE;
-  const bytes = opts.recordBytes ?? DEFAULT_RECORD_BYTES;
-  let conn: ChannelModel | undefined;
-  try {
-    conn = await open(opts.url ?? RABBITMQ_URL);
-    return await withQueue(conn, async (queue, pubCh) => {
-      const ch = await conn!.createChannel();
-      try {
-        await ch.prefetch(PREFETCH);
-        const samples: number[] = [];
-        await ch.consume(
-          queue,
-          (m) => {
-            if (!m) return;
-            samples.push(performance.now() - sentAtOf(m.content));
-            ch.ack(m);
-          },
-          { noAck: false },
-        );
-        const template = stampedPayload(bytes, 0);
-        let pubErr: unknown;
-        const pacer = await runAtFixedRate(rate, durationOf(opts), () => {
-          pubCh.sendToQueue(queue, stampedPayload(bytes, performance.now(), template), { persistent: true }, (err) => {
-            if (err) pubErr ??= err;
+          );
+          let pubErr: unknown;
+          const send = () => {
+            pubCh.sendToQueue(queue, stampedOrderJson(performance.now()), { persistent: true }, (err) => {
+              if (err) pubErr ??= err;
+            });
+          };
+          await runAtFixedRate(rate, limits.warmupMs, send);
+          measureFrom = performance.now();
+          const { usPerMsg, result: pacer } = await cpuPerMessage(rabbitPid(), async () => {
+            const p = await runAtFixedRate(rate, limits.maxMs, send);
+            await waitUntil(() => samples.length >= p.sent || pubErr !== undefined, 5000, "rabbitmq latency deliveries", 5);
+            return { messages: p.sent, result: p };
           });
-        });
-        await waitUntil(() => samples.length >= pacer.sent || pubErr !== undefined, 5000, "rabbitmq latency deliveries", 5);
-        if (pubErr) throw pubErr;
-        const s = summarizeLatencies(samples);
-        const note = `${rate}/s target, ${pacer.achievedRatePerSec.toFixed(0)}/s achieved, n=${s.count}`;
-        return [
-          { name: METRIC.latencyP50, system: RABBITMQ_SYSTEM, durability: RABBITMQ_DURABILITY, value: s.p50Ms, unit: "ms", note },
-          { name: METRIC.latencyP99, system: RABBITMQ_SYSTEM, durability: RABBITMQ_DURABILITY, value: s.p99Ms, unit: "ms", note },
-        ];
-      } finally {
-        await ch.close().catch(() => {});
-      }
-    });
-  } catch (err) {
-    return [
-      unavailableRow(METRIC.latencyP50, RABBITMQ_SYSTEM, RABBITMQ_DURABILITY, "ms", err),
-      unavailableRow(METRIC.latencyP99, RABBITMQ_SYSTEM, RABBITMQ_DURABILITY, "ms", err),
-    ];
-  } finally {
-    await conn?.close().catch(() => {});
-  }
-}
-
-export async function runRabbitPeer(opts: RabbitOptions = {}): Promise<BenchRow[]> {
-  opts.log?.(`rabbitmq (${RABBITMQ_DURABILITY})`);
-  return [await rabbitPublishThroughput(opts), await rabbitConsumeThroughput(opts), ...(await rabbitLatency(opts))];
+          if (pubErr) throw pubErr;
+          const s = summarizeLatencies(samples);
+          return { values: { p50: s.p50Ms, p99: s.p99Ms, cpu: usPerMsg }, note: `${pacer.achievedRatePerSec.toFixed(0)}/s achieved, n=${s.count}` };
+        } finally {
+          await ch.close().catch(() => {});
+          await pubCh.deleteQueue(queue).catch(() => {});
+        }
+      }),
+  };
 }
