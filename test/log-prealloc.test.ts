@@ -9,7 +9,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { CorruptRecordError, StorageError } from "../src/errors.js";
+import { CorruptRecordError, StorageError, StorageFullError } from "../src/errors.js";
 import { NodeFileSystem, type FileHandle, type FileSystem, type OpenMode } from "../src/log/io.js";
 import type { Logger } from "../src/observability/telemetry.js";
 import { PartitionLog, type LogConfig, type PreallocateMode } from "../src/log/partition-log.js";
@@ -204,7 +204,10 @@ test("sealed segments are truncated to their last batch before the next one exis
   await log2.close();
 });
 
-/** Delegates to a FaultyFileSystem; `stall` makes every later fdatasync hang (power about to go). */
+/**
+ * Delegates to a FaultyFileSystem; `stall` makes every later fdatasync hang, and every later
+ * O_DSYNC write reach the page cache but never return (power about to go).
+ */
 class StallingFs implements FileSystem {
   stall = false;
   constructor(readonly inner: FaultyFileSystem) {}
@@ -214,7 +217,7 @@ class StallingFs implements FileSystem {
       path: h.path,
       write: (b, p) => h.write(b, p),
       read: (b, o, l, p) => h.read(b, o, l, p),
-      writeDurable: (b, p) => h.writeDurable(b, p),
+      writeDurable: (b, p) => (this.stall ? h.write(b, p).then(() => new Promise<void>(() => {})) : h.writeDurable(b, p)),
       readSync: (b, o, l, p) => h.readSync(b, o, l, p),
       datasync: () => (this.stall ? new Promise<void>(() => {}) : h.datasync()),
       truncate: (n) => h.truncate(n),
@@ -261,6 +264,36 @@ test("power loss with preallocation: un-synced appends inside the zeroed space a
     assert.equal(statSync(file).size, logicalSize(log2), "no zeros or torn remains past the log");
     await log2.close();
   }
+});
+
+/** Appends 8 KiB records until one is written with an O_DSYNC write (inside durable zeros). */
+async function untilDurableWrites(log: PartitionLog, fs: FaultyFileSystem): Promise<number> {
+  let durable = 0;
+  fs.onOp = (op) => void (op.kind === "writeDurable" && op.path.endsWith(".log") && durable++);
+  let n = 0;
+  await waitUntil(async () => (await log.append([{ ...rec(n), value: Buffer.alloc(8192, 0x66) }]), n++, durable > 0), "an append inside durable zeros", 10_000);
+  return n;
+}
+
+test("inside durable zeros: a durable write that finds the disk full is rolled back and appends resume; a failed sync faults the partition", async () => {
+  using tmp = tempDir();
+  const fs = new FaultyFileSystem();
+  const log = await openLog(tmp.dir, { fs });
+  const n = await untilDurableWrites(log, fs);
+  // The next zero fill starts only when less than half of the 256 KiB ahead is left: these
+  // faults hit the appends' durable writes, not a fill.
+  fs.failNext("write", "ENOSPC", { pathIncludes: ".log", tornBytes: 40 });
+  await assert.rejects(log.append([rec(1000)]), StorageFullError);
+  assert.equal((await log.append([rec(1001)])).baseOffset, n, "no gap, no reused acknowledged offset");
+  fs.failNext("datasync", "EIO", { pathIncludes: ".log" });
+  await assert.rejects(log.append([rec(1002)]), (e: unknown) => e instanceof StorageError && e.retriable);
+  await assert.rejects(log.append([rec(1003)]), StorageError, "read-only until reopened");
+  assert.equal((await log.read(n, 1 << 20)).records[0].value!.toString(), value(1001).toString(), "reads continue");
+  await log.close();
+  const log2 = await openLog(tmp.dir, { preallocate: "off" });
+  assert.equal(log2.highWatermark, n + 1);
+  assert.equal((await log2.read(n, 1 << 20)).records[0].value!.toString(), value(1001).toString());
+  await log2.close();
 });
 
 /** Node's FileSystem with hooks to fail the zero fill (recognised by its all-zero buffers / "rw" handle). */

@@ -20,6 +20,7 @@ import type { Preallocator } from "./preallocator.js";
 import type { ProducerSnapshot } from "./producer-state.js";
 import { stampBatch, restampBatch, type ProducerInfo } from "./record-batch.js";
 import { Segment } from "./segment.js";
+import { settledPrefix, SyncSlots, type InflightSync as Sync } from "./sync-slots.js";
 import { METRICS } from "../observability/metrics.js";
 import type { Clock, MetricLabels } from "../observability/telemetry.js";
 
@@ -41,16 +42,7 @@ interface PendingAppend {
   reject(e: unknown): void;
 }
 
-interface InflightSync {
-  items: PendingAppend[];
-  /** Byte position in the active segment where this round ends. */
-  endPos: number;
-  fh: FileHandle;
-  state: "running" | "ok" | "failed";
-  err: unknown;
-  /** Settles (never rejects) when the fdatasync returns; `state` tells how. */
-  promise: Promise<void>;
-}
+type InflightSync = Sync<PendingAppend>;
 
 /** Bound on bytes handed to one write (group commit round). */
 const MAX_WRITE_BYTES = 4 * 1024 * 1024;
@@ -76,8 +68,10 @@ export class LogWriter {
   private pending: PendingAppend[] = [];
   private pendingBytes = 0;
   private flushing = false;
-  /** Set while the writer waits on fdatasyncs with room for another: a new append wakes it. */
-  private appendWaker: (() => void) | null = null;
+  /** Resolves the writer's sleep: a sync returned, or (with `wantsAppends`) an append arrived. */
+  private kick: (() => void) | null = null;
+  /** The writer sleeps with room for another eager sync: a new append wakes it too. */
+  private wantsAppends = false;
   private spaceWaiters: (() => void)[] = [];
   private flushTimer: NodeJS.Timeout | null = null;
   /**
@@ -86,11 +80,7 @@ export class LogWriter {
    * (invariant LOG-9: an fdatasync that returns covers every byte written before it was issued).
    */
   private syncs: InflightSync[] = [];
-  /** Extra descriptors of the active segment, one per concurrent fdatasync (see LOG-9). */
-  private syncHandles: FileHandle[] = [];
-  private syncTurn = 0;
-  /** Per descriptor slot, its last fdatasync (settles, never rejects): one at a time per fd. */
-  private slotBusy: Promise<void>[] = [];
+  private readonly slots: SyncSlots;
   private dirty = false;
 
   /**
@@ -105,6 +95,7 @@ export class LogWriter {
     private readonly onRoll: (sealed: Segment) => void,
   ) {
     this.clock = st.ctx.telemetry.clock;
+    this.slots = new SyncSlots(st.ctx.fs, MAX_CONCURRENT_SYNCS);
     this.labels = { topic: st.ctx.topic };
   }
 
@@ -135,7 +126,7 @@ export class LogWriter {
   async close(): Promise<void> {
     if (this.flushTimer) clearInterval(this.flushTimer);
     this.flushTimer = null;
-    await this.closeSyncHandles();
+    await this.slots.closeAll();
   }
 
   /**
@@ -157,11 +148,13 @@ export class LogWriter {
         this.flushing = true;
         // Start on a microtask so appends made in the same tick share the first write.
         queueMicrotask(() => void this.flushLoop());
-      } else if (this.appendWaker !== null) {
+      } else if (this.wantsAppends && this.kick !== null) {
         // On a microtask too, so appends made in the same tick share one write and one sync.
-        const wake = this.appendWaker;
-        this.appendWaker = null;
-        queueMicrotask(wake);
+        this.wantsAppends = false;
+        const k = this.kick;
+        queueMicrotask(() => {
+          if (this.kick === k) this.wakeWriter();
+        });
       }
     });
     // Recorded at once, so a retry arriving before this batch is durable waits for it (PROD-1).
@@ -193,31 +186,42 @@ export class LogWriter {
       for (const it of unpublished) it.reject(err);
       this.wakeSpaceWaiters();
     } finally {
-      this.appendWaker = null;
+      this.kick = null;
+      this.wantsAppends = false;
       this.flushing = false;
     }
   }
 
+  /** The writer waits here for a sync to return (or an append, see `wantsAppends`): one promise per wait. */
+  private sleep(wantsAppends: boolean): Promise<void> {
+    this.wantsAppends = wantsAppends;
+    return new Promise<void>((resolve) => (this.kick = resolve));
+  }
+
+  private wakeWriter(): void {
+    const k = this.kick;
+    this.kick = null;
+    this.wantsAppends = false;
+    k?.();
+  }
+
   private async flushRounds(): Promise<void> {
-    {
-      for (;;) {
-        if (this.pending.length > 0 && this.syncs.length < MAX_CONCURRENT_SYNCS) {
-          await this.writeRound(this.takeRound());
-          continue;
-        }
-        if (this.syncs.length === 0) break;
-        if (this.pending.length === 0 && this.syncs.length < EAGER_SYNCS) {
-          // Room for another fdatasync: an append that arrives now is written and synced at
-          // once, concurrently with the running ones (LOG-9), instead of waiting for them to
-          // return first. At a steady trickle this takes a whole fdatasync off its latency.
-          const syncDone = Promise.race(this.syncs.map((x) => x.promise));
-          const appended = new Promise<void>((resolve) => (this.appendWaker = resolve));
-          const woke = await Promise.race([syncDone.then(() => "sync" as const), appended.then(() => "append" as const)]);
-          this.appendWaker = null;
-          if (woke === "append") continue;
-        }
-        await this.completeSync([]);
+    for (;;) {
+      if (this.pending.length > 0 && this.syncs.length < MAX_CONCURRENT_SYNCS) {
+        await this.writeRound(this.takeRound());
+        continue;
       }
+      if (this.syncs.length === 0) break;
+      const ready = settledPrefix(this.syncs);
+      if (ready !== 0) {
+        await this.completeSync([]);
+        continue;
+      }
+      // Nothing to publish yet. With room for another fdatasync, an append that arrives now
+      // is written and synced at once, concurrently with the running ones (LOG-9), instead of
+      // waiting for them to return first: at a steady trickle this takes a whole fdatasync off
+      // its latency. Otherwise appends gather until a sync returns (group commit).
+      await this.sleep(this.pending.length === 0 && this.syncs.length < EAGER_SYNCS);
     }
   }
 
@@ -241,28 +245,19 @@ export class LogWriter {
   }
 
   /**
-   * Waits until an fdatasync in flight returns, then publishes every round it covers: its own
-   * and all older ones (LOG-9), even if their own fdatasyncs are still running. On any failure
-   * the partition is faulted and every unpublished round, `alsoUnsynced` and everything
-   * pending are failed; returns false.
+   * Waits until rounds in flight can be published, then publishes every round whose bytes are
+   * durable: those whose own sync returned, and those an fdatasync that returned covers (LOG-9),
+   * in append order. On any failure every unpublished round, `alsoUnsynced` and everything
+   * pending are failed (see `failSyncs`); returns false.
    */
   private async completeSync(alsoUnsynced: PendingAppend[]): Promise<boolean> {
-    if (this.syncs.length === 0) return true;
-    await Promise.race(this.syncs.map((s) => s.promise));
-    let newest = -1;
-    let err: unknown = null;
-    for (let i = 0; i < this.syncs.length; i++) {
-      const s = this.syncs[i];
-      if (s.state === "failed") err ??= s.err;
-      else if (s.state === "ok") newest = i;
+    let ready = settledPrefix(this.syncs);
+    while (ready === 0) {
+      await this.sleep(false);
+      ready = settledPrefix(this.syncs);
     }
-    if (err !== null) {
-      const unpublished = this.syncs.flatMap((s) => s.items);
-      this.syncs = [];
-      await this.failItems([...unpublished, ...alsoUnsynced], err, true);
-      return false;
-    }
-    const covered = this.syncs.splice(0, newest + 1);
+    if (ready < 0) return this.failSyncs(alsoUnsynced);
+    const covered = this.syncs.splice(0, ready);
     for (const s of covered) {
       // Older fdatasyncs still running are covered by this one; a late failure of one of them
       // still faults the partition (their descriptors report the error), it just does not
@@ -274,6 +269,22 @@ export class LogWriter {
     const items = covered.length === 1 ? covered[0].items : covered.flatMap((s) => s.items);
     this.publish(items, true, last.endPos);
     return true;
+  }
+
+  /**
+   * A sync failed: the partition is faulted (an fdatasync failure, fsyncgate) or, for an
+   * O_DSYNC write that found the disk full, fenced until rolled back, like a failed write.
+   * Every write in flight settles first: a durable write landing after the rollback's
+   * truncation could overwrite the appends that follow it.
+   */
+  private async failSyncs(alsoUnsynced: PendingAppend[]): Promise<false> {
+    const failed = this.syncs.find((s) => s.state === "failed")!;
+    const fault = failed.covers || !isDiskFull(failed.err);
+    await Promise.all(this.syncs.map((s) => s.promise));
+    const unpublished = this.syncs.flatMap((s) => s.items);
+    this.syncs = [];
+    await this.failItems([...unpublished, ...alsoUnsynced], failed.err, fault);
+    return false;
   }
 
   private lateSyncFailure(err: unknown): void {
@@ -293,41 +304,28 @@ export class LogWriter {
    * would make us publish data that never reached the disk.
    */
   private async startSync(seg: Segment, items: PendingAppend[], endPos: number): Promise<void> {
-    const k = this.syncTurn++ % MAX_CONCURRENT_SYNCS;
-    let fh: FileHandle;
-    if (k === 0) fh = seg.handle!;
-    else {
-      while (this.syncHandles.length < k) this.syncHandles.push(await this.st.ctx.fs.open(seg.logPath, "rw"));
-      fh = this.syncHandles[k - 1];
-    }
-    // A descriptor is reused only after its previous fdatasync returned (at most one per fd,
-    // including ones already covered by a later fdatasync and no longer in `syncs`).
-    const busy = this.slotBusy[k];
-    if (busy) await busy;
-    const s: InflightSync = { items, endPos, fh, state: "running", err: null, promise: Promise.resolve() };
+    const { fh, slot } = await this.slots.take(seg);
+    this.track(slot, items, endPos, true, fh.datasync());
+  }
+
+  /** Records a sync in flight on descriptor `slot`; the writer is woken when it returns. */
+  private track(slot: number, items: PendingAppend[], endPos: number, covers: boolean, op: Promise<void>): void {
+    const s: InflightSync = { items, endPos, covers, state: "running", err: null, promise: Promise.resolve() };
     const started = this.clock.monotonicMs();
-    s.promise = fh.datasync().then(
+    s.promise = op.then(
       () => {
         s.state = "ok";
         this.st.ctx.telemetry.metrics.observe(METRICS.fsyncDuration.name, (this.clock.monotonicMs() - started) / 1000, this.labels);
+        this.wakeWriter();
       },
       (e: unknown) => {
         s.state = "failed";
-        s.err = e ?? new Error("fdatasync failed");
+        s.err = e ?? new Error(covers ? "fdatasync failed" : "durable write failed");
+        this.wakeWriter();
       },
     );
-    this.slotBusy[k] = s.promise;
+    this.slots.occupy(slot, s.promise);
     this.syncs.push(s);
-  }
-
-  /** Closes the extra fdatasync descriptors (the active segment changes or the log closes). */
-  private async closeSyncHandles(): Promise<void> {
-    await Promise.all(this.slotBusy);
-    const hs = this.syncHandles;
-    this.syncHandles = [];
-    this.syncTurn = 0;
-    this.slotBusy = [];
-    for (const h of hs) await h.close().catch(() => {});
   }
 
   private async writeRound(round: PendingAppend[]): Promise<void> {
@@ -339,6 +337,13 @@ export class LogWriter {
       for (let i = 0; i <= round.length; i++) {
         const item = round[i];
         const mustRoll = item !== undefined && this.shouldRoll(seg, item.buf.length, chunkBufs);
+        if (item === undefined && chunkBufs.length > 0 && this.st.ctx.config.durability === "always" && this.prealloc.inDurableZeros(seg, seg.size, bytesOf(chunkBufs))) {
+          // The last chunk overwrites zeros that are durable (LOG-8): one O_DSYNC write makes
+          // it durable, in one I/O operation instead of a write and an fdatasync, and waits
+          // for no other byte of the file (a zero fill being written back, say).
+          await this.writeDurableChunk(seg, round.slice(chunkStart), chunkBufs);
+          return;
+        }
         if ((item === undefined || mustRoll) && chunkBufs.length > 0) {
           await this.writeChunk(seg, round.slice(chunkStart, i), chunkBufs);
           chunkBufs.length = 0;
@@ -382,6 +387,40 @@ export class LogWriter {
       this.publish(items, false, seg.size);
       if (this.st.ctx.config.durability === "never") this.st.syncedSize = this.st.readableSize;
     }
+  }
+
+  /**
+   * Writes the round's last chunk (after any roll) with an O_DSYNC write on the next sync
+   * descriptor, without waiting for it: the writer goes on (the next round, another sync) and
+   * the round is published once the write returns and every older round is published. Only
+   * inside durable preallocated zeros (`Preallocator.inDurableZeros`): no size or allocation
+   * changes, so nothing else needs to be synced for the bytes to be readable after a crash.
+   */
+  private async writeDurableChunk(seg: Segment, items: PendingAppend[], bufs: Buffer[]): Promise<void> {
+    if (items.length === 0) return;
+    let pos = seg.size;
+    const start = pos;
+    const bytes = bytesOf(bufs);
+    let slot: { fh: FileHandle; slot: number };
+    try {
+      slot = await this.slots.take(seg);
+    } catch (e) {
+      // Could not open a descriptor: nothing of this round was written or acknowledged.
+      if (!(await this.drainSyncs(items))) return;
+      await this.failItems(items, e, false);
+      return;
+    }
+    this.prealloc.noteAppended(bytes);
+    if (seg.createdAtMs === null) seg.createdAtMs = this.clock.now();
+    // The position is taken now (the next round is written after this one, while this one's
+    // write is in flight); readers see nothing of it before it is published (LOG-3).
+    for (const it of items) {
+      seg.noteBatch(it.baseOffset, it.count, pos, it.buf.length, it.maxTs);
+      pos += it.buf.length;
+    }
+    if (pos !== start + bytes) throw new Error("invariant: durable chunk length");
+    this.track(slot.slot, items, pos, false, slot.fh.writeDurable(bufs.slice(), start));
+    this.prealloc.maybeStart();
   }
 
   private shouldRoll(seg: Segment, incoming: number, chunk: Buffer[]): boolean {
@@ -521,7 +560,7 @@ export class LogWriter {
   private async openNextSegment(): Promise<void> {
     const old = this.st.active;
     if (old.endOffset !== this.st.hwm || this.st.readableSize !== old.size) throw new Error(`invariant: roll at ${old.endOffset} with high watermark ${this.st.hwm}`);
-    await this.closeSyncHandles();
+    await this.slots.closeAll();
     const seg = new Segment(this.st.ctx.fs, this.st.ctx.dir, old.endOffset);
     try {
       seg.handle = await this.st.ctx.fs.open(seg.logPath, "create");
@@ -559,4 +598,15 @@ export class LogWriter {
     }, this.st.ctx.config.flushIntervalMs);
     this.flushTimer.unref();
   }
+}
+
+function bytesOf(bufs: readonly Buffer[]): number {
+  let n = 0;
+  for (const b of bufs) n += b.length;
+  return n;
+}
+
+function isDiskFull(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException)?.code;
+  return code === "ENOSPC" || code === "EDQUOT";
 }

@@ -41,12 +41,28 @@ export class Preallocator {
   private rateBytes = 0;
   private rateSince: number;
   private retryAt = 0;
+  /**
+   * Zeros of the active segment known to be on disk: [zerosStart, zerosEnd) of `zerosSeg`,
+   * written and fdatasync'ed by completed fills (contiguous ones merge). Appends inside it
+   * change neither the size nor the allocation, so an O_DSYNC write makes them durable.
+   */
+  private zerosSeg: Segment | null = null;
+  private zerosStart = 0;
+  private zerosEnd = 0;
 
   constructor(
     private readonly st: LogState,
     private readonly mode: PreallocateMode,
   ) {
     this.rateSince = st.ctx.telemetry.clock.monotonicMs();
+  }
+
+  /**
+   * Whether [pos, pos + bytes) of `seg` lies inside zeros a completed fill wrote and synced
+   * (the writer then makes an append durable with one O_DSYNC write, see group-commit.ts).
+   */
+  inDurableZeros(seg: Segment, pos: number, bytes: number): boolean {
+    return seg === this.zerosSeg && !seg.noFill && pos >= this.zerosStart && pos + bytes <= this.zerosEnd;
   }
 
   /** Counts appended bytes for the rate window. */
@@ -112,6 +128,14 @@ export class Preallocator {
         markWritten();
       }
       await fh.datasync();
+      if (!seg.noFill) {
+        if (this.zerosSeg === seg && fill.start <= this.zerosEnd && fill.start >= this.zerosStart) this.zerosEnd = Math.max(this.zerosEnd, fill.end);
+        else {
+          this.zerosSeg = seg;
+          this.zerosStart = fill.start;
+          this.zerosEnd = fill.end;
+        }
+      }
     } catch (e) {
       markWritten();
       if (written) {
@@ -131,6 +155,9 @@ export class Preallocator {
   /** Stops preallocation on `seg` and waits for a running fill (before truncating or sealing). */
   async stop(seg: Segment): Promise<void> {
     seg.noFill = true;
+    // The caller truncates or seals: the zeros are going away.
+    if (this.zerosSeg === seg) this.zerosSeg = null;
     while (seg.fill !== null) await seg.fill.done;
+    if (this.zerosSeg === seg) this.zerosSeg = null;
   }
 }
