@@ -86,6 +86,8 @@ export class Transport {
   private reservedSlots = 0;
   private timer: NodeJS.Timeout;
   private heartbeatTimer: NodeJS.Timeout | null = null;
+  /** A frame went out since the last heartbeat tick: the server already heard from us. */
+  private sentSinceHeartbeat = false;
   private fatal: BrokerError | null = null;
   onPush: PushHandler = () => {};
   /** Called after every successful (re)connection before queued requests are re-sent. */
@@ -377,6 +379,7 @@ export class Transport {
   private corkedSocket: Socket | null = null;
   /** Frames written in one tick leave in one syscall (pipelined publishes, settles, credits). */
   private write(socket: Socket, frame: Buffer | [Buffer, Buffer | null]): void {
+    this.sentSinceHeartbeat = true;
     if (this.corkedSocket !== socket) {
       this.corkedSocket = socket;
       socket.cork();
@@ -401,7 +404,13 @@ export class Transport {
     if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
     this.heartbeatTimer = null;
     if (intervalMs === null) return;
-    this.heartbeatTimer = setInterval(() => this.sendOneWay(Op.Heartbeat, {}), intervalMs);
+    // Any frame counts as a heartbeat for the server: a tick after other frames went out sends
+    // nothing, so a busy connection carries no heartbeats and the server is not woken for
+    // them. The longest silence the server sees is below two intervals.
+    this.heartbeatTimer = setInterval(() => {
+      if (!this.sentSinceHeartbeat) this.sendOneWay(Op.Heartbeat, {});
+      this.sentSinceHeartbeat = false;
+    }, intervalMs);
     this.heartbeatTimer.unref();
   }
 

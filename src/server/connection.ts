@@ -74,6 +74,10 @@ export class Connection implements Session {
   private handshakeTimer: NodeJS.Timeout | null;
   private paused = false;
   private corked = false;
+  private readonly uncork = (): void => {
+    this.corked = false;
+    this.socket.uncork();
+  };
   private writableWaiters: (() => void)[] = [];
   private idleWaiters: (() => void)[] = [];
   version = 0;
@@ -193,15 +197,15 @@ export class Connection implements Session {
 
   send(buf: Buffer): boolean {
     if (this.state === "closed" || this.socket.destroyed) return false;
-    // Coalesce the frames written during one tick into one syscall (many small responses
-    // and pushes are common: queue jobs, receipts).
+    // Coalesce the frames written during one turn of the event loop into one syscall: the
+    // completions of one poll phase (durable appends, offset commits, incoming requests) each
+    // write responses and pushes, and on loopback every write syscall also runs the peer's
+    // receive path and wakes it. The socket is uncorked in the check phase of the same turn,
+    // so no frame waits for more I/O or a timer.
     if (!this.corked) {
       this.corked = true;
       this.socket.cork();
-      process.nextTick(() => {
-        this.corked = false;
-        this.socket.uncork();
-      });
+      setImmediate(this.uncork);
     }
     this.socket.write(buf);
     const ok = this.socket.writableLength < this.limits.maxOutputBytes;
@@ -216,7 +220,7 @@ export class Connection implements Session {
   sendParts(head: Buffer, body: Buffer): boolean {
     if (this.state === "closed" || this.socket.destroyed) return false;
     this.send(head);
-    // Written in the same corked tick as the head: one writev, and never a partial frame.
+    // Written in the same corked turn as the head: one writev, and never a partial frame.
     this.socket.write(body);
     const ok = this.socket.writableLength < this.limits.maxOutputBytes;
     if (!ok && !this.paused) {
@@ -358,19 +362,31 @@ export class Connection implements Session {
    * frames when otherwise idle). When nothing arrives for the shortest session timeout of this
    * connection's members, they all leave the group, so a frozen (SIGSTOPped) process loses its
    * partitions while its TCP connection is still open.
+   *
+   * One timer, due when the session would expire if nothing more arrived; when it fires early
+   * (frames came meanwhile) it is set again for the new deadline. A busy connection costs one
+   * timer wake-up per session timeout, an idle one without members none.
    */
   private sessionTimeoutMs = Infinity;
   armLiveness(timeoutMs: number): void {
     this.sessionTimeoutMs = Math.min(this.sessionTimeoutMs, timeoutMs);
-    if (this.livenessTimer) clearInterval(this.livenessTimer);
-    this.livenessTimer = setInterval(() => this.checkLiveness(), Math.max(50, Math.floor(this.sessionTimeoutMs / 4)));
+    this.scheduleLiveness(this.sessionTimeoutMs - (Date.now() - this.lastSeen));
+  }
+
+  private scheduleLiveness(inMs: number): void {
+    if (this.livenessTimer) clearTimeout(this.livenessTimer);
+    this.livenessTimer = setTimeout(() => this.checkLiveness(), Math.max(10, inMs + 1));
     this.livenessTimer.unref();
   }
 
   private checkLiveness(): void {
-    if (this.members.size === 0) return;
+    this.livenessTimer = null;
+    if (this.members.size === 0 || this.state === "closed") return;
     const silentMs = Date.now() - this.lastSeen;
-    if (silentMs <= this.sessionTimeoutMs) return;
+    if (silentMs <= this.sessionTimeoutMs) {
+      this.scheduleLiveness(this.sessionTimeoutMs - silentMs);
+      return;
+    }
     this.logger.warn({ conn: this.id, silentMs }, "group session expired; removing members");
     for (const [id, member] of this.members) {
       this.members.delete(id);
@@ -407,7 +423,7 @@ export class Connection implements Session {
     this.state = "closed";
     this.shared.paused.delete(this);
     if (this.handshakeTimer) clearTimeout(this.handshakeTimer);
-    if (this.livenessTimer) clearInterval(this.livenessTimer);
+    if (this.livenessTimer) clearTimeout(this.livenessTimer);
     this.ac.abort(new ConnectionClosedError("client connection closed"));
     for (const member of this.members.values()) void member.close("connection closed");
     this.members.clear();
