@@ -62,6 +62,11 @@ export interface BenchGroup {
   ratios?: GroupRatio[];
   /** Repetitions for this group when it must differ from the run's (e.g. an expensive row). */
   reps?: number;
+  /**
+   * Run every case once, untimed and short, before the repetitions: a freshly started peer
+   * (BullMQ on a new Redis) ran its first seconds several times slower than afterwards.
+   */
+  prime?: boolean;
 }
 
 /** Counts messages for one timed run: nothing during the warm-up, then until the limits. */
@@ -152,6 +157,12 @@ export async function runGroup(g: BenchGroup, o: RunGroupOptions): Promise<Bench
   const got: Collected[] = g.cases.map(() => ({ values: new Map(), notes: [], errors: [] }));
   const timeoutMs = o.limits.maxMs * 6 + o.limits.warmupMs + 60_000;
   try {
+    if (g.prime) {
+      for (const c of g.cases) {
+        await withTimeout(c.run({ maxMessages: 10_000, maxMs: 1000, warmupMs: 200 }, -1), timeoutMs, `${g.id} ${c.system} (priming)`).catch(() => {});
+      }
+      log(`${g.id}: primed every system (untimed)`);
+    }
     for (let rep = 0; rep < reps; rep++) {
       for (const [i, c] of g.cases.entries()) {
         const t = performance.now();

@@ -224,6 +224,7 @@ function groups(emb: Open, srv: Open, bullFsyncDur: string, bullMemDur: string, 
       metrics: metric(`over the network, concurrency ${JOB_CONCURRENCY}`),
       cases: [processCase(SERVER, srv, JOB_CONCURRENCY), bullmqJobs(REDIS_FSYNC_PORT, BULLMQ_FSYNC_SYSTEM, bullFsyncDur), pgbossJobs(pgDur), bullmqJobs(REDIS_MEMORY_PORT, BULLMQ_SYSTEM, bullMemDur)],
       ratios: [BULLMQ_FSYNC_SYSTEM, PGBOSS_SYSTEM, BULLMQ_SYSTEM].map((peer) => ({ sluice: SERVER, peer })),
+      prime: true,
     },
   ];
 }
