@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
  * The network client's single-record publish path (src/client/producer.ts `publishOne` and a
- * one-record `send`): a lone publish is sent before the event loop turns (no linger), publishes
- * made while a partition's window is full gather into the next batch, a call that waits for the
+ * one-record `send`): a lone publish to a partition with nothing in flight is sent before the
+ * event loop turns (no linger), publishes made while a partition's window is full gather into
+ * the next batch, a call that waits for the
  * producer id or topic metadata is never overtaken by a later one, and an oversized or invalid
  * record fails alone while its batch-mates are sent.
  */
@@ -86,12 +87,12 @@ test("publishOne: a lone publish is sent within the same turn; publishes made wh
   for (let i = 0; i < 10 && t.pending.length === 0; i++) await Promise.resolve();
   assert.equal(turned, false);
   assert.deepEqual(t.pending.map((r) => r.values), [["lone"]]);
-  // Fill the window with single publishes in separate ticks, then publish 100 more.
+  // Fill the window with single publishes in separate turns (with a batch in flight, records
+  // gather until the end of the turn), then publish 100 more.
   const more: Promise<PublishReceipt>[] = [lone];
   for (let i = 1; i < PRODUCER_BATCHES_KEPT; i++) {
     more.push(p.publishOne("t", Buffer.from(`w${i}`), { partition: 0 }));
-    await Promise.resolve();
-    await Promise.resolve();
+    await new Promise((r) => setImmediate(r));
   }
   assert.equal(t.pending.length, PRODUCER_BATCHES_KEPT);
   for (let i = 0; i < 100; i++) more.push(p.publishOne("t", Buffer.from(`g${i}`), { partition: 0 }));

@@ -230,9 +230,9 @@ export class PartitionWindow {
     readonly partition: number,
   ) {}
 
-  /** A closed batch would be numbered and sent at once (a free slot, nothing queued before it). */
-  get hasRoom(): boolean {
-    return this.window.length < PRODUCER_BATCHES_KEPT && this.qHead === this.queue.length && this.mode === Mode.Normal;
+  /** Numbered batches not yet settled (sent, or waiting to be re-sent). */
+  get busy(): boolean {
+    return this.window.length > 0;
   }
 
   /** Nothing gathering, waiting or numbered. */

@@ -3,12 +3,13 @@
  * Client-side batching and idempotent producing (docs/protocol.md §5).
  *
  * `publish()` calls are gathered per (topic, partition) into batches, each sent as one
- * PUBLISH_ENCODED frame. With `lingerMs` 0 (the default) nothing waits for time: the publishes
- * of one tick close their batch on a microtask, and it goes out at once if its partition has
- * room, at most PRODUCER_BATCHES_KEPT batches in flight per partition (the idempotent window,
- * and the same cap without idempotence). While a partition is full, its records keep gathering
- * in its open batch (up to `maxBatchRecords`/`maxBatchBytes`), which is sent when an answer
- * frees a slot: a lone publish goes out at once, and under load batches grow with the records
+ * PUBLISH_ENCODED frame, at most PRODUCER_BATCHES_KEPT batches in flight per partition (the
+ * idempotent window, and the same cap without idempotence). With `lingerMs` 0 (the default)
+ * nothing waits for time: records for a partition with nothing in flight close their batch on a
+ * microtask (the publishes of one tick share it), so a lone publish goes out at once; records
+ * for a partition with batches in flight gather until the end of the event-loop turn, and
+ * while its window is full they keep gathering in its open batch (up to `maxBatchRecords` /
+ * `maxBatchBytes`), sent when an answer frees a slot: under load batches grow with the records
  * in flight (as Kafka's accumulator). With `lingerMs` > 0 batches gather for that long.
  * A publish of one record (`publishOne`) costs one object and one promise when its topic and
  * producer id are known (nothing else is being admitted, so order is kept).
@@ -50,15 +51,6 @@ export interface ProducerOptions {
 }
 
 const NO_OPTS: PublishOptions = {};
-/**
- * A batch this large goes out at once when its partition has a free slot, even if more records
- * of the same tick follow (they start the next batch): records published together (e.g. the
- * answers to one batch, each publishing again) then travel as several batches, so encoding,
- * the transfer, the broker's checks and the fdatasync of consecutive batches overlap instead of
- * the whole window moving as one batch. With the partition's window full, batches gather up to
- * `maxBatchBytes`.
- */
-const SPLIT_BATCH_BYTES = 64 * 1024;
 
 interface TopicMeta {
   partitions: number;
@@ -76,6 +68,10 @@ export class Producer implements WindowHost {
   /** Partitions with a batch gathering since the last flush. */
   private openList: PartitionWindow[] = [];
   private flushScheduled = false;
+  /** A flush on a microtask is queued (a record for a partition with nothing in flight). */
+  private flushSoon = false;
+  /** add() opened a batch on a partition with nothing in flight: flush on a microtask. */
+  private idleOpened = false;
   private lingerTimer: NodeJS.Timeout | null = null;
   private meta = new Map<string, TopicMeta>();
   private metaLoading = new Map<string, Promise<TopicMeta>>();
@@ -374,6 +370,7 @@ export class Producer implements WindowHost {
     if (!b) {
       b = new Batch(part, Date.now() + this.opts.deliveryTimeoutMs);
       part.open = b;
+      if (!(this.opts.idempotent ? part.busy : part.plainInFlight > 0)) this.idleOpened = true;
       if (!part.listed) {
         part.listed = true;
         this.openList.push(part);
@@ -383,15 +380,10 @@ export class Producer implements WindowHost {
     if (e instanceof Group) b.groups++;
     b.count += count;
     b.bytes += size;
-    if (b.count >= this.opts.maxBatchRecords || b.bytes >= this.opts.maxBatchBytes || (b.bytes >= SPLIT_BATCH_BYTES && this.hasRoom(part))) {
+    if (b.count >= this.opts.maxBatchRecords || b.bytes >= this.opts.maxBatchBytes) {
       part.open = null;
       this.close(b);
     }
-  }
-
-  /** A batch closed now would be sent at once. */
-  private hasRoom(part: PartitionWindow): boolean {
-    return this.opts.idempotent ? part.hasRoom && !this.renewNeeded : part.plainInFlight < PRODUCER_BATCHES_KEPT;
   }
 
   /** A batch stops gathering: sent at once, or queued behind its partition's window. */
@@ -410,13 +402,35 @@ export class Producer implements WindowHost {
     this.flush();
   };
 
+  private readonly runFlushSoon = (): void => {
+    this.flushSoon = false;
+    this.flush();
+  };
+
+  /**
+   * No linger (lingerMs 0): a record for a partition with nothing in flight is sent on a
+   * microtask (the publishes of this tick share its batch), so a lone publish goes out at once;
+   * records for a partition with batches in flight gather until the end of this event-loop
+   * turn (as a busy Kafka sender gathers), then go while its window has room.
+   */
   private scheduleFlush(): void {
+    if (this.opts.lingerMs > 0) {
+      if (this.flushScheduled) return;
+      this.flushScheduled = true;
+      this.lingerTimer = setTimeout(this.runFlush, this.opts.lingerMs);
+      return;
+    }
+    if (this.idleOpened) {
+      this.idleOpened = false;
+      if (!this.flushSoon) {
+        this.flushSoon = true;
+        queueMicrotask(this.runFlushSoon);
+      }
+      return;
+    }
     if (this.flushScheduled) return;
     this.flushScheduled = true;
-    // No linger: on a microtask, so the publishes of this tick share a batch and a lone publish
-    // goes out at once; while its partition is full the batch keeps gathering (flush()).
-    if (this.opts.lingerMs <= 0) queueMicrotask(this.runFlush);
-    else this.lingerTimer = setTimeout(this.runFlush, this.opts.lingerMs);
+    setImmediate(this.runFlush);
   }
 
   flush(): void {
