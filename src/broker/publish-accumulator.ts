@@ -31,14 +31,6 @@ import type { PublishReceipt } from "../types.js";
 export const MAX_APPENDS_IN_FLIGHT = 2;
 /** Bound on the records' bytes (`recordSize()`) gathered into one append (at least one entry). */
 export const MAX_APPEND_BYTES = 1024 * 1024;
-/**
- * Records waiting reach this many bytes while an append slot is free: they go at once, and the
- * records published after them in the same tick start the next append. So records published
- * together (the callers of one answered append, each publishing again) are split over the
- * slots instead of moving as one batch, and one append's fdatasync overlaps the next one's
- * encoding (pipelining).
- */
-export const SPLIT_APPEND_BYTES = 64 * 1024;
 
 /** One waiting publish(): the prepared record and its settlement in one object. */
 export class PendingRecord implements PreparedRecord {
@@ -79,7 +71,6 @@ export interface AccumulatorHost {
 
 export class PartitionAccumulator {
   private waiting: Entry[] = [];
-  private waitingBytes = 0;
   private inFlight = 0;
   private scheduled = false;
   private readonly flushNow = (): void => {
@@ -102,14 +93,8 @@ export class PartitionAccumulator {
   /** A validated record (or publishBatch group) joins the next append. */
   add(entry: Entry): void {
     this.waiting.push(entry);
-    this.waitingBytes += entry.size;
     this.counter.outstanding++;
-    if (this.inFlight >= MAX_APPENDS_IN_FLIGHT) return;
-    if (this.waitingBytes >= SPLIT_APPEND_BYTES) {
-      this.send(this.take());
-      return;
-    }
-    if (!this.scheduled) {
+    if (this.inFlight < MAX_APPENDS_IN_FLIGHT && !this.scheduled) {
       // On a microtask: the publishes of this tick share one append.
       this.scheduled = true;
       queueMicrotask(this.flushNow);
@@ -138,10 +123,8 @@ export class PartitionAccumulator {
       if (n > 0 && bytes + e.size > MAX_APPEND_BYTES) break;
       bytes += e.size;
     }
-    this.waitingBytes -= bytes;
     if (n === w.length) {
       this.waiting = [];
-      this.waitingBytes = 0;
       return w;
     }
     this.waiting = w.slice(n);
