@@ -84,28 +84,30 @@ function processCase(system: string, t: Open, concurrency: number): BenchCase {
 }
 
 /** The worker loop of examples/queue.ts, as the file writes it today (read at run time). */
-export function readmeWorkerLoop(): { prefetch: number; extendMs: number | null; extendAwaited: boolean; ackAwaited: boolean; source: string } {
+export function readmeWorkerLoop(): { prefetch: number; extendMs: number | null; extendAwaited: boolean; ackAwaited: boolean; ackText: string; extendText: string; source: string } {
   let src = "";
   try {
     src = readFileSync(new URL("../../examples/queue.ts", import.meta.url), "utf8");
   } catch {
-    return { prefetch: 8, extendMs: 60_000, extendAwaited: true, ackAwaited: true, source: "examples/queue.ts not found: its form at the time of writing" };
+    return { prefetch: 8, extendMs: 60_000, extendAwaited: true, ackAwaited: false, ackText: "void job.ack()", extendText: "await job.extend(60_000)", source: "examples/queue.ts not found: its form at the time of writing" };
   }
   const prefetch = Number(/work\(\{\s*prefetch:\s*(\d+)/.exec(src)?.[1] ?? 16);
-  const ext = /(await\s+)?job\.extend\(([\d_]+)\)/.exec(src);
-  const ack = /(await\s+)?job\.ack\(\)/.exec(src);
+  const ext = /(await\s+|void\s+)?job\.extend\(([\d_]+)\)/.exec(src);
+  const ack = /(await\s+|void\s+)?job\.ack\(\)/.exec(src);
   return {
     prefetch,
     extendMs: ext ? Number(ext[2].replace(/_/g, "")) : null,
-    extendAwaited: !!ext?.[1],
-    ackAwaited: ack ? !!ack[1] : true,
+    extendAwaited: ext?.[1]?.startsWith("await") ?? false,
+    ackAwaited: ack?.[1]?.startsWith("await") ?? true,
+    ackText: ack?.[0] ?? "await job.ack()",
+    extendText: ext?.[0] ?? "",
     source: "examples/queue.ts (read at run time; its console.log left out)",
   };
 }
 
 function readmeLoopCase(t: Open): BenchCase {
   const f = readmeWorkerLoop();
-  const body = `${f.extendMs !== null ? `${f.extendAwaited ? "await " : ""}job.extend(${f.extendMs.toLocaleString("en-US").replace(/,/g, "_")}); ` : ""}${f.ackAwaited ? "await " : ""}job.ack();`;
+  const body = `${f.extendText ? `${f.extendText}; ` : ""}${f.ackText};`;
   // The example's queue config (lease, attempts, backoff, dead-letter queue).
   const config = { visibilityTimeoutMs: 30_000, maxAttempts: 5, backoff: { type: "exponential", minDelayMs: 1_000, maxDelayMs: 60_000 }, deadLetter: `bench-jobs.dlq` };
   return {
