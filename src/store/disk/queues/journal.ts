@@ -4,8 +4,8 @@
  * (events.ts) of one event-loop turn and of the time an append is in flight go into one batch;
  * each batch is appended as one record per 64 KiB chunk, and every event of the batch resolves
  * with one shared promise once the append is durable (JRN-2: a settlement resolves only after
- * the record holding its event is durable; Q-2). Appends are strictly one at a time, so the
- * journal's order is the order events were issued.
+ * the record holding its event is durable; Q-2). Up to MAX_APPENDS_IN_FLIGHT appends run at
+ * once; the log orders them as issued, so the journal's order is the order events were issued.
  *
  * Snapshots are taken here, between two appends (JRN-3): with no append in flight every record
  * below the journal's end is reflected in memory, so the snapshot can name that end as its
@@ -20,6 +20,12 @@ export const MAX_JOURNAL_RECORD_BYTES = 1024 * 1024;
 const JOURNAL_CHUNK_BYTES = 64 * 1024;
 /** Take a snapshot (and delete what it covers) after this many journal bytes. */
 const SNAPSHOT_EVERY_JOURNAL_BYTES = 32 * 1024 * 1024;
+/**
+ * Journal appends in flight at once. One at a time, a DELIVER issued while an ACK batch's
+ * fdatasync ran waited for it and then for its own: hand-outs took two fdatasyncs. The log
+ * pipelines them (its group commit gathers appends behind running fdatasyncs).
+ */
+const MAX_APPENDS_IN_FLIGHT = 4;
 
 export interface Deferred<T = void> {
   promise: Promise<T>;
@@ -61,8 +67,17 @@ export interface JournalHooks {
 
 export class Journal {
   private batch: JournalBatch | null = null;
-  private running = false;
-  private broken = false;
+  /** A pump is queued on a microtask (events of one turn share a batch). */
+  private scheduled = false;
+  private readonly scheduledPump = (): void => {
+    this.scheduled = false;
+    this.pump();
+  };
+  /** Appends handed to the log and not yet settled (at most MAX_APPENDS_IN_FLIGHT). */
+  private inflight = 0;
+  /** Settles once every append issued so far has settled (a barrier chains on it). */
+  private lastWrite: Promise<void> = Promise.resolve();
+  private failure: Error | null = null;
   private sinceSnapshot = 0;
   private snapshotRequested = false;
   private snapshotting: Promise<void> | null = null;
@@ -107,9 +122,9 @@ export class Journal {
     while (this.snapshotting) await this.snapshotting;
   }
 
-  /** Resolves once no append or snapshot is running. */
+  /** Resolves once no append or snapshot is running and no batch waits. */
   async idle(): Promise<void> {
-    while (this.running) await new Promise((r) => setImmediate(r));
+    while (this.inflight > 0 || this.snapshotting !== null || (this.batch !== null && this.failure === null)) await new Promise((r) => setImmediate(r));
   }
 
   /** Journal bytes since the last snapshot reset the count. */
@@ -127,58 +142,87 @@ export class Journal {
     this.hooks.check();
     if (this.batch === null) this.batch = { chunks: [], cur: Buffer.allocUnsafe(JOURNAL_CHUNK_BYTES), pos: 0, bytes: 0, d: deferred() };
     const b = this.batch;
-    if (!this.running) {
-      this.running = true;
-      queueMicrotask(() => void this.loop());
+    if (!this.scheduled) {
+      this.scheduled = true;
+      // Idle journal: append after this microtask checkpoint (latency). With appends in flight
+      // the batch gathers the whole event-loop turn: a loop that settles one job per microtask
+      // (the README's un-awaited acks) would otherwise make one append per job.
+      if (this.inflight === 0) queueMicrotask(this.scheduledPump);
+      else setImmediate(this.scheduledPump);
     }
     return b;
   }
 
-  private async loop(): Promise<void> {
-    try {
-      for (;;) {
-        const b = this.batch;
-        if (b === null) break;
-        this.batch = null;
-        try {
-          if (b.bytes > 0) {
-            // One journal record per chunk; events never straddle chunks.
-            if (b.pos > 0) b.chunks.push(b.cur.subarray(0, b.pos));
-            const ts = this.hooks.now();
-            await this.log.append(b.chunks.map((value) => ({ key: null, value, valueKind: 0 as const, timestamp: ts, headers: null })));
-            this.sinceSnapshot += b.bytes;
-          }
-          b.d.resolve();
-        } catch (e) {
-          this.broken = true;
-          b.d.reject(this.hooks.failed(e));
-          // Events queued behind it can never be written in order: they fail the same way.
-          const rest = this.batch as JournalBatch | null;
-          this.batch = null;
-          rest?.d.reject(this.hooks.failed(e));
-          break;
-        }
-        if (this.batch === null && (this.snapshotRequested || this.sinceSnapshot > SNAPSHOT_EVERY_JOURNAL_BYTES)) await this.takeSnapshot();
-      }
-    } finally {
-      this.running = false;
-      if (this.batch !== null && !this.broken) {
-        this.running = true;
-        queueMicrotask(() => void this.loop());
-      }
-    }
+  private snapshotWanted(): boolean {
+    return this.snapshotRequested || this.sinceSnapshot > SNAPSHOT_EVERY_JOURNAL_BYTES;
   }
 
-  private async takeSnapshot(): Promise<void> {
-    this.snapshotRequested = false;
-    const s = this.hooks.snapshot(this.log.logEndOffset);
-    this.snapshotting = s;
-    try {
-      await s;
-    } catch (e) {
-      this.hooks.logger.error({ err: e, queue: this.hooks.queue }, "queue snapshot failed; will retry later");
-    } finally {
-      this.snapshotting = null;
+  /**
+   * Starts appends while fewer than MAX_APPENDS_IN_FLIGHT run (JRN-2: the log assigns their
+   * offsets in call order and publishes them in that order, so batches become durable, and
+   * resolve, in the order their events were issued; a failed append fails every append behind
+   * it). While a snapshot is wanted appends go one at a time again, so the journal reaches a
+   * point with none in flight; the snapshot is taken there (JRN-3).
+   */
+  private pump(): void {
+    while (this.batch !== null && this.failure === null && this.snapshotting === null && this.inflight < MAX_APPENDS_IN_FLIGHT) {
+      if (this.inflight > 0 && this.snapshotWanted()) break;
+      const b = this.batch;
+      this.batch = null;
+      this.write(b);
     }
+    if (this.inflight === 0 && this.batch === null && this.snapshotting === null && this.failure === null && this.snapshotWanted()) this.takeSnapshot();
+  }
+
+  private write(b: JournalBatch): void {
+    if (b.bytes === 0) {
+      // A barrier (requestSnapshot, compact): durable once everything issued before it is.
+      this.lastWrite.then(() => (this.failure === null ? b.d.resolve() : b.d.reject(this.failure)));
+      return;
+    }
+    // One journal record per chunk; events never straddle chunks.
+    if (b.pos > 0) b.chunks.push(b.cur.subarray(0, b.pos));
+    const ts = this.hooks.now();
+    this.inflight++;
+    let appended: Promise<unknown>;
+    try {
+      appended = this.log.append(b.chunks.map((value) => ({ key: null, value, valueKind: 0 as const, timestamp: ts, headers: null })));
+    } catch (e) {
+      appended = Promise.reject(e);
+    }
+    this.lastWrite = appended.then(
+      () => {
+        this.inflight--;
+        this.sinceSnapshot += b.bytes;
+        if (this.failure !== null) b.d.reject(this.failure);
+        else b.d.resolve();
+        this.pump();
+      },
+      (e: unknown) => {
+        this.inflight--;
+        this.fail(b, e);
+      },
+    );
+  }
+
+  /** An append failed: its batch and every batch behind it fail (the queue must be reopened). */
+  private fail(b: JournalBatch, e: unknown): void {
+    this.failure ??= this.hooks.failed(e);
+    b.d.reject(this.failure);
+    // Events queued behind it can never be written in order: they fail the same way.
+    const rest = this.batch;
+    this.batch = null;
+    rest?.d.reject(this.failure);
+  }
+
+  private takeSnapshot(): void {
+    this.snapshotRequested = false;
+    this.snapshotting = this.hooks
+      .snapshot(this.log.logEndOffset)
+      .catch((e: unknown) => this.hooks.logger.error({ err: e, queue: this.hooks.queue }, "queue snapshot failed; will retry later"))
+      .finally(() => {
+        this.snapshotting = null;
+        this.pump();
+      });
   }
 }
