@@ -15,7 +15,10 @@ await emails.enqueue({ to: "ada@example.com", template: "welcome" }, { key: "ada
 await emails.enqueue({ to: "bob@example.com", template: "welcome" }, { key: "bob" });
 await emails.enqueue({ to: "nobody", template: "welcome" });
 
-// Iterator form: one job at a time per key, leases, explicit settlement.
+// Iterator form: leases, explicit settlement. At most `prefetch` unsettled jobs reach the loop.
+// An ack need not be awaited: the worker keeps at most `maxPendingSettlements` (default 1000)
+// acks in flight, and the loop ends (break, signal, close) only once each is durable. A failed
+// ack means the lease was lost: the job is delivered again (at least once).
 const ac = new AbortController();
 let handled = 0;
 for await (const job of emails.work({ prefetch: 8, signal: ac.signal })) {
@@ -24,7 +27,7 @@ for await (const job of emails.work({ prefetch: 8, signal: ac.signal })) {
   } else {
     await job.extend(60_000); // a long step ahead: push the lease out
     console.log(`sent ${job.data.template} to ${job.data.to} (attempt ${job.attempt})`);
-    await job.ack(); // durable before it resolves
+    void job.ack(); // made durable in the background, many acks per fdatasync
   }
   if (++handled === 3) ac.abort();
 }

@@ -7,9 +7,10 @@ import { dirname, join } from "node:path";
 import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import type { Job } from "../src/queues/index.js";
-import { iter, nextJob, openManager, rng, tempDir } from "./fixtures/queue-helpers.js";
+import { iter, nextJob, openManager, rng, tempDir, waitFor } from "./fixtures/queue-helpers.js";
 
 const CHILD = join(dirname(fileURLToPath(import.meta.url)), "fixtures", "queue-crash-child.js");
+const UNAWAITED_CHILD = join(dirname(fileURLToPath(import.meta.url)), "fixtures", "queue-unawaited-child.js");
 const cleanups: (() => void)[] = [];
 after(() => cleanups.forEach((c) => c()));
 
@@ -21,9 +22,9 @@ interface ChildResult {
 }
 
 /** Runs the child; if `killAfterLines` is set, SIGKILLs it once that many lines were reported. */
-function runChild(args: string[], killAfterLines?: number, timeoutMs = 20_000): Promise<ChildResult> {
+function runChild(args: string[], killAfterLines?: number, timeoutMs = 20_000, script = CHILD): Promise<ChildResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [CHILD, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [script, ...args], { stdio: ["ignore", "pipe", "pipe"] });
     const lines: string[] = [];
     let buf = "";
     let stderr = "";
@@ -92,6 +93,47 @@ for (const point of ["before", "after-effect", "after-ack"] as const) {
     const m2 = await openManager(t.dir);
     assert.equal((await m2.queue("crash").stats()).depth, 0);
     await m2.close();
+  });
+}
+
+for (const [prefetch, maxPending] of [
+  [8, 1000],
+  [4, 16],
+] as const) {
+  test(`README loop with un-awaited acks (prefetch ${prefetch}, maxPendingSettlements ${maxPending}) SIGKILLed: no job lost; handled jobs delivered again <= prefetch + maxPendingSettlements`, async (ctx) => {
+    const t = tempDir();
+    cleanups.push(t.cleanup);
+    const m = await openManager(t.dir);
+    const q = m.queue<number>("unawaited", { visibilityTimeoutMs: 300 });
+    const ids: string[] = [];
+    for (let i = 0; i < 8000; i += 1000) ids.push(...(await q.enqueueBatch(Array.from({ length: 1000 }, (_, k) => ({ data: i + k })))).map((r) => r.id));
+    await m.close();
+
+    const r = await runChild([t.dir, String(prefetch), String(maxPending)], 3000, 30_000, UNAWAITED_CHILD);
+    assert.equal(r.signal, "SIGKILL", `child should have been killed; stderr: ${r.stderr}`);
+    const handled = new Set(r.lines.filter((l) => l.startsWith("H ")).map((l) => l.slice(2)));
+    assert.ok(handled.size >= 3000, `jobs handled before the kill (${handled.size})`);
+
+    const m2 = await openManager(t.dir);
+    const q2 = m2.queue<number>("unawaited", { visibilityTimeoutMs: 300 });
+    const remaining = new Set<string>();
+    const stop = new AbortController();
+    const drain = (async () => {
+      for await (const j of q2.work({ prefetch: 64, visibilityTimeoutMs: 60_000, signal: stop.signal })) {
+        remaining.add(j.id);
+        void j.ack();
+      }
+    })();
+    // Leases restored from the killed child expire 300 ms after their hand-out: then the queue is empty.
+    await waitFor(async () => (await q2.stats()).depth === 0, "the queue drained", 30_000);
+    stop.abort();
+    await drain;
+    await m2.close();
+    const lost = ids.filter((id) => !handled.has(id) && !remaining.has(id));
+    assert.deepEqual(lost.slice(0, 10), [], "every job was handled or is delivered again");
+    const again = [...handled].filter((id) => remaining.has(id));
+    ctx.diagnostic(`handled before the kill ${handled.size} of ${ids.length}; handled and delivered again ${again.length}`);
+    assert.ok(again.length <= prefetch + maxPending, `handled jobs delivered again: ${again.length} <= ${prefetch + maxPending}`);
   });
 }
 

@@ -12,7 +12,7 @@
  * connection drops or they time out, so a job is stored once however often it travels.
  */
 import { AbortedError, LeaseExpiredError, ValidationError } from "../errors.js";
-import { DEFAULT_PREFETCH, MAX_PREFETCH, prefetchOption } from "../queues/config.js";
+import { DEFAULT_MAX_PENDING_SETTLEMENTS, DEFAULT_PREFETCH, intOption, MAX_PENDING_SETTLEMENTS, MAX_PREFETCH, prefetchOption } from "../queues/config.js";
 import { processWorkerOptions, runProcess, type ProcessWorker } from "../queues/process.js";
 import { workerIterator } from "../queues/iterate.js";
 import type {
@@ -21,7 +21,6 @@ import type {
   EnqueueOptions,
   EnqueueResult,
   Job,
-  NackOptions,
   ProcessOptions,
   Queue,
   QueueConfig,
@@ -35,26 +34,21 @@ import type { PublishValue } from "../value-types.js";
 import { Op, decodeJobBatch, decodePublishRecords, encodePublishRecords, encodeSettleItems, wireToError, type Frame, type WireError } from "../wire/index.js";
 import type { Transport } from "./transport.js";
 import { ENQUEUE_DELIVERY_TIMEOUT_MS, enqueuerFor } from "./queue-enqueuer.js";
+import { NO_ARG, RemoteJob, type JobMeta, type SettleAction } from "./remote-job.js";
 
 export { drainEnqueues, enqueueStats, ENQUEUE_DELIVERY_TIMEOUT_MS, MAX_WAITING_JOBS } from "./queue-enqueuer.js";
 
 let nextWorkerId = 1;
+const noop = (): void => {};
+
+function handledRejection(e: unknown): Promise<never> {
+  const p = Promise.reject(e);
+  p.catch(noop);
+  return p;
+}
 
 /** Settle items per QUEUE_SETTLE(_BATCH) frame: a worker holds at most MAX_PREFETCH jobs (extends may repeat). */
 const MAX_SETTLES_PER_FRAME = MAX_PREFETCH;
-const NO_ARG: Record<string, unknown> = Object.freeze({}) as Record<string, unknown>;
-
-interface JobMeta {
-  id: string;
-  key: string | null;
-  attempt: number;
-  enqueuedAt: number;
-  receipt: string;
-  leaseExpiresAt: number;
-  redriveCount: number;
-}
-
-type SettleAction = "ack" | "nack" | "extend" | "release";
 
 interface PendingSettle {
   job: RemoteJob<unknown>;
@@ -62,77 +56,6 @@ interface PendingSettle {
   arg: Record<string, unknown>;
   resolve(): void;
   reject(e: unknown): void;
-}
-
-class RemoteJob<T> implements Job<T> {
-  readonly id: string;
-  readonly key: string | null;
-  readonly attempt: number;
-  readonly enqueuedAt: number;
-  readonly receipt: string;
-  leaseExpiresAt: number;
-  readonly redriveCount: number;
-  readonly deadLetter: DeadLetterInfo | null;
-  /** Created on first `signal` access: an AbortController per job is costly, most are never read. */
-  #ac: AbortController | null = null;
-  #abortReason: unknown = undefined;
-  /** True once the lease is lost (connection dropped, expired, worker closed). */
-  aborted = false;
-  settled = false;
-
-  constructor(
-    meta: JobMeta,
-    deadLetter: DeadLetterInfo | null,
-    readonly data: T,
-    readonly headers: Record<string, Uint8Array>,
-    private readonly worker: RemoteWorker<T>,
-    /** The worker registration (server-side worker id) that received this job. */
-    readonly workerId: number,
-    /** The delivery tag settlements name (QUEUE_SETTLE_BATCH); negative for a job of an older
-     * server (PUSH_JOBS), which is settled by receipt. */
-    readonly tag: number,
-  ) {
-    this.id = meta.id;
-    this.key = meta.key;
-    this.attempt = meta.attempt;
-    this.enqueuedAt = meta.enqueuedAt;
-    this.receipt = meta.receipt;
-    this.leaseExpiresAt = meta.leaseExpiresAt;
-    this.redriveCount = meta.redriveCount;
-    this.deadLetter = deadLetter;
-  }
-  get signal(): AbortSignal {
-    if (this.#ac === null) {
-      this.#ac = new AbortController();
-      if (this.aborted) this.#ac.abort(this.#abortReason);
-    }
-    return this.#ac.signal;
-  }
-  abort(reason: unknown): void {
-    if (this.aborted) return;
-    this.aborted = true;
-    this.#abortReason = reason;
-    this.#ac?.abort(reason);
-  }
-  ack(): Promise<void> {
-    return this.worker.settle(this, "ack", NO_ARG);
-  }
-  nack(opts: NackOptions = {}): Promise<void> {
-    const arg: Record<string, unknown> = {};
-    if (opts.delayMs !== undefined) arg.delayMs = opts.delayMs;
-    if (opts.requeue === false) arg.requeue = false;
-    if (opts.reason !== undefined) arg.reason = String(opts.reason);
-    if (opts.error !== undefined) {
-      const e = opts.error as { name?: unknown; constructor?: { name?: string }; message?: unknown };
-      arg.errorClass = e instanceof Error ? e.constructor?.name ?? e.name : typeof opts.error;
-      arg.errorMessage = e instanceof Error ? String(e.message) : String(opts.error);
-    }
-    return this.worker.settle(this, "nack", arg);
-  }
-  extend(ms: number): Promise<void> {
-    if (!Number.isFinite(ms) || ms <= 0) return Promise.reject(new ValidationError("extend(ms) needs a positive number of milliseconds"));
-    return this.worker.settle(this, "extend", { ms });
-  }
 }
 
 export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
@@ -155,6 +78,14 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
    */
   onJob: ((job: Job<T>) => void) | null = null;
   private readonly prefetch: number;
+  /** Bound on settlements sent and not yet answered (un-awaited acks), see WorkOptions. */
+  private readonly maxPending: number;
+  /** Jobs handed to application code and not yet settled. */
+  private handedOut = 0;
+  /** Acks and nacks issued and not yet answered by the server (durable or failed). */
+  private pendingCount = 0;
+  private settledWaiters: (() => void)[] = [];
+  private drainQueued = false;
 
   constructor(
     private readonly transport: Transport,
@@ -163,6 +94,7 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
     private readonly opts: WorkOptions,
   ) {
     this.prefetch = prefetchOption(opts.prefetch, "prefetch", DEFAULT_PREFETCH);
+    this.maxPending = intOption(opts.maxPendingSettlements, "maxPendingSettlements", 1, MAX_PENDING_SETTLEMENTS, DEFAULT_MAX_PENDING_SETTLEMENTS);
     if (opts.signal) {
       if (opts.signal.aborted) this.closed = true;
       else opts.signal.addEventListener("abort", () => void this.close(), { once: true });
@@ -220,9 +152,65 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
   }
 
   private releaseAll(reason: unknown): void {
-    for (const j of this.live.values()) j.abort(reason);
+    for (const j of this.live.values()) {
+      this.unhand(j);
+      j.abort(reason);
+    }
     this.live.clear();
     this.buffer = [];
+  }
+
+  /** The job left application code (settled, or its lease was lost). */
+  private unhand(j: RemoteJob<T>): void {
+    if (!j.handed) return;
+    j.handed = false;
+    this.handedOut--;
+    if (this.buffer.length > 0) {
+      this.wake();
+      this.drainSoon();
+    }
+  }
+
+  /** `prefetch` and `maxPendingSettlements` allow another job into application code. */
+  private mayHandOut(): boolean {
+    return this.handedOut < this.prefetch && this.handedOut + this.pendingCount < this.prefetch + this.maxPending;
+  }
+
+  private takeBuffered(): RemoteJob<T> | undefined {
+    if (this.buffer.length === 0 || !this.mayHandOut()) return undefined;
+    const j = this.buffer.shift()!;
+    j.handed = true;
+    this.handedOut++;
+    return j;
+  }
+
+  /** Push mode: buffered jobs to `process()` while the bounds allow (on a microtask: no recursion). */
+  private drainSoon(): void {
+    if (this.drainQueued || this.onJob === null || this.buffer.length === 0) return;
+    this.drainQueued = true;
+    queueMicrotask(() => {
+      this.drainQueued = false;
+      const onJob = this.onJob;
+      if (onJob === null || !this.receiving) return;
+      for (let j = this.takeBuffered(); j !== undefined; j = this.takeBuffered()) onJob(j);
+    });
+  }
+
+  /** A settlement was answered (durable or failed): room under `maxPendingSettlements`. */
+  private settleDone(): void {
+    const blocked = !this.mayHandOut();
+    this.pendingCount--;
+    if (this.pendingCount === 0) for (const w of this.settledWaiters.splice(0)) w();
+    if (blocked && this.buffer.length > 0) {
+      this.wake();
+      this.drainSoon();
+    }
+  }
+
+  /** Resolves once every settlement issued is answered. */
+  private whenSettled(): Promise<void> {
+    if (this.pendingCount === 0) return Promise.resolve();
+    return new Promise((r) => this.settledWaiters.push(r));
   }
 
   onPush(f: Frame): void {
@@ -264,6 +252,7 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
         else for (const x of this.live.values()) if (x.receipt === f.meta.receipt) j = x;
         if (j) {
           this.live.delete(j.tag);
+          this.unhand(j);
           j.abort(new LeaseExpiredError());
           const i = this.buffer.indexOf(j);
           if (i >= 0) this.buffer.splice(i, 1);
@@ -287,12 +276,18 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
       return;
     }
     const onJob = this.onJob;
-    if (onJob !== null) {
-      for (const j of jobs) onJob(j);
-      return;
+    let k = 0;
+    if (onJob !== null && this.buffer.length === 0) {
+      while (k < jobs.length && this.mayHandOut()) {
+        const j = jobs[k++];
+        j.handed = true;
+        this.handedOut++;
+        onJob(j);
+      }
     }
-    for (const j of jobs) this.buffer.push(j);
-    this.wake();
+    for (; k < jobs.length; k++) this.buffer.push(jobs[k]);
+    if (onJob === null) this.wake();
+    else this.drainSoon();
   }
 
   /**
@@ -304,15 +299,28 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
   private settleScheduled = false;
 
   settle(job: RemoteJob<T>, action: SettleAction, arg: Record<string, unknown>): Promise<void> {
-    if (job.settled) return Promise.reject(new ValidationError(`job ${job.id} is already settled`));
-    if (job.workerId !== this.id || this.live.get(job.tag) !== job) return Promise.reject(new LeaseExpiredError());
-    return new Promise<void>((resolve, reject) => {
-      this.pendingSettles.push({ job: job as RemoteJob<unknown>, action, arg, resolve, reject });
+    // Settlements may be left un-awaited: their promises never cause an unhandled rejection.
+    if (job.settled) return handledRejection(new ValidationError(`job ${job.id} is already settled`));
+    if (job.workerId !== this.id || this.live.get(job.tag) !== job) return handledRejection(new LeaseExpiredError());
+    // Acks and nacks end the job's time in application code now, and count as pending until
+    // answered (maxPendingSettlements).
+    const counted = action === "ack" || action === "nack";
+    if (counted) {
+      this.unhand(job);
+      this.pendingCount++;
+    }
+    const p = new Promise<void>((resolve, reject) => {
+      const done = counted
+        ? { resolve: () => (resolve(), this.settleDone()), reject: (e: unknown) => (reject(e), this.settleDone()) }
+        : { resolve, reject };
+      this.pendingSettles.push({ job: job as RemoteJob<unknown>, action, arg, resolve: done.resolve, reject: done.reject });
       if (!this.settleScheduled) {
         this.settleScheduled = true;
         setImmediate(() => this.flushSettles());
       }
     });
+    p.catch(noop);
+    return p;
   }
 
   private flushSettles(): void {
@@ -412,8 +420,12 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
         this.error = null;
         throw e;
       }
-      if (!this.receiving || this.closed) return { value: undefined, done: true };
-      const j = this.buffer.shift();
+      if (!this.receiving || this.closed) {
+        // The loop ends with every settlement it issued answered (durable, or failed).
+        await this.whenSettled();
+        return { value: undefined, done: true };
+      }
+      const j = this.takeBuffered();
       if (j) return { value: j, done: false };
       await new Promise<void>((r) => (this.waiter = r));
     }
@@ -475,6 +487,8 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
     // Server side: unsettled jobs are nacked (released for redelivery).
     this.releaseAll(new AbortedError("worker closed"));
     if (id) await this.transport.request(Op.QueueStop, { worker: id }, null, { retry: false }).catch(() => {});
+    // Un-awaited acks: close() resolves once each is durable (or failed).
+    await this.whenSettled();
   }
 
   [Symbol.asyncDispose](): Promise<void> {

@@ -11,6 +11,12 @@ import type { QueueConfig } from "./types.js";
 /** Unsettled jobs a worker may hold (`prefetch`), and handlers `process()` runs at once. */
 export const MAX_PREFETCH = 10_000;
 export const DEFAULT_PREFETCH = 16;
+/**
+ * Settlements of one worker issued and not yet durable (un-awaited acks): above this the worker
+ * takes and hands out no jobs, which bounds what a crash delivers again.
+ */
+export const DEFAULT_MAX_PENDING_SETTLEMENTS = 1000;
+export const MAX_PENDING_SETTLEMENTS = 100_000;
 /** Handlers `process()` runs at once by default. */
 export const DEFAULT_PROCESS_CONCURRENCY = 1;
 export const MAX_ATTEMPTS_LIMIT = 1000;

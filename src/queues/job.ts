@@ -19,6 +19,21 @@ export interface JobOwner {
   restartLease(job: LeasedJob<unknown>): void;
 }
 
+const noop = (): void => {};
+
+/** A rejected promise that is never reported as unhandled (it still rejects when awaited). */
+export function handledRejection(e: unknown): Promise<never> {
+  const p = Promise.reject(e);
+  p.catch(noop);
+  return p;
+}
+
+/** Marks `p` handled (an un-awaited settlement) and returns it unchanged. */
+export function handled<T>(p: Promise<T>): Promise<T> {
+  p.catch(noop);
+  return p;
+}
+
 const UNDECODED: unique symbol = Symbol("undecoded");
 
 function headerObject(h: [string, Buffer][] | null): Record<string, Uint8Array> {
@@ -30,6 +45,10 @@ function headerObject(h: [string, Buffer][] | null): Record<string, Uint8Array> 
 export class LeasedJob<T> implements DeliveredJob {
   readonly lease: Lease;
   tag = -1;
+  /** Handed to application code (by the iterator or to a `process()` handler). */
+  handed = false;
+  /** performance.now() when it reached its worker's buffer (park timeout). */
+  bufferedAt = 0;
   /** Set once the lease ended (settled through this job, or lost). */
   private ended = false;
   /** Created lazily on first `signal` access (an AbortController per job is costly). */
@@ -99,26 +118,27 @@ export class LeasedJob<T> implements DeliveredJob {
   }
 
   // Errors known at once (a stale lease, a bad argument) are thrown synchronously by the
-  // engine; users get them as rejections.
+  // engine; users get them as rejections. A settlement may be left un-awaited (docs/queues.md,
+  // "Settling without awaiting"): its promise never causes an unhandled rejection.
   ack(): Promise<void> {
     try {
       return this.owner.ack(this);
     } catch (e) {
-      return Promise.reject(e);
+      return handledRejection(e);
     }
   }
   nack(opts: NackOptions = {}): Promise<void> {
     try {
       return this.owner.nack(this, opts);
     } catch (e) {
-      return Promise.reject(e);
+      return handledRejection(e);
     }
   }
   extend(ms: number): Promise<void> {
     try {
       return this.owner.extend(this, ms);
     } catch (e) {
-      return Promise.reject(e);
+      return handledRejection(e);
     }
   }
   unstart(): void {

@@ -14,8 +14,8 @@ import type { LeasedJob } from "./job.js";
 
 /** A worker as the runtime drives it (src/queues/worker.ts). */
 export interface RuntimeWorker extends LeaseConsumer {
-  /** Leases it may hold (the cap of its grants). */
-  readonly prefetch: number;
+  /** Leases it may hold now (the cap of its grants). */
+  readonly grantCap: number;
   wantsJobs(): boolean;
   /** A durable hand-out round for it. */
   deliver(jobs: GrantedJob[]): void;
@@ -101,7 +101,7 @@ export class QueueRuntime implements QueueListener {
     const targets: RuntimeWorker[] = [];
     for (const w of this.workers) {
       if (!w.wantsJobs()) continue;
-      requests.push({ consumer: w, upTo: w.prefetch });
+      requests.push({ consumer: w, upTo: w.grantCap });
       targets.push(w);
     }
     if (requests.length === 0) return;

@@ -142,7 +142,11 @@ export interface Job<T = unknown> {
   readonly deadLetter: DeadLetterInfo | null;
   /** Aborts when the lease is lost or the worker/queue shuts down. */
   readonly signal: AbortSignal;
-  /** Completes the job; resolves once durable. */
+  /**
+   * Completes the job; resolves once durable. May be left un-awaited (the worker bounds how
+   * many are pending: `maxPendingSettlements`); its promise never causes an unhandled
+   * rejection. A failed ack means the lease was lost: the job is delivered again.
+   */
   ack(): Promise<void>;
   /** Fails this attempt: retry with backoff (or `delayMs`), or `requeue: false` to dead-letter. */
   nack(opts?: NackOptions): Promise<void>;
@@ -153,8 +157,17 @@ export interface Job<T = unknown> {
 export interface WorkOptions {
   /** Lease length for jobs of this worker. Default: the queue's visibilityTimeoutMs. */
   visibilityTimeoutMs?: number;
-  /** Max unsettled jobs held by this worker (1 .. 10_000). Default 16. */
+  /**
+   * Max jobs handed to application code and not yet settled (1 .. 10_000). Default 16. The
+   * worker may hold a few more granted jobs it has not handed out yet (its lookahead).
+   */
   prefetch?: number;
+  /**
+   * Max settlements issued and not yet durable (an un-awaited `job.ack()`), 1 .. 100_000.
+   * Default 1000. Above it the worker hands out no more jobs until writes complete, which bounds
+   * what a crash can deliver again: at most `prefetch` + this many jobs per worker.
+   */
+  maxPendingSettlements?: number;
   signal?: AbortSignal;
   /** Recorded in attempt history. Default `${pid}-worker-N`. */
   consumerId?: string;

@@ -3,16 +3,25 @@
  * An embedded worker: the leases it holds, how it receives jobs (iterator, `process()`'s push
  * mode, or the server's batch push mode) and what it does with unsettled jobs when it stops.
  *
- * `prefetch` bounds the jobs a worker holds (granted and not settled, buffered included): the
- * engine grants to it only up to `prefetch` leases (`GrantRequest.upTo`), so a slow consumer
- * holds at most `prefetch` leases and never an unbounded buffer. A job that never reached
- * application code (buffered when the worker stops) goes back without counting an attempt.
+ * Bounds (docs/queues.md, "Settling without awaiting"):
+ *  - `prefetch` bounds the jobs handed to application code and not yet settled. In iterator and
+ *    `process()` modes the worker also holds a lookahead (lookahead.ts) of granted, durable jobs
+ *    not yet handed out, so a hand-out does not wait for a DELIVER fdatasync; the engine grants
+ *    it at most `prefetch` + lookahead leases (`GrantRequest.upTo`). In the server's batch push
+ *    mode `prefetch` is the grant cap itself (the server parks jobs on its own).
+ *  - `maxPendingSettlements` bounds settlements issued and not yet durable (an un-awaited
+ *    `job.ack()`): jobs handed out and not durably settled are at most `prefetch` +
+ *    `maxPendingSettlements`; above that the worker takes and hands out no jobs. This is what a
+ *    crash can deliver again (besides the parked lookahead, which no handler saw).
+ * A job that never reached application code (buffered when the worker stops, or parked longer
+ * than PARK_MAX_MS) goes back without counting an attempt.
  */
 import { AbortedError } from "../errors.js";
 import type { GrantedJob, Lease } from "../store/queue-store.js";
-import { DEFAULT_PREFETCH, leaseOption, MAX_PREFETCH, prefetchOption } from "./config.js";
+import { DEFAULT_MAX_PENDING_SETTLEMENTS, DEFAULT_PREFETCH, intOption, leaseOption, MAX_PENDING_SETTLEMENTS, MAX_PREFETCH, prefetchOption } from "./config.js";
 import type { DeliveredJob, PushWorker } from "./host-api.js";
-import { LeasedJob, type JobOwner } from "./job.js";
+import { handled, LeasedJob, type JobOwner } from "./job.js";
+import { LookaheadSizer, maxLookahead, MIN_LOOKAHEAD_LEASE_MS, PARK_MAX_MS } from "./lookahead.js";
 import type { ProcessWorker } from "./process.js";
 import { workerIterator } from "./iterate.js";
 import type { QueueRuntime, RuntimeWorker } from "./runtime.js";
@@ -29,14 +38,26 @@ export interface QueueWorkerOptions extends WorkOptions {
 export class QueueWorker<T> implements Worker<T>, RuntimeWorker, PushWorker, ProcessWorker<T>, JobOwner {
   readonly consumerId: string;
   readonly codeVersion: string | undefined;
+  /** Jobs handed to application code and unsettled (batch push mode: leases held). */
   prefetch: number;
+  private readonly maxPending: number;
   private leaseMsOption: number | undefined;
   private readonly onUnsettled: "nack" | "error";
   private runtime: QueueRuntime | null = null;
-  /** Delivered and not yet handed out by `next()` (iterator mode). */
+  /** Delivered and not yet handed out (iterator mode, and `process()`'s lookahead). */
   private buffer: LeasedJob<T>[] = [];
   /** Every delivered job whose lease has not ended (the buffer's included). */
   private readonly held = new Map<Lease, LeasedJob<unknown>>();
+  /** Jobs of `held` handed to application code. */
+  private handedOut = 0;
+  /** Settlements issued through this worker and not yet durable (or failed). */
+  private pending = 0;
+  private lastSettle: Promise<void> | null = null;
+  private lastGroup = { n: 0 };
+  private settledWaiters: (() => void)[] = [];
+  private readonly lookahead: LookaheadSizer | null;
+  private parkTimer: NodeJS.Timeout | null = null;
+  private drainQueued = false;
   private waiter: (() => void) | null = null;
   private stopWaiters: (() => void)[] = [];
   private receiving = true;
@@ -50,12 +71,17 @@ export class QueueWorker<T> implements Worker<T>, RuntimeWorker, PushWorker, Pro
 
   constructor(runtime: Promise<QueueRuntime>, opts: QueueWorkerOptions = {}) {
     this.prefetch = prefetchOption(opts.prefetch, "prefetch", DEFAULT_PREFETCH);
+    const maxPending = intOption(opts.maxPendingSettlements, "maxPendingSettlements", 1, MAX_PENDING_SETTLEMENTS, DEFAULT_MAX_PENDING_SETTLEMENTS);
+    // Batch push mode: the network client bounds its own pending settlements.
+    this.maxPending = opts.onJobs === undefined ? maxPending : Infinity;
     this.leaseMsOption = opts.visibilityTimeoutMs === undefined ? undefined : leaseOption(opts.visibilityTimeoutMs, "visibilityTimeoutMs", 0);
     this.consumerId = opts.consumerId ?? `${process.pid}-worker-${++workerSeq}`;
     this.codeVersion = opts.codeVersion;
     this.onUnsettled = opts.onUnsettled ?? "nack";
     this.onJobs = opts.onJobs ?? null;
     this.onLeaseLost = opts.onLeaseLost ?? null;
+    // The server's batch push mode parks jobs itself (src/server/remote-queue.ts).
+    this.lookahead = this.onJobs === null ? new LookaheadSizer(maxLookahead(this.prefetch)) : null;
     const signal = opts.signal;
     this.opened = runtime.then(
       (rt) => {
@@ -85,13 +111,20 @@ export class QueueWorker<T> implements Worker<T>, RuntimeWorker, PushWorker, Pro
     return this.runtime === null ? this.failure : null;
   }
 
+  /** Leases the engine may grant to this worker now: prefetch plus the lookahead. */
+  get grantCap(): number {
+    if (this.lookahead === null || this.leaseMs < MIN_LOOKAHEAD_LEASE_MS) return this.prefetch;
+    return this.prefetch + this.lookahead.size();
+  }
+
   /** Whether the engine should grant to this worker now. */
   wantsJobs(): boolean {
-    return this.receiving && this.held.size < this.prefetch;
+    return this.receiving && this.pending < this.maxPending && this.held.size < this.grantCap;
   }
 
   setPrefetch(n: number): void {
     this.prefetch = Math.max(0, Math.min(MAX_PREFETCH, Math.floor(n)));
+    this.lookahead?.setMax(maxLookahead(this.prefetch));
   }
 
   grantNow(): void {
@@ -113,12 +146,79 @@ export class QueueWorker<T> implements Worker<T>, RuntimeWorker, PushWorker, Pro
       this.held.set(j.lease, j);
       jobs[i] = j;
     }
-    if (this.onJobs !== null) this.onJobs(jobs);
-    else if (this.onJob !== null) for (const j of jobs) this.onJob(j);
-    else {
-      for (const j of jobs) this.buffer.push(j);
-      this.wake();
+    if (this.onJobs !== null) {
+      this.onJobs(jobs);
+      return;
     }
+    const onJob = this.onJob;
+    let k = 0;
+    if (onJob !== null && this.buffer.length === 0) {
+      // The common case: room for the whole round (no lease restart, no clock read per job).
+      while (k < jobs.length && this.mayHandOut()) {
+        this.handOut(jobs[k]);
+        onJob(jobs[k++]);
+      }
+    }
+    if (k === jobs.length) return;
+    const now = performance.now();
+    for (; k < jobs.length; k++) {
+      jobs[k].bufferedAt = now;
+      this.buffer.push(jobs[k]);
+    }
+    this.armParkTimer();
+    if (onJob === null) this.wake();
+    else this.drainSoon();
+  }
+
+  /** `prefetch` and `maxPendingSettlements` allow another job into application code. */
+  private mayHandOut(): boolean {
+    return this.handedOut < this.prefetch && this.handedOut + this.pending < this.prefetch + this.maxPending;
+  }
+
+  private handOut(j: LeasedJob<unknown>): void {
+    j.handed = true;
+    this.handedOut++;
+    this.lookahead?.note(1);
+  }
+
+  /** The next buffered job for application code, if the bounds allow one. */
+  private takeBuffered(): LeasedJob<T> | undefined {
+    if (this.buffer.length === 0 || !this.receiving || !this.mayHandOut()) return undefined;
+    const j = this.buffer.shift()!;
+    // LEASE-1: the consumer gets the whole lease, however long the job waited here.
+    this.runtime?.stored.restartLease(j.lease);
+    this.handOut(j);
+    return j;
+  }
+
+  /** Push mode: hands buffered jobs to `process()` while the bounds allow (on a microtask, so a
+   * handler that settles synchronously does not recurse). */
+  private drainSoon(): void {
+    if (this.drainQueued || this.onJob === null || this.buffer.length === 0) return;
+    this.drainQueued = true;
+    queueMicrotask(() => {
+      this.drainQueued = false;
+      const onJob = this.onJob;
+      if (onJob === null) return;
+      for (let j = this.takeBuffered(); j !== undefined; j = this.takeBuffered()) onJob(j);
+    });
+  }
+
+  /** Jobs parked longer than PARK_MAX_MS beyond `prefetch` go back without an attempt. */
+  private armParkTimer(): void {
+    if (this.parkTimer !== null || this.buffer.length === 0 || this.held.size <= this.prefetch) return;
+    const wait = Math.max(1, this.buffer[0].bufferedAt + PARK_MAX_MS - performance.now());
+    this.parkTimer = setTimeout(() => {
+      this.parkTimer = null;
+      const excess = Math.min(this.buffer.length, this.held.size - this.prefetch);
+      if (excess > 0 && this.buffer[0].bufferedAt + PARK_MAX_MS <= performance.now()) {
+        // The consumer stopped keeping up: no lookahead until it shows a rate again.
+        this.lookahead?.reset();
+        for (const j of this.buffer.splice(this.buffer.length - excess, excess)) this.release(j, false);
+      }
+      this.armParkTimer();
+    }, wait);
+    this.parkTimer.unref();
   }
 
   /** LEASE-2: the engine ended one of our leases (expiry, purge, failure, shutdown). */
@@ -132,10 +232,17 @@ export class QueueWorker<T> implements Worker<T>, RuntimeWorker, PushWorker, Pro
     this.onLeaseLost?.(job, reason);
   }
 
-  /** The job's lease ended: room for another grant. */
+  /** The job's lease ended: room for another hand-out and grant. */
   private forget(job: LeasedJob<unknown>): void {
     if (!job.end()) return;
     this.held.delete(job.lease);
+    if (job.handed) {
+      this.handedOut--;
+      if (this.buffer.length > 0) {
+        this.wake();
+        this.drainSoon();
+      }
+    }
     this.runtime?.schedule();
   }
 
@@ -144,15 +251,15 @@ export class QueueWorker<T> implements Worker<T>, RuntimeWorker, PushWorker, Pro
   ack(job: LeasedJob<unknown>): Promise<void> {
     const p = this.runtime!.stored.ack(job.lease);
     this.forget(job);
-    return p;
+    return this.onJobs === null ? this.track(p) : p;
   }
   nack(job: LeasedJob<unknown>, opts: NackOptions): Promise<void> {
-    const p = this.runtime!.nack(job, opts, this);
+    const p = handled(this.runtime!.nack(job, opts, this));
     this.forget(job);
-    return p;
+    return this.onJobs === null ? this.track(p) : p;
   }
   extend(job: LeasedJob<unknown>, ms: number): Promise<void> {
-    return this.runtime!.extend(job, ms);
+    return handled(this.runtime!.extend(job, ms));
   }
   release(job: LeasedJob<unknown>, counted: boolean): void {
     if (!job.leaseHeld) return;
@@ -162,6 +269,40 @@ export class QueueWorker<T> implements Worker<T>, RuntimeWorker, PushWorker, Pro
   }
   restartLease(job: LeasedJob<unknown>): void {
     if (job.leaseHeld) this.runtime?.stored.restartLease(job.lease);
+  }
+
+  /**
+   * Counts a settlement until it is durable (or failed). Settlements of one journal batch share
+   * one promise (callers group on identity), so this adds one reaction per batch, not per job.
+   */
+  private track(p: Promise<void>): Promise<void> {
+    this.pending++;
+    if (p === this.lastSettle) {
+      this.lastGroup.n++;
+      return p;
+    }
+    const g = { n: 1 };
+    this.lastSettle = p;
+    this.lastGroup = g;
+    const done = (): void => {
+      if (this.lastSettle === p) this.lastSettle = null;
+      const blocked = !this.mayHandOut() || this.pending >= this.maxPending;
+      this.pending -= g.n;
+      if (this.pending === 0) for (const w of this.settledWaiters.splice(0)) w();
+      if (blocked) {
+        this.wake();
+        this.drainSoon();
+        this.runtime?.schedule();
+      }
+    };
+    p.then(done, done);
+    return p;
+  }
+
+  /** Resolves once every settlement issued through this worker is durable or failed. */
+  private whenSettled(): Promise<void> {
+    if (this.pending === 0) return Promise.resolve();
+    return new Promise((r) => this.settledWaiters.push(r));
   }
 
   // ─────────────────────────────── iterator ───────────────────────────────
@@ -175,9 +316,14 @@ export class QueueWorker<T> implements Worker<T>, RuntimeWorker, PushWorker, Pro
 
   async next(): Promise<IteratorResult<Job<T>>> {
     for (;;) {
-      if (this.buffer.length > 0 && this.receiving) return { value: this.buffer.shift()!, done: false };
+      const j = this.takeBuffered();
+      if (j !== undefined) return { value: j, done: false };
       if (this.failure && this.runtime === null) throw this.failure;
-      if (!this.receiving) return { value: undefined, done: true };
+      if (!this.receiving) {
+        // The loop ends with every settlement it issued durable (or failed).
+        await this.whenSettled();
+        return { value: undefined, done: true };
+      }
       await new Promise<void>((r) => (this.waiter = r));
     }
   }
@@ -200,6 +346,8 @@ export class QueueWorker<T> implements Worker<T>, RuntimeWorker, PushWorker, Pro
     this.receiving = false;
     this.wake();
     this.runtime?.removeWorker(this);
+    if (this.parkTimer !== null) clearTimeout(this.parkTimer);
+    this.parkTimer = null;
     for (const j of this.buffer.splice(0)) this.release(j, false);
   }
 
@@ -223,13 +371,18 @@ export class QueueWorker<T> implements Worker<T>, RuntimeWorker, PushWorker, Pro
     void this.close();
   }
 
-  /** Stops receiving; unsettled jobs are released (onUnsettled "nack") or left to expire ("error"). */
+  /**
+   * Stops receiving; unsettled jobs are released (onUnsettled "nack") or left to expire
+   * ("error"). Resolves once every settlement issued through the worker is durable or failed.
+   */
   async close(): Promise<void> {
     this.stopReceiving();
-    if (this.closed) return;
-    this.closed = true;
-    await this.opened.catch(() => {});
-    if (this.onUnsettled === "nack") for (const j of [...this.held.values()]) this.release(j, true);
+    if (!this.closed) {
+      this.closed = true;
+      await this.opened.catch(() => {});
+      if (this.onUnsettled === "nack") for (const j of [...this.held.values()]) this.release(j, true);
+    }
+    await this.whenSettled();
   }
 
   [Symbol.asyncDispose](): Promise<void> {

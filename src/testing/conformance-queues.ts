@@ -6,6 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { AbortedError, LeaseExpiredError, PermanentError } from "../errors.js";
+import type { Job } from "../queues/types.js";
 import type { Broker } from "../types.js";
 import { nextJob, uniq, type DefineTest } from "./conformance-helpers.js";
 import { waitUntil } from "./helpers.js";
@@ -16,6 +17,86 @@ export function queueTests(t: DefineTest): void {
   t("queues: dedupe window returns the original id; purge empties the queue", dedupeAndPurge);
   t("queues: process() acks on return; PermanentError dead-letters with metadata", processAcksAndDeadLetters);
   t("queues: process() shutdown: running jobs' signals abort; a handler that returns acks, one that throws is released (not failed); unstarted jobs keep their attempts", processShutdown);
+  t("queues: un-awaited acks (the README loop): no unhandled rejection; jobs not durably settled stay within prefetch + maxPendingSettlements; close() resolves once they are durable", unawaitedAcks);
+  t("queues: a worker hands at most prefetch unsettled jobs to application code; process() completes under maxPendingSettlements 1", handOutBounds);
+}
+
+/** Resolves after the current macrotask's microtasks and its unhandled-rejection check ran. */
+function nextTurn(): Promise<void> {
+  return new Promise((r) => setImmediate(r));
+}
+
+async function unawaitedAcks(b: Broker): Promise<void> {
+  const q = b.queue<number>(uniq("unawaited"), { visibilityTimeoutMs: 30_000 });
+  const n = 300;
+  await q.enqueueBatch(Array.from({ length: n }, (_, i) => ({ data: i })));
+  const prefetch = 4;
+  const maxPendingSettlements = 3;
+  const unhandled: unknown[] = [];
+  const onUnhandled = (e: unknown): void => void unhandled.push(e);
+  process.on("unhandledRejection", onUnhandled);
+  try {
+    const w = q.work({ prefetch, maxPendingSettlements });
+    let unresolved = 0;
+    let most = 0;
+    let handled = 0;
+    let twice: Promise<void> | null = null;
+    for await (const job of w) {
+      // This job is in application code; the acks issued before it and not yet resolved are pending.
+      most = Math.max(most, unresolved + 1);
+      unresolved++;
+      const p = job.ack();
+      p.then(
+        () => unresolved--,
+        () => unresolved--,
+      );
+      // A second ack of the same job fails; left un-awaited it must not be an unhandled rejection.
+      if (handled === 0) twice = job.ack();
+      if (++handled === n) break; // break closes the worker: close() waits for the pending acks
+    }
+    assert.equal(unresolved, 0, "close() resolved after every un-awaited ack settled");
+    assert.ok(most <= prefetch + maxPendingSettlements, `jobs handed out and not durably settled: ${most} <= ${prefetch + maxPendingSettlements}`);
+    await nextTurn();
+    assert.deepEqual(unhandled, [], "no unhandled rejection");
+    await assert.rejects(twice!);
+    const st = await q.stats();
+    assert.equal(st.completed, n);
+    assert.equal(st.depth, 0);
+  } finally {
+    process.off("unhandledRejection", onUnhandled);
+  }
+}
+
+async function handOutBounds(b: Broker): Promise<void> {
+  const q = b.queue<number>(uniq("bounds"), { visibilityTimeoutMs: 30_000 });
+  await q.enqueueBatch(Array.from({ length: 200 }, (_, i) => ({ data: i })));
+  const w = q.work({ prefetch: 2 });
+  const it = w[Symbol.asyncIterator]();
+  const a = await nextJob(it);
+  const c = await nextJob(it);
+  let third: Job<number> | null = null;
+  const pending = it.next().then((r) => (third = r.value as Job<number>));
+  // A round trip to the queue gives the worker every chance to hand out a third job.
+  await waitUntil(async () => (await q.stats()).inFlight >= 2, "two jobs leased");
+  await nextTurn();
+  assert.equal(third, null, "no third job while two are unsettled");
+  await a.ack();
+  await pending;
+  assert.notEqual(third, null);
+  await c.ack();
+  await third!.ack();
+  await w.close();
+
+  const ac = new AbortController();
+  let done = 0;
+  await q.process(
+    () => {
+      if (++done === 197) ac.abort();
+    },
+    { concurrency: 4, maxPendingSettlements: 1, signal: ac.signal },
+  );
+  assert.equal(done, 197);
+  await waitUntil(async () => (await q.stats()).completed === 200, "every job completed");
 }
 
 async function enqueueWorkAck(b: Broker): Promise<void> {

@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * A job received by the network client's worker (queue.ts): its fields, `signal`, and its
+ * settlements, which the worker sends in batches (QUEUE_SETTLE_BATCH).
+ */
+import { ValidationError } from "../errors.js";
+import type { DeadLetterInfo, Job, NackOptions } from "../queues/types.js";
+
+export const NO_ARG: Record<string, unknown> = Object.freeze({}) as Record<string, unknown>;
+
+export interface JobMeta {
+  id: string;
+  key: string | null;
+  attempt: number;
+  enqueuedAt: number;
+  receipt: string;
+  leaseExpiresAt: number;
+  redriveCount: number;
+}
+
+export type SettleAction = "ack" | "nack" | "extend" | "release";
+
+/** What a job needs from the worker that received it. */
+export interface JobSettler<T> {
+  settle(job: RemoteJob<T>, action: SettleAction, arg: Record<string, unknown>): Promise<void>;
+}
+
+export class RemoteJob<T> implements Job<T> {
+  readonly id: string;
+  readonly key: string | null;
+  readonly attempt: number;
+  readonly enqueuedAt: number;
+  readonly receipt: string;
+  leaseExpiresAt: number;
+  readonly redriveCount: number;
+  readonly deadLetter: DeadLetterInfo | null;
+  /** Created on first `signal` access: an AbortController per job is costly, most are never read. */
+  #ac: AbortController | null = null;
+  #abortReason: unknown = undefined;
+  /** True once the lease is lost (connection dropped, expired, worker closed). */
+  aborted = false;
+  settled = false;
+  /** Handed to application code (iterator or a `process()` handler) and not yet settled. */
+  handed = false;
+
+  constructor(
+    meta: JobMeta,
+    deadLetter: DeadLetterInfo | null,
+    readonly data: T,
+    readonly headers: Record<string, Uint8Array>,
+    private readonly worker: JobSettler<T>,
+    /** The worker registration (server-side worker id) that received this job. */
+    readonly workerId: number,
+    /** The delivery tag settlements name (QUEUE_SETTLE_BATCH); negative for a job of an older
+     * server (PUSH_JOBS), which is settled by receipt. */
+    readonly tag: number,
+  ) {
+    this.id = meta.id;
+    this.key = meta.key;
+    this.attempt = meta.attempt;
+    this.enqueuedAt = meta.enqueuedAt;
+    this.receipt = meta.receipt;
+    this.leaseExpiresAt = meta.leaseExpiresAt;
+    this.redriveCount = meta.redriveCount;
+    this.deadLetter = deadLetter;
+  }
+  get signal(): AbortSignal {
+    if (this.#ac === null) {
+      this.#ac = new AbortController();
+      if (this.aborted) this.#ac.abort(this.#abortReason);
+    }
+    return this.#ac.signal;
+  }
+  abort(reason: unknown): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.#abortReason = reason;
+    this.#ac?.abort(reason);
+  }
+  ack(): Promise<void> {
+    return this.worker.settle(this, "ack", NO_ARG);
+  }
+  nack(opts: NackOptions = {}): Promise<void> {
+    const arg: Record<string, unknown> = {};
+    if (opts.delayMs !== undefined) arg.delayMs = opts.delayMs;
+    if (opts.requeue === false) arg.requeue = false;
+    if (opts.reason !== undefined) arg.reason = String(opts.reason);
+    if (opts.error !== undefined) {
+      const e = opts.error as { name?: unknown; constructor?: { name?: string }; message?: unknown };
+      arg.errorClass = e instanceof Error ? e.constructor?.name ?? e.name : typeof opts.error;
+      arg.errorMessage = e instanceof Error ? String(e.message) : String(opts.error);
+    }
+    return this.worker.settle(this, "nack", arg);
+  }
+  extend(ms: number): Promise<void> {
+    if (!Number.isFinite(ms) || ms <= 0) return Promise.reject(new ValidationError("extend(ms) needs a positive number of milliseconds"));
+    return this.worker.settle(this, "extend", { ms });
+  }
+}
