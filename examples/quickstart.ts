@@ -24,7 +24,7 @@ for await (const msg of sub) {
   console.log(`billing ${msg.value.id} (${msg.value.total}) from ${msg.partition}@${msg.offset}`);
   // "Processed through this message" (no +1 arithmetic). Commits made while an offsets write
   // is in flight share the next one: no await needed; `await` it to wait until it is durable.
-  msg.commit();
+  void msg.commit();
   if (++billed === 3) break; // leaving the loop closes the subscription, which writes the commits
 }
 

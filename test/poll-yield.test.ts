@@ -2,7 +2,7 @@
 /**
  * A tight polling loop over an embedded broker's calls that can complete without waiting (a
  * fetch at the log end, a fetch of the live tail served by a synchronous read, offsets, topic
- * descriptions, lag) must still let timers and I/O run (src/broker/turn-yield.ts): the loop's
+ * descriptions, lag) must still let timers and I/O run (src/turn-yield.ts): the loop's
  * `stop` flag is set by a timer, and the loop must see it. A performance.now() guard (it needs
  * no event loop) ends a loop that starves the timer, so a regression fails instead of hanging.
  */
@@ -32,6 +32,8 @@ test("polling loops over embedded calls with a synchronous fast path let timers 
   try {
     await b.createTopic("t", { partitions: 2 });
     await b.publishBatch("t", Array.from({ length: 100 }, (_, i) => ({ value: `v${i}`, partition: 0 })));
+    const q = b.queue("jobs");
+    await q.enqueue({ n: 1 });
     const cases: [string, () => Promise<unknown>][] = [
       ["fetch at the log end", () => b.fetch("t", 0, 100)],
       ["fetch of the live tail (synchronous read)", () => b.fetch("t", 0, 90)],
@@ -41,6 +43,7 @@ test("polling loops over embedded calls with a synchronous fast path let timers 
       ["offsetForTimestamp", () => b.offsetForTimestamp("t", 1, 0)],
       ["groupLag", () => b.groupLag("g", "t")],
       ["resetGroup dry run", () => b.resetGroup("g", "t", "earliest", { dryRun: true })],
+      ["queue stats", () => q.stats()],
     ];
     for (const [what, call] of cases) {
       const r = await pollUntilTimer(call);

@@ -21,7 +21,7 @@ import { toConsumed } from "../streams/records.js";
 import { GroupSubscription } from "../streams/subscription.js";
 import type { BrokerHost, EncodedAppend, MemberListener, MemberSubscription } from "./host.js";
 import { Publisher } from "./publisher.js";
-import { TurnYield } from "./turn-yield.js";
+import { TurnYield } from "../turn-yield.js";
 import type {
   Broker,
   FetchOptions,

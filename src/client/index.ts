@@ -147,9 +147,9 @@ class RemoteBroker implements Broker {
     return (await this.rpc.DescribeTopic({ name })).meta.topic as TopicDescription;
   }
 
-  async publish(topic: string, value: PublishValue, opts: PublishOptions = {}): Promise<PublishReceipt> {
-    const [r] = await this.producer.send(topic, [{ ...opts, value }]);
-    return r;
+  publish(topic: string, value: PublishValue, opts?: PublishOptions): Promise<PublishReceipt> {
+    // One object and one promise per record when the topic and producer id are known.
+    return this.producer.publishOne(topic, value, opts);
   }
 
   async publishBatch(topic: string, records: PublishRecord[], opts: PublishBatchOptions = {}): Promise<PublishReceipt[]> {

@@ -22,7 +22,7 @@ import { StorageError } from "../errors.js";
  * of at most 64 KiB, far cheaper than a hand-off to the thread pool and back -- a hand-off
  * that, on a loaded machine, costs a consumer at the live end milliseconds of latency.
  * Such a read completes without returning to the event loop, so a caller polling in a loop
- * must yield now and then itself: the broker's public calls do (src/broker/turn-yield.ts).
+ * must yield now and then itself: the broker's public calls do (src/turn-yield.ts).
  */
 const TAIL_READ_SYNC_BYTES = 64 * 1024;
 const TAIL_READ_SYNC_MS = 2000;

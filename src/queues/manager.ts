@@ -15,6 +15,10 @@ import { prepareItem, prepareRaw } from "./prepare.js";
 import { processWorkerOptions, runProcess } from "./process.js";
 import { QueueRuntime } from "./runtime.js";
 import { QueueWorker } from "./worker.js";
+import { TurnYield } from "../turn-yield.js";
+
+/** `stats()` completes without waiting for I/O: a polling loop over it must still yield (turn-yield.ts). */
+const statsYield = new TurnYield();
 import type { EnqueueItem, EnqueueOptions, EnqueueResult, Job, ProcessOptions, QueueConfig, QueueStats, RedriveOptions, RedriveResult, WorkOptions, Worker } from "./types.js";
 import type { PublishValue } from "../value-types.js";
 import type { NewJob } from "../store/queue-store.js";
@@ -200,6 +204,8 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
   }
 
   async stats(): Promise<QueueStats> {
+    const y = statsYield.turn();
+    if (y !== null) await y;
     return (await this.runtime()).stored.stats();
   }
 

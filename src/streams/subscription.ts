@@ -41,6 +41,9 @@ export interface RawChunk {
   signal: AbortSignal;
 }
 
+/** Reason for ending a long-poll wait (one object: waits happen thousands of times a second). */
+const WAIT_OVER = new Error("wait over");
+
 /** Shared by messages without headers (frozen: a handler cannot add to another's headers). */
 const NO_HEADERS: Record<string, Uint8Array> = Object.freeze({}) as Record<string, Uint8Array>;
 
@@ -368,7 +371,7 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
       await Promise.race(waits);
     } finally {
       this.wake = null;
-      ac.abort();
+      ac.abort(WAIT_OVER); // a given reason: abort() without one builds a DOMException (a stack trace) per wait
     }
   }
 
