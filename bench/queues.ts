@@ -92,7 +92,9 @@ export function readmeWorkerLoop(): { prefetch: number; extendMs: number | null;
     return { prefetch: 8, extendMs: 60_000, extendAwaited: true, ackAwaited: false, ackText: "void job.ack()", extendText: "await job.extend(60_000)", source: "examples/queue.ts not found: its form at the time of writing" };
   }
   const prefetch = Number(/work\(\{\s*prefetch:\s*(\d+)/.exec(src)?.[1] ?? 16);
-  const ext = /(await\s+|void\s+)?job\.extend\(([\d_]+)\)/.exec(src);
+  // An extend under an `if` on its line is a branch most jobs do not take: not run per job.
+  const found = /(if\s*\(.*\)\s*)?(await\s+|void\s+)?job\.extend\(([\d_]+)\)/.exec(src);
+  const ext = found && !found[1] ? [found[0], found[2], found[3]] : null;
   const ack = /(await\s+|void\s+)?job\.ack\(\)/.exec(src);
   return {
     prefetch,
@@ -101,7 +103,7 @@ export function readmeWorkerLoop(): { prefetch: number; extendMs: number | null;
     ackAwaited: ack?.[1]?.startsWith("await") ?? true,
     ackText: ack?.[0] ?? "await job.ack()",
     extendText: ext?.[0] ?? "",
-    source: "examples/queue.ts (read at run time; its console.log left out)",
+    source: `examples/queue.ts (read at run time; its console.log left out${found?.[1] ? "; its conditional job.extend() not taken" : ""})`,
   };
 }
 
