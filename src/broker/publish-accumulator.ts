@@ -32,19 +32,50 @@ export const MAX_APPENDS_IN_FLIGHT = 2;
 /** Bound on the records' bytes (`recordSize()`) gathered into one append (at least one entry). */
 export const MAX_APPEND_BYTES = 1024 * 1024;
 
-/** One waiting publish(): the prepared record and its settlement in one object. */
+/**
+ * One waiting publish(): the prepared record and its settlement in one object. A string or
+ * JSON value stays text (`valueText`, encoded straight into the batch): no Buffer per record;
+ * `value` makes one only if something asks for the bytes.
+ */
 export class PendingRecord implements PreparedRecord {
   /** Its `recordSize()`, set once validated. */
   size = 0;
+  /** Set by `pendingPromise()` before the record joins an accumulator. */
+  resolve: (r: PublishReceipt) => void = noop;
+  reject: (e: unknown) => void = noop;
   constructor(
     public key: Buffer | null,
-    public value: Buffer | null,
+    private readonly bytes: Buffer | null,
     public valueKind: ValueKind,
     public timestamp: number,
     public headers: [string, Buffer][] | null,
-    readonly resolve: (r: PublishReceipt) => void,
-    readonly reject: (e: unknown) => void,
+    readonly valueText: string | undefined,
+    readonly valueTextBytes: number | undefined,
+    /** The partition it was placed on. */
+    readonly partition: number,
   ) {}
+
+  get value(): Buffer | null {
+    return this.valueText !== undefined ? Buffer.from(this.valueText, "utf8") : this.bytes;
+  }
+}
+
+function noop(): void {}
+
+/** The record `pendingPromise()` is creating (the executor below runs synchronously). */
+let filling: PendingRecord | null = null;
+/** One executor for every record: no closure per publish(). */
+const fill = (resolve: (r: PublishReceipt) => void, reject: (e: unknown) => void): void => {
+  filling!.resolve = resolve;
+  filling!.reject = reject;
+};
+
+/** The promise a publish() returns, settled through `rec.resolve` / `rec.reject`. */
+export function pendingPromise(rec: PendingRecord): Promise<PublishReceipt> {
+  filling = rec;
+  const p = new Promise<PublishReceipt>(fill);
+  filling = null;
+  return p;
 }
 
 /** The records of one publishBatch() call for one partition, joining behind waiting records. */
@@ -71,6 +102,9 @@ export interface AccumulatorHost {
 
 export class PartitionAccumulator {
   private waiting: Entry[] = [];
+  /** `size` sum and publishBatch groups among `waiting` (a batch of plain records is taken whole, with no walk). */
+  private waitingBytes = 0;
+  private waitingGroups = 0;
   private inFlight = 0;
   private scheduled = false;
   private readonly flushNow = (): void => {
@@ -93,6 +127,8 @@ export class PartitionAccumulator {
   /** A validated record (or publishBatch group) joins the next append. */
   add(entry: Entry): void {
     this.waiting.push(entry);
+    this.waitingBytes += entry.size;
+    if (!(entry instanceof PendingRecord)) this.waitingGroups++;
     this.counter.outstanding++;
     if (this.inFlight < MAX_APPENDS_IN_FLIGHT && !this.scheduled) {
       // On a microtask: the publishes of this tick share one append.
@@ -108,21 +144,31 @@ export class PartitionAccumulator {
   /** The next append's entries, in order: one idempotent group alone, else up to MAX_APPEND_BYTES. */
   private take(): Entry[] {
     const w = this.waiting;
+    if (this.waitingGroups === 0 && this.waitingBytes <= MAX_APPEND_BYTES) return this.takeFirst(w.length, this.waitingBytes, 0);
     let n = 0;
     let bytes = 0;
+    let groups = 0;
     for (; n < w.length; n++) {
       const e = w[n];
-      if (!(e instanceof PendingRecord) && e.producer !== undefined) {
-        // An idempotent batch goes alone (its producer fields cover exactly its records).
-        if (n === 0) {
-          n = 1;
-          bytes = e.size;
+      if (!(e instanceof PendingRecord)) {
+        if (e.producer !== undefined) {
+          // An idempotent batch goes alone (its producer fields cover exactly its records).
+          if (n === 0) return this.takeFirst(1, e.size, 1);
+          break;
         }
-        break;
-      }
-      if (n > 0 && bytes + e.size > MAX_APPEND_BYTES) break;
+        if (n > 0 && bytes + e.size > MAX_APPEND_BYTES) break;
+        groups++;
+      } else if (n > 0 && bytes + e.size > MAX_APPEND_BYTES) break;
       bytes += e.size;
     }
+    return this.takeFirst(n, bytes, groups);
+  }
+
+  /** Removes the first `n` waiting entries (`bytes` and `groups` of them) and returns them. */
+  private takeFirst(n: number, bytes: number, groups: number): Entry[] {
+    const w = this.waiting;
+    this.waitingBytes -= bytes;
+    this.waitingGroups -= groups;
     if (n === w.length) {
       this.waiting = [];
       return w;
@@ -136,7 +182,8 @@ export class PartitionAccumulator {
     let records: PreparedRecord[] = entries as PendingRecord[];
     let producer: ProducerInfo | undefined;
     let signal: AbortSignal | undefined;
-    if (!allRecords(entries)) {
+    const plain = allRecords(entries);
+    if (!plain) {
       if (entries.length === 1) {
         const g = entries[0] as PendingGroup;
         ({ records, producer, signal } = g);
@@ -154,7 +201,8 @@ export class PartitionAccumulator {
         // The next append first: what gathered meanwhile goes to the engine before the
         // receipts of this one are built.
         this.flush();
-        this.settle(entries, r);
+        if (plain) this.settleRecords(entries as PendingRecord[], r);
+        else this.settle(entries, r);
       },
       (err: unknown) => {
         this.inFlight--;
@@ -163,6 +211,15 @@ export class PartitionAccumulator {
         this.fail(entries, err);
       },
     );
+  }
+
+  /** An append of publish() records only (the common case): one receipt per record. */
+  private settleRecords(entries: PendingRecord[], r: AppendResult): void {
+    const { topic, partition } = this;
+    const { duplicate, synced } = r;
+    let offset = r.baseOffset;
+    for (let i = 0; i < entries.length; i++) entries[i].resolve({ topic, partition, offset: offset++, duplicate, synced });
+    this.done(entries.length);
   }
 
   private settle(entries: Entry[], r: AppendResult): void {

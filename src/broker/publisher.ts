@@ -20,7 +20,7 @@ import { prepareValue, recordSize, type PreparedRecord, type ProducerInfo, type 
 import type { AppendResult, EngineTopic, StorageEngine } from "../store/engine.js";
 import { partitionForKey } from "../streams/murmur2.js";
 import type { PublishBatchOptions, PublishOptions, PublishReceipt, PublishRecord, PublishValue } from "../types.js";
-import { PartitionAccumulator, PendingRecord, type AccumulatorHost } from "./publish-accumulator.js";
+import { PartitionAccumulator, PendingRecord, pendingPromise, type AccumulatorHost } from "./publish-accumulator.js";
 
 /** Keyless records stick to one partition for this many bytes, then move on (Kafka's sticky partitioner). */
 const STICKY_BYTES = 16 * 1024;
@@ -103,8 +103,18 @@ export class Publisher {
   publish(topic: string, value: PublishValue, opts: PublishOptions | undefined): Promise<PublishReceipt> {
     if (this.isClosed()) return Promise.reject(new BrokerClosedError());
     const tp = this.topics.get(topic);
-    // A throw in the executor (validation) rejects this record's promise only.
-    if (tp !== undefined) return new Promise<PublishReceipt>((resolve, reject) => this.accept(tp, value, opts, resolve, reject));
+    if (tp !== undefined) {
+      let rec: PendingRecord;
+      try {
+        rec = this.prepare(tp, value, opts);
+      } catch (e) {
+        // Validation rejects this record's promise only.
+        return Promise.reject(e);
+      }
+      const done = pendingPromise(rec);
+      this.accumulator(tp, rec.partition).add(rec);
+      return done;
+    }
     // A copy: the caller may reuse its options object once publish() returned.
     const o = { ...opts };
     return new Promise<PublishReceipt>((resolve, reject) => this.early(topic, { run: (t) => this.accept(t, value, o, resolve, reject), reject }));
@@ -176,17 +186,37 @@ export class Publisher {
     return tp.parts[p] ?? (tp.parts[p] = new PartitionAccumulator(this.host, this.pending, tp.name, p));
   }
 
-  /** Validates one record exactly as publishBatch does (same order, same errors) and queues it. */
+  /** A call that waited for its topic's lookup: validated and queued as publish() does. */
   private accept(tp: TopicPublisher, value: PublishValue, opts: PublishOptions | undefined, resolve: (r: PublishReceipt) => void, reject: (e: unknown) => void): void {
+    const rec = this.prepare(tp, value, opts);
+    rec.resolve = resolve;
+    rec.reject = reject;
+    this.accumulator(tp, rec.partition).add(rec);
+  }
+
+  /**
+   * Validates one record exactly as publishBatch does (same order, same errors) and picks its
+   * partition. A string or JSON value stays text (see PendingRecord). Throws if invalid.
+   */
+  private prepare(tp: TopicPublisher, value: PublishValue, opts: PublishOptions | undefined): PendingRecord {
     const o = opts !== null && typeof opts === "object" ? opts : NO_OPTS;
     const n = tp.partitions;
     const key = toKeyBuffer(o.key);
-    let v: Buffer | null;
-    let kind: ValueKind;
-    if (Buffer.isBuffer(value)) {
-      v = value;
-      kind = 0;
-    } else ({ value: v, valueKind: kind } = prepareValue(value));
+    let bytes: Buffer | null = null;
+    let text: string | undefined;
+    let kind: ValueKind = 0;
+    if (typeof value === "string") {
+      text = value;
+      kind = 1;
+    } else if (value === null || value === undefined) bytes = null;
+    else if (Buffer.isBuffer(value)) bytes = value;
+    else if (value instanceof Uint8Array) bytes = Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+    else {
+      // As prepareValue(): the JSON text, kept as a string.
+      text = JSON.stringify(value) as string | undefined;
+      if (text === undefined) throw new ValidationError(`value of type ${typeof value} cannot be published`);
+      kind = 2;
+    }
     const timestamp = o.timestamp ?? Date.now();
     let p: number;
     if (o.partition !== undefined) {
@@ -194,13 +224,14 @@ export class Publisher {
         throw new ValidationError(`partition ${o.partition} out of range for ${tp.name} (0..${n - 1})`);
       p = o.partition;
     } else if (key !== null) p = partitionForKey(key, n);
-    else p = this.nextSticky(tp.name, n);
-    const rec = new PendingRecord(key, v, kind, timestamp, toHeaders(o.headers), resolve, reject);
+    else p = n === 1 ? 0 : this.nextSticky(tp.name, n);
+    const textBytes = text === undefined ? undefined : Buffer.byteLength(text, "utf8");
+    const rec = new PendingRecord(key, bytes, kind, timestamp, toHeaders(o.headers), text, textBytes, p);
     if (!Number.isSafeInteger(timestamp) || timestamp < 0) throw new ValidationError(`record 0: invalid timestamp ${timestamp}`);
     const size = recordSize(rec);
     if (size > tp.maxMessageBytes) throw new RecordTooLargeError(size, tp.maxMessageBytes);
     rec.size = size;
-    this.accumulator(tp, p).add(rec);
+    return rec;
   }
 
   private stickyOf(topic: string, n: number): { partition: number; bytes: number } {
@@ -209,7 +240,7 @@ export class Publisher {
     return sticky;
   }
 
-  /** A keyless publish() takes the sticky partition and moves it on (each call is one batch). */
+  /** A keyless publish() takes the sticky partition and moves it on (each call is one batch; one partition: always 0, see prepare). */
   private nextSticky(topic: string, n: number): number {
     const sticky = this.stickyOf(topic, n);
     const p = sticky.partition % n;

@@ -112,14 +112,18 @@ export class PartitionLog {
   async append(records: readonly PreparedRecord[], producer?: ProducerInfo, signal?: AbortSignal): Promise<AppendResult> {
     this.st.checkWritable();
     if (records.length === 0) throw new ValidationError("append needs at least one record");
-    for (const r of records) {
-      const size = recordSize(r);
-      if (size > this.config.maxMessageBytes) throw new RecordTooLargeError(size, this.config.maxMessageBytes);
-      if (!Number.isSafeInteger(r.timestamp) || r.timestamp < 0) throw new ValidationError(`invalid timestamp ${r.timestamp}`);
+    const max = this.config.maxMessageBytes;
+    if (producer) {
+      // Records first, then the producer fields, before encoding them (appendBatch checks
+      // sequences); without a producer the encoder's size pass checks the records (one walk).
+      for (const r of records) {
+        const size = recordSize(r);
+        if (size > max) throw new RecordTooLargeError(size, max);
+        if (!Number.isSafeInteger(r.timestamp) || r.timestamp < 0) throw new ValidationError(`invalid timestamp ${r.timestamp}`);
+      }
+      ProducerStateManager.validate(producer, records.length);
     }
-    // Refuse invalid producer fields before encoding them (appendBatch checks sequences).
-    if (producer) ProducerStateManager.validate(producer, records.length);
-    return this.appendBatch(encodeBatch(records, producer), records.length, producer, signal, false);
+    return this.appendBatch(encodeBatch(records, producer, max), records.length, producer, signal, false);
   }
 
   /**

@@ -33,6 +33,12 @@ const O_SEQ = 52; // i32 base sequence (-1: none)
 
 export type ValueKind = 0 | 1 | 2; // bytes | utf8 string | JSON
 
+/**
+ * Buffer's UTF-8 writer without `buf.write()`'s argument handling (Node's own fast path, not in
+ * its typings): one call per text value encoded, so its overhead counts per record.
+ */
+const utf8Write = (Buffer.prototype as unknown as { utf8Write(this: Buffer, s: string, offset: number, length: number): number }).utf8Write;
+
 const ATTR_KEY_NULL = 0x04;
 const ATTR_VALUE_NULL = 0x08;
 
@@ -43,6 +49,14 @@ export interface PreparedRecord {
   valueKind: ValueKind;
   timestamp: number;
   headers: [string, Buffer][] | null;
+  /**
+   * Optional: the value as text (valueKind 1 or 2); its UTF-8 encoding is the value, and
+   * `valueTextBytes` its length. When set, sizes and encoding use it instead of `value` (which
+   * must still read as those bytes): the embedded publish() keeps a string or a JSON value as
+   * text and the encoder writes it straight into the batch, with no Buffer per record.
+   */
+  readonly valueText?: string;
+  readonly valueTextBytes?: number;
 }
 
 export interface StoredRecord {
@@ -117,7 +131,10 @@ function unzigzag(n: number): number {
 function recordBodySize(r: PreparedRecord, firstTs: number): number {
   let s = 1 + varintSize(zigzag(r.timestamp - firstTs));
   if (r.key !== null) s += varintSize(r.key.length) + r.key.length;
-  if (r.value !== null) s += varintSize(r.value.length) + r.value.length;
+  if (r.valueText !== undefined) {
+    const n = r.valueTextBytes!;
+    s += varintSize(n) + n;
+  } else if (r.value !== null) s += varintSize(r.value.length) + r.value.length;
   const h = r.headers;
   if (h === null) s += 1;
   else {
@@ -128,6 +145,16 @@ function recordBodySize(r: PreparedRecord, firstTs: number): number {
     }
   }
   return s;
+}
+
+/**
+ * The log's checks of one record: `recordSize()` (here from its body size with a zero
+ * timestamp delta, `zeroDeltaBody`) against `max`, then its timestamp.
+ */
+function checkRecord(r: PreparedRecord, zeroDeltaBody: number, max: number): void {
+  const size = varintSize(zeroDeltaBody) + zeroDeltaBody;
+  if (size > max) throw new RecordTooLargeError(size, max);
+  if (!Number.isSafeInteger(r.timestamp) || r.timestamp < 0) throw new ValidationError(`invalid timestamp ${r.timestamp}`);
 }
 
 /** Size of a single record as it would be stored, for `maxMessageBytes` checks. */
@@ -145,8 +172,11 @@ export interface ProducerInfo {
 /**
  * Encodes records into one batch with base offset 0 and no CRC. `stampBatch` sets the real
  * offset and the checksum when the log assigns offsets (that must happen in append order).
+ * With `maxRecordBytes`, every record is also validated in the size pass, in record order, as
+ * the log's append does (its `recordSize()` against the limit, then its timestamp), so the
+ * records are walked once for both.
  */
-export function encodeBatch(records: readonly PreparedRecord[], producer?: ProducerInfo): Buffer {
+export function encodeBatch(records: readonly PreparedRecord[], producer?: ProducerInfo, maxRecordBytes?: number): Buffer {
   if (records.length === 0) throw new ValidationError("a batch needs at least one record");
   const firstTs = records[0].timestamp;
   let maxTs = firstTs;
@@ -156,6 +186,7 @@ export function encodeBatch(records: readonly PreparedRecord[], producer?: Produ
     const r = records[i];
     if (r.timestamp > maxTs) maxTs = r.timestamp;
     const b = recordBodySize(r, firstTs);
+    if (maxRecordBytes !== undefined) checkRecord(r, b - varintSize(zigzag(r.timestamp - firstTs)) + 1, maxRecordBytes);
     sizes[i] = b;
     total += varintSize(b) + b;
   }
@@ -178,16 +209,22 @@ export function encodeBatch(records: readonly PreparedRecord[], producer?: Produ
   for (let i = 0; i < records.length; i++) {
     const r = records[i];
     pos = writeVarint(buf, pos, sizes[i]);
+    const text = r.valueText;
     let attr = r.valueKind & 0x03;
     if (r.key === null) attr |= ATTR_KEY_NULL;
-    if (r.value === null) attr |= ATTR_VALUE_NULL;
+    if (text === undefined && r.value === null) attr |= ATTR_VALUE_NULL;
     buf[pos++] = attr;
     pos = writeVarint(buf, pos, zigzag(r.timestamp - firstTs));
     if (r.key !== null) {
       pos = writeVarint(buf, pos, r.key.length);
       pos += r.key.copy(buf, pos);
     }
-    if (r.value !== null) {
+    if (text !== undefined) {
+      const n = r.valueTextBytes!;
+      pos = writeVarint(buf, pos, n);
+      // A short write (valueTextBytes wrong) is caught by the size check below.
+      pos += utf8Write.call(buf, text, pos, n);
+    } else if (r.value !== null) {
       pos = writeVarint(buf, pos, r.value.length);
       pos += r.value.copy(buf, pos);
     }

@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * Micro-bench of the embedded per-message publish row (bench/sluice-topics.ts publishPerMessage):
+ * publish() per message, 1,000 calls awaiting their ack, the README's order as a JSON value,
+ * 1 partition. Prints msgs/s and CPU µs per message (process.cpuUsage), the figure to compare
+ * while other work shares the cores.
+ *
+ *   node dist/bench/publish-one.js [seconds=4] [distDir]
+ *
+ * `distDir` (default: this build) lets an old build be measured by the same driver (A/B).
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import type { Broker } from "../src/types.js";
+
+const ORDER = { id: "o-000001", customer: "customer-7", total: 42 } as const;
+const WINDOW = 1000;
+
+async function main(): Promise<void> {
+  const seconds = Number(process.argv[2] ?? 4);
+  const dist = process.argv[3] ? resolve(process.argv[3]) : resolve(import.meta.dirname, "..");
+  const { openBroker } = (await import(pathToFileURL(join(dist, "src/broker/broker.js")).href)) as { openBroker(o: { dataDir: string; retentionCheckIntervalMs?: number }): Promise<Broker> };
+  const dir = mkdtempSync(join(tmpdir(), "pub-one-"));
+  const b = await openBroker({ dataDir: dir, retentionCheckIntervalMs: 0 });
+  try {
+    await b.createTopic("t", { partitions: 1 });
+    // Warm-up (JIT), then the measured run.
+    await run(b, 1);
+    const cpu0 = process.cpuUsage();
+    const t0 = performance.now();
+    const n = await run(b, seconds);
+    const ms = performance.now() - t0;
+    const cpu = process.cpuUsage(cpu0);
+    const rate = (n / ms) * 1000;
+    const us = (cpu.user + cpu.system) / n;
+    console.log(JSON.stringify({ build: dist, msgsPerSec: Math.round(rate), cpuUsPerMsg: +us.toFixed(3), userUs: +(cpu.user / n).toFixed(3), sysUs: +(cpu.system / n).toFixed(3), n }));
+  } finally {
+    await b.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** publish() with WINDOW calls in flight for `seconds`; resolves with the messages acked. */
+function run(b: Broker, seconds: number): Promise<number> {
+  const end = performance.now() + seconds * 1000;
+  return new Promise((done, fail) => {
+    let inflight = 0;
+    let acked = 0;
+    let stopped = false;
+    const onAck = (): void => {
+      acked++;
+      inflight--;
+      if (!stopped && (acked & 1023) === 0 && performance.now() >= end) stopped = true;
+      if (!stopped) fill();
+      else if (inflight === 0) done(acked);
+    };
+    const fill = (): void => {
+      while (inflight < WINDOW) {
+        inflight++;
+        b.publish("t", ORDER).then(onAck, fail);
+      }
+    };
+    fill();
+  });
+}
+
+await main();
