@@ -359,6 +359,62 @@ export class PermanentError extends RegisteredError {
   static override readonly spec = spec("PERMANENT", false, 500, "handler", () => new PermanentError(""));
 }
 
+/** A message's envelope headers (docs/patterns.md) are partial or malformed. */
+export class InvalidEnvelopeError extends RegisteredError {
+  static override readonly spec = spec("INVALID_ENVELOPE", false, 400, "broker", (d) => new InvalidEnvelopeError(str(d.header), str(d.reason)));
+  readonly header: string;
+  readonly reason: string;
+  constructor(header: string, reason: string) {
+    super(`invalid envelope header ${JSON.stringify(header)}: ${reason}`);
+    this.header = header;
+    this.reason = reason;
+  }
+  override wireDetails(): WireDetails {
+    return { header: this.header, reason: this.reason };
+  }
+}
+
+/**
+ * A published value does not match the schema registered for its target, type and version;
+ * `field` names the offending field as a JSON pointer ("" for the value itself).
+ */
+export class SchemaViolationError extends RegisteredError {
+  static override readonly spec = spec("SCHEMA_VIOLATION", false, 400, "broker", (d) => new SchemaViolationError(str(d.target), str(d.type), num(d.version), str(d.field), str(d.reason)));
+  readonly target: string;
+  readonly type: string;
+  readonly version: number;
+  readonly field: string;
+  readonly reason: string;
+  constructor(target: string, type: string, version: number, field: string, reason: string) {
+    super(`${JSON.stringify(target)}: ${type ? `${type} v${version}` : "message"}${field ? ` field ${JSON.stringify(field)}` : ""}: ${reason}`);
+    this.target = target;
+    this.type = type;
+    this.version = version;
+    this.field = field;
+    this.reason = reason;
+  }
+  override wireDetails(): WireDetails {
+    return { target: this.target, type: this.type, version: this.version, field: this.field, reason: this.reason };
+  }
+}
+
+/** A schema version registered after an earlier one is not backward compatible with it. */
+export class SchemaIncompatibleError extends RegisteredError {
+  static override readonly spec = spec("SCHEMA_INCOMPATIBLE", false, 409, "broker", (d) => new SchemaIncompatibleError(str(d.type), num(d.version), Array.isArray(d.problems) ? (d.problems as string[]) : []));
+  readonly type: string;
+  readonly version: number;
+  readonly problems: string[];
+  constructor(type: string, version: number, problems: string[]) {
+    super(`${type} v${version} is not backward compatible: ${problems.join("; ")}`);
+    this.type = type;
+    this.version = version;
+    this.problems = problems;
+  }
+  override wireDetails(): WireDetails {
+    return { type: this.type, version: this.version, problems: this.problems };
+  }
+}
+
 /** A wire-protocol frame could not be decoded or violated the protocol. */
 export class ProtocolError extends RegisteredError {
   static override readonly spec = spec("PROTOCOL", false, 400, "wire", () => new ProtocolError(""));
@@ -418,6 +474,9 @@ export const errors = {
   LeaseExpiredError,
   QueueFullError,
   PermanentError,
+  InvalidEnvelopeError,
+  SchemaViolationError,
+  SchemaIncompatibleError,
   ProtocolError,
   FrameTooLargeError,
   BadMagicError,

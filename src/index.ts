@@ -7,3 +7,7 @@ export type { Logger, MetricsSink, Clock, Telemetry } from "./observability/tele
 export type { FileSystem, FileHandle } from "./log/io.js";
 export { partitionForKey, murmur2 } from "./streams/murmur2.js";
 export type * from "./queues/types.js";
+export { envelope, causedBy, readEnvelope, messageIdOf, ENVELOPE_HEADERS, type Envelope, type EnvelopeInit, type MessageKind } from "./contracts/envelope.js";
+export { SchemaRegistry, SchemaTarget, type MessageSchema, type ParseSchema, type AddSchemaOptions, type SchemaTargetOptions } from "./contracts/schemas.js";
+export { backwardProblems, type JsonSchema } from "./contracts/compat.js";
+export { processOrdered, type OrderedOptions } from "./contracts/ordered.js";

@@ -22,6 +22,8 @@ import { startServer, type ServerHandle } from "../src/server/index.js";
 import { FaultyFileSystem } from "../src/testing/faulty-fs.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";
 import { wrapHost } from "./fixtures/host-wrapper.js";
+import { envelope, ENVELOPE_HEADERS, readEnvelope } from "../src/contracts/envelope.js";
+import { SchemaRegistry } from "../src/contracts/schemas.js";
 import { decodeFrame, encodeFrame, encodePreamble, FrameReader, Op, wireToError, type WireError } from "../src/wire/index.js";
 
 type Api = EmbeddedBroker | RemoteBrokerHandle;
@@ -281,6 +283,28 @@ const SCENARIOS: Record<string, Scenario> = {
     http: () => ({ method: "POST", path: "/v1/queues/full-queue/jobs", body: { jobs: [{ data: "three" }] } }),
   },
   PERMANENT: { why: "thrown by application job handlers, never by the broker" },
+  INVALID_ENVELOPE: {
+    why: "raised by envelope() / readEnvelope() in the application's own process (src/contracts/envelope.ts)",
+    embedded: async () => readEnvelope({ [ENVELOPE_HEADERS.type]: "T" }),
+  },
+  SCHEMA_VIOLATION: {
+    why: "validated where the registry lives: in the embedded broker, or in the client process before sending",
+    embedded: async (e) => {
+      const schemas = new SchemaRegistry();
+      schemas.topic(TOPIC).add("T", 1, { type: "object", required: ["n"] });
+      const b = await openBroker({ dataDir: join(e.dataDir, "schemas"), retentionCheckIntervalMs: 0, schemas });
+      try {
+        await b.createTopic(TOPIC);
+        return await b.publish(TOPIC, {}, { headers: envelope({ type: "T" }) });
+      } finally {
+        await b.close();
+      }
+    },
+  },
+  SCHEMA_INCOMPATIBLE: {
+    why: "raised when the application registers a schema version (src/contracts/schemas.ts)",
+    embedded: async () => new SchemaRegistry().topic(TOPIC).add("T", 1, { type: "object" }).add("T", 2, { type: "object", required: ["n"] }),
+  },
   PROTOCOL: {
     why: "the wire protocol's",
     remote: (e) => e.remote.transport.request(99 as Op, {}, null, { retry: false }),

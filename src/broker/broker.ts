@@ -21,6 +21,7 @@ import { toConsumed } from "../streams/records.js";
 import { GroupSubscription } from "../streams/subscription.js";
 import type { BrokerHost, EncodedAppend, MemberListener, MemberSubscription } from "./host.js";
 import { Publisher } from "./publisher.js";
+import type { SchemaRegistry } from "../contracts/schemas.js";
 import { TurnYield } from "../turn-yield.js";
 import type {
   Broker,
@@ -64,6 +65,12 @@ export interface BrokerOptions {
   fs?: FileSystem;
   /** How often retention runs. Default 5 minutes; 0 disables the timer (call enforceRetention()). */
   retentionCheckIntervalMs?: number;
+  /**
+   * Message schemas per topic and queue (src/contracts/schemas.ts): publish() and
+   * publishBatch() to a topic with schemas validate each value before anything is written,
+   * and refuse with `SchemaViolationError` naming the field.
+   */
+  schemas?: SchemaRegistry;
 }
 
 const MAX_FETCH_BYTES = 64 * 1024 * 1024;
@@ -84,6 +91,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
   private readonly publisher: Publisher;
   /** Makes calls that may complete without waiting yield now and then (turn-yield.ts). */
   private readonly yielder = new TurnYield();
+  private readonly schemas: SchemaRegistry | null;
 
   private constructor(opts: BrokerOptions) {
     this.telemetry = telemetry({ ...opts.telemetry, logger: opts.logger ?? opts.telemetry?.logger });
@@ -92,6 +100,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     this.fs = opts.fs ?? new NodeFileSystem();
     this.engine = opts.engine ?? new DiskEngine({ dataDir: this.dataDir, fs: this.fs, telemetry: this.telemetry });
     this.publisher = new Publisher(this.engine, () => this.closed);
+    this.schemas = opts.schemas ?? null;
   }
 
   static async open(opts: BrokerOptions): Promise<EmbeddedBroker> {
@@ -152,10 +161,25 @@ export class EmbeddedBroker implements Broker, BrokerHost {
    * Validated completely first, so an invalid or oversized record fails alone.
    */
   publish(topic: string, value: PublishValue, opts?: PublishOptions): Promise<PublishReceipt> {
+    if (this.schemas !== null) {
+      try {
+        this.schemas.validate("topic", topic, value, opts?.headers);
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    }
     return this.publisher.publish(topic, value, opts);
   }
 
   publishBatch(topic: string, records: PublishRecord[], opts: PublishBatchOptions = {}): Promise<PublishReceipt[]> {
+    if (this.schemas !== null && Array.isArray(records)) {
+      // The whole batch is refused when one record is invalid: nothing of it is written.
+      try {
+        for (const r of records) this.schemas.validate("topic", topic, r?.value, r?.headers);
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    }
     return this.publisher.publishBatch(topic, records, opts);
   }
 
