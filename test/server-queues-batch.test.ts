@@ -39,6 +39,7 @@ import {
 } from "../src/wire/index.js";
 import type { Broker } from "../src/types.js";
 import type { Job } from "../src/queues/types.js";
+import { maxLookahead } from "../src/queues/lookahead.js";
 
 async function withQueueServer(fn: (url: string) => Promise<void>): Promise<void> {
   const dir = mkdtempSync(join(process.env.SLUICE_TEST_TMP ?? tmpdir(), "sluice-srv-qbatch-"));
@@ -95,6 +96,10 @@ class RawClient {
         setTimeout(r, 50);
       });
     }
+  }
+  /** Frames received and not taken that match `pred`. */
+  pending(pred: (f: Frame) => boolean): number {
+    return this.frames.filter(pred).length;
   }
   async request(op: number, meta: unknown, body: Buffer | null = null): Promise<Frame> {
     const id = this.nextId++;
@@ -382,6 +387,62 @@ test("lookahead: closing a worker returns its parked jobs without counting an at
       assert.equal((await q.stats()).redeliveries, 0, "stopping released unstarted jobs without an attempt");
     } finally {
       await client.close();
+    }
+  });
+});
+
+test("client lookahead: QUEUE_SETTLE_BATCH's lookahead widens the push window, clamped; released jobs cost no attempt", { timeout: 60_000 }, async () => {
+  await withQueueServer(async (url) => {
+    const producer = await connect({ url });
+    const raw = await RawClient.open(url);
+    try {
+      const q = producer.queue<number>("client-lookahead", { visibilityTimeoutMs: 60_000 });
+      await q.enqueueBatch(Array.from({ length: 500 }, (_, k) => ({ data: k })));
+      await raw.request(Op.QueueWork, { queue: "client-lookahead", worker: 3, prefetch: 4, batch: true });
+      const held = new Map<number, number>();
+      const collect = async (n: number): Promise<void> => {
+        while (held.size < n) {
+          const f = await raw.take((x) => x.op === Op.PushJobBatch && x.meta.worker === 3, `push up to ${n}`);
+          for (const j of decodeJobBatch(f.body, 1000)) held.set(j.tag, j.data as number);
+        }
+      };
+      const quiet = async (): Promise<void> => {
+        await new Promise((r) => setTimeout(r, 100));
+        assert.equal(raw.pending((x) => x.op === Op.PushJobBatch), 0, "nothing beyond the window");
+      };
+      await collect(4);
+      await quiet();
+      assert.equal(held.size, 4, "without a lookahead the window is prefetch");
+      // A hostile lookahead is clamped to maxLookahead(4) = 64: the window becomes 68.
+      const [first] = held.keys();
+      await raw.request(Op.QueueSettleBatch, { worker: 3, lookahead: 1e9 }, encodeSettleItems([{ tag: first, action: "ack", arg: {} }]));
+      held.delete(first);
+      await collect(4 + maxLookahead(4));
+      await quiet();
+      assert.equal(held.size, 4 + maxLookahead(4));
+      // Back to no lookahead; the jobs beyond prefetch go back unstarted ("release").
+      const extra = [...held.keys()].slice(4);
+      await raw.request(Op.QueueSettleBatch, { worker: 3, lookahead: 0 }, encodeSettleItems(extra.map((tag) => ({ tag, action: "release" as const, arg: {} }))));
+      for (const t of extra) held.delete(t);
+      await quiet();
+      assert.equal(held.size, 4);
+      const st = await q.stats();
+      assert.ok(st.inFlight <= 4 + 2 * 4, `released jobs are visible again (in flight: the client's 4, at most 2 x prefetch parked): ${st.inFlight}`);
+      // A plain QUEUE_STOP releases the 4 unsettled ones as a failed attempt.
+      const stopped = new Set(held.values());
+      await raw.request(Op.QueueStop, { worker: 3 });
+      // Every other job is still on its first attempt: a released lookahead job never counted one.
+      const w = producer.queue<number>("client-lookahead").work({ prefetch: 100 });
+      let left = (await q.stats()).depth;
+      for await (const j of w) {
+        assert.equal(j.attempt, stopped.has(j.data) ? 2 : 1, `job ${j.data}`);
+        await j.ack();
+        if (--left === 0) break;
+      }
+      await w.close();
+    } finally {
+      raw.close();
+      await producer.close();
     }
   });
 });

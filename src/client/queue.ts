@@ -7,6 +7,14 @@
  * jobs for redelivery at once; their `signal` aborts here and settling them fails with
  * `LeaseExpiredError`. The worker then re-registers on the new connection and keeps going.
  *
+ * Lookahead (docs/queues.md, "Lookahead"): besides the `prefetch` jobs it hands to application
+ * code, a worker of a batch server accepts about LOOKAHEAD_MS worth of further jobs (at its
+ * recent hand-out rate, at most `maxLookahead(prefetch)`), buffered here, so a free slot does not
+ * wait a round trip (our settle, the server's push) for its next job. The size travels to the
+ * server with the settle frames (`lookahead` in QUEUE_SETTLE_BATCH's meta); a buffered job that
+ * waits longer than PARK_MAX_MS, or is still buffered when the worker stops, goes back with the
+ * settle action "release" (not an attempt: application code never saw it).
+ *
  * Enqueues are idempotent requests (QueueEnqueuer, queue-enqueuer.ts): calls gathered into one request per
  * queue, numbered under the client's producer id, re-sent with the same number when their
  * connection drops or they time out, so a job is stored once however often it travels.
@@ -15,6 +23,7 @@ import { AbortedError, LeaseExpiredError, ValidationError } from "../errors.js";
 import { DEFAULT_MAX_PENDING_SETTLEMENTS, DEFAULT_PREFETCH, intOption, MAX_PENDING_SETTLEMENTS, MAX_PREFETCH, prefetchOption } from "../queues/config.js";
 import { processWorkerOptions, runProcess, type ProcessWorker } from "../queues/process.js";
 import { workerIterator } from "../queues/iterate.js";
+import { LookaheadSizer, maxLookahead, PARK_MAX_MS } from "../queues/lookahead.js";
 import type {
   DeadLetterInfo,
   EnqueueItem,
@@ -86,6 +95,11 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
   private pendingCount = 0;
   private settledWaiters: (() => void)[] = [];
   private drainQueued = false;
+  /** Sizes the jobs accepted beyond `prefetch` (the lookahead, see the file comment). */
+  private readonly lookahead: LookaheadSizer;
+  /** The lookahead the server was last told (registration, then settle frames). */
+  private lookaheadSent = 0;
+  private parkTimer: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly transport: Transport,
@@ -95,6 +109,7 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
   ) {
     this.prefetch = prefetchOption(opts.prefetch, "prefetch", DEFAULT_PREFETCH);
     this.maxPending = intOption(opts.maxPendingSettlements, "maxPendingSettlements", 1, MAX_PENDING_SETTLEMENTS, DEFAULT_MAX_PENDING_SETTLEMENTS);
+    this.lookahead = new LookaheadSizer(maxLookahead(this.prefetch));
     if (opts.signal) {
       if (opts.signal.aborted) this.closed = true;
       else opts.signal.addEventListener("abort", () => void this.close(), { once: true });
@@ -110,6 +125,9 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
     const id = nextWorkerId++;
     this.id = id;
     this.receivingServer = true;
+    // A new registration starts without lookahead (the server grows it from our settle frames).
+    this.lookahead.reset();
+    this.lookaheadSent = 0;
     this.registry.set(id, this as RemoteWorker<unknown>);
     try {
       const f = await this.transport.request(
@@ -158,6 +176,7 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
     }
     this.live.clear();
     this.buffer = [];
+    this.clearParkTimer();
   }
 
   /** The job left application code (settled, or its lease was lost). */
@@ -181,7 +200,38 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
     const j = this.buffer.shift()!;
     j.handed = true;
     this.handedOut++;
+    this.lookahead.note(1);
     return j;
+  }
+
+  /**
+   * Buffered jobs beyond `prefetch` (the lookahead) that waited longer than PARK_MAX_MS go back
+   * without counting an attempt, oldest first (their lease clock runs), and the lookahead stays
+   * off until hand-outs show a rate again: a slowed-down consumer does not sit on jobs other
+   * workers could run.
+   */
+  private armParkTimer(): void {
+    if (this.parkTimer !== null || !this.receiving || this.buffer.length === 0 || this.handedOut + this.buffer.length <= this.prefetch) return;
+    const wait = Math.max(1, this.buffer[0].bufferedAt + PARK_MAX_MS - performance.now());
+    this.parkTimer = setTimeout(() => {
+      this.parkTimer = null;
+      if (!this.receiving) return;
+      const limit = performance.now() - PARK_MAX_MS;
+      const excess = Math.min(this.buffer.length, this.handedOut + this.buffer.length - this.prefetch);
+      let k = 0;
+      while (k < excess && this.buffer[k].bufferedAt <= limit) k++;
+      if (k > 0) {
+        this.lookahead.reset();
+        for (const j of this.buffer.splice(0, k)) void this.giveBack(j);
+      }
+      this.armParkTimer();
+    }, wait);
+    this.parkTimer.unref();
+  }
+
+  private clearParkTimer(): void {
+    if (this.parkTimer !== null) clearTimeout(this.parkTimer);
+    this.parkTimer = null;
   }
 
   /** Push mode: buffered jobs to `process()` while the bounds allow (on a microtask: no recursion). */
@@ -284,8 +334,16 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
         this.handedOut++;
         onJob(j);
       }
+      this.lookahead.note(k);
     }
-    for (; k < jobs.length; k++) this.buffer.push(jobs[k]);
+    if (k < jobs.length) {
+      const now = performance.now();
+      for (; k < jobs.length; k++) {
+        jobs[k].bufferedAt = now;
+        this.buffer.push(jobs[k]);
+      }
+      this.armParkTimer();
+    }
     if (onJob === null) this.wake();
     else this.drainSoon();
   }
@@ -328,24 +386,32 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
     const all = this.pendingSettles;
     this.pendingSettles = [];
     const workerId = this.id;
+    // The lookahead rides on the settle frames (a batch server only: it alone can take jobs
+    // back without an attempt). Re-measured once per flush.
+    const la = this.batchServer && this.receiving ? this.lookahead.size() : 0;
     let batch: PendingSettle[] = [];
     for (const p of all) {
       // Re-registered since (connection lost): that lease was released server-side.
       if (p.job.workerId !== workerId || this.live.get(p.job.tag) !== p.job) p.reject(new LeaseExpiredError());
       else batch.push(p);
       if (batch.length === MAX_SETTLES_PER_FRAME) {
-        this.sendSettles(workerId, batch);
+        this.sendSettles(workerId, batch, la);
         batch = [];
       }
     }
-    if (batch.length > 0) this.sendSettles(workerId, batch);
+    if (batch.length > 0) this.sendSettles(workerId, batch, la);
   }
 
-  private sendSettles(workerId: number, batch: PendingSettle[]): void {
+  private sendSettles(workerId: number, batch: PendingSettle[], lookahead: number): void {
     // Jobs that came with a delivery tag (PUSH_JOB_BATCH) are settled by tag, in binary.
     if (batch[0].job.tag >= 0) {
       const items = batch.map((b) => ({ tag: b.job.tag, action: b.action, arg: b.arg }));
-      this.transport.request(Op.QueueSettleBatch, { worker: workerId }, encodeSettleItems(items), { retry: false }).then(
+      let meta: { worker: number; lookahead?: number } = { worker: workerId };
+      if (lookahead !== this.lookaheadSent) {
+        meta = { worker: workerId, lookahead };
+        this.lookaheadSent = lookahead;
+      }
+      this.transport.request(Op.QueueSettleBatch, meta, encodeSettleItems(items), { retry: false }).then(
         (f) => {
           // Only failures are listed, as [index, error].
           const errors = Array.isArray(f.meta.errors) ? new Map(f.meta.errors as [number, WireError][]) : null;
@@ -449,6 +515,7 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
     if (!this.receiving) return;
     this.receiving = false;
     this.wake();
+    this.clearParkTimer();
     const unhanded = this.buffer;
     this.buffer = [];
     // Ask the server for no more jobs (it keeps our leases: running handlers still settle).
@@ -472,6 +539,7 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
     this.closed = true;
     this.receiving = false;
     this.wake();
+    this.clearParkTimer();
     // Frames go out in this order and the server handles them in order: no more deliveries
     // (else a released job could be granted to us again), jobs received but never handed out
     // back without counting an attempt, settlements still pending, then QUEUE_STOP, which

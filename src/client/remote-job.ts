@@ -42,6 +42,8 @@ export class RemoteJob<T> implements Job<T> {
   settled = false;
   /** Handed to application code (iterator or a `process()` handler) and not yet settled. */
   handed = false;
+  /** performance.now() when it reached its worker's buffer (the lookahead's park limit). */
+  bufferedAt = 0;
 
   constructor(
     meta: JobMeta,

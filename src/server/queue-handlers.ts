@@ -129,6 +129,8 @@ async function settleBatch(s: Session, f: Frame): Promise<Reply> {
     const wire = errorToWire(new LeaseExpiredErrorForWorker());
     return { meta: { errors: items.map((_, i) => [i, wire]) } };
   }
+  // The client's lookahead (docs/protocol.md §7), before the settlements free room for it.
+  if (f.meta.lookahead !== undefined) w.setClientLookahead(f.meta.lookahead);
   const { errors } = await w.settleMany(items);
   return { meta: errors.length === 0 ? null : { errors: errors.map(([i, e]) => [i, errorToWire(e)]) } };
 }

@@ -9,12 +9,15 @@
  * - Leases belong to the connection: when it closes (or the client stops the worker), the
  *   embedded worker is closed with `onUnsettled: "nack"`, so every job still in flight is
  *   released for redelivery at once instead of waiting for its lease to expire.
- * - Memory is bounded by `prefetch`: the client holds at most `prefetch` unsettled jobs, the
- *   server at most 2 x `prefetch` more (parked, see LOOKAHEAD_MS; 10 000 in all).
+ * - Memory is bounded by `prefetch`: the client holds at most `prefetch` unsettled jobs plus
+ *   the lookahead it asked for (`lookahead` in QUEUE_SETTLE_BATCH's meta, at most
+ *   maxLookahead(prefetch), none below MIN_LOOKAHEAD_LEASE_MS), the server at most
+ *   2 x `prefetch` more (parked, see LOOKAHEAD_MS; 10 000 in all).
  * - Lease loss is pushed (PUSH_LEASE_LOST) so the client aborts `job.signal`.
  */
 import { LeaseExpiredError, ValidationError } from "../errors.js";
 import { MAX_PREFETCH } from "../queues/config.js";
+import { maxLookahead } from "../queues/lookahead.js";
 import type { DeliveredJob, HostQueue, PushWorker, RawEnqueueItem } from "../queues/host-api.js";
 import type { EnqueueIdentity } from "../queues/idempotence.js";
 import type { EnqueueItem, EnqueueResult, NackOptions } from "../queues/types.js";
@@ -112,10 +115,14 @@ export class RemoteWorker {
   private rateCount = 0;
   private rateStart = performance.now();
   private settledCount = 0;
+  /** Jobs the client takes beyond `prefetch` (its own lookahead, set by its settle frames). */
+  private clientLookahead = 0;
+  /** Jobs parked here beyond the client's window (sized by noteSettled). */
+  private parkLookahead = 0;
 
   constructor(private readonly opts: RemoteWorkerOptions) {
     this.receipts = opts.byReceipt ? new Map() : null;
-    this.maxLookahead = Math.max(0, Math.min(2 * opts.prefetch, MAX_PREFETCH - opts.prefetch));
+    this.maxLookahead = Math.max(0, Math.min(2 * opts.prefetch, MAX_PREFETCH - opts.prefetch - maxLookahead(opts.prefetch)));
     // The queue pushes whole hand-out rounds to us (no iterator promise per job).
     const w = opts.queue.pushWorker({
       prefetch: opts.prefetch,
@@ -132,6 +139,26 @@ export class RemoteWorker {
       if (err !== null) this.finish("error", err);
       else this.finish("closed");
     });
+  }
+
+  /** Jobs the client accepts unsettled: `prefetch` plus its lookahead. */
+  private get window(): number {
+    return this.opts.prefetch + this.clientLookahead;
+  }
+
+  /**
+   * The client's lookahead (jobs it buffers beyond `prefetch` so that a free slot need not wait
+   * for a round trip): clamped to maxLookahead(prefetch), none while the lease is shorter than
+   * MIN_LOOKAHEAD_LEASE_MS (the client may hold a buffered job up to PARK_MAX_MS) or once the
+   * client stopped taking jobs. A larger window is filled from the parked jobs at once.
+   */
+  setClientLookahead(n: unknown): void {
+    if (typeof n !== "number" || !Number.isFinite(n)) throw new ValidationError("lookahead must be a number");
+    let la = Math.max(0, Math.min(Math.floor(n), maxLookahead(this.opts.prefetch)));
+    if (!this.receiving || this.worker.visibilityTimeoutMs < MIN_LOOKAHEAD_LEASE_MS) la = 0;
+    if (la === this.clientLookahead) return;
+    this.clientLookahead = la;
+    this.worker.setPrefetch(this.window + this.parkLookahead);
   }
 
   /** Numbers the jobs, records them as at the client, and sends them in one frame. */
@@ -159,7 +186,7 @@ export class RemoteWorker {
     }
     if (this.parked.length === 0) {
       // The common case: room at the client for the whole round.
-      const room = this.opts.prefetch - this.jobs.size;
+      const room = this.window - this.jobs.size;
       if (room >= jobs.length) {
         this.send(jobs);
         return;
@@ -183,7 +210,7 @@ export class RemoteWorker {
     if (this.ended || !this.receiving || this.parked.length === 0) return;
     const out: DeliveredJob[] = [];
     let k = 0;
-    let room = this.opts.prefetch - this.jobs.size;
+    let room = this.window - this.jobs.size;
     while (k < this.parked.length && room > 0) {
       const j = this.parked[k++];
       if (!j.leaseHeld) continue;
@@ -223,7 +250,8 @@ export class RemoteWorker {
         this.rate = 0;
         this.rateCount = 0;
         this.rateStart = performance.now();
-        this.worker.setPrefetch(this.opts.prefetch);
+        this.parkLookahead = 0;
+        this.worker.setPrefetch(this.window);
         for (const j of stale) if (j.leaseHeld) j.unstart();
       }
       this.armParkTimer();
@@ -243,8 +271,8 @@ export class RemoteWorker {
     this.rate = this.rate === 0 ? r : 0.5 * this.rate + 0.5 * r;
     this.rateCount = 0;
     this.rateStart = now;
-    const lookahead = Math.min(this.maxLookahead, Math.ceil((this.rate * LOOKAHEAD_MS) / 1000));
-    d.setPrefetch(this.opts.prefetch + lookahead);
+    this.parkLookahead = Math.min(this.maxLookahead, Math.ceil((this.rate * LOOKAHEAD_MS) / 1000));
+    d.setPrefetch(this.window + this.parkLookahead);
   }
 
   private leaseLost(tag: number): void {
@@ -367,6 +395,8 @@ export class RemoteWorker {
   stopDeliveries(): void {
     if (!this.receiving) return;
     this.receiving = false;
+    this.clientLookahead = 0;
+    this.parkLookahead = 0;
     this.worker.setPrefetch(0);
     this.returnParked();
   }
