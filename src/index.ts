@@ -11,3 +11,6 @@ export { envelope, causedBy, readEnvelope, messageIdOf, ENVELOPE_HEADERS, type E
 export { SchemaRegistry, SchemaTarget, type MessageSchema, type ParseSchema, type AddSchemaOptions, type SchemaTargetOptions } from "./contracts/schemas.js";
 export { backwardProblems, type JsonSchema } from "./contracts/compat.js";
 export { processOrdered, type OrderedOptions } from "./contracts/ordered.js";
+export { Inbox, type InboxStore, type InboxMessage, type InboxOptions, type HandleOptions, type HandleResult } from "./contracts/inbox.js";
+export { SqliteInboxStore, SQLITE_INBOX_SCHEMA, type SqliteDatabase } from "./contracts/stores/sqlite-inbox.js";
+export { PgInboxStore, PG_INBOX_SCHEMA, type PgPool, type PgPoolClient, type PgQueryable } from "./contracts/stores/pg-inbox.js";
