@@ -9,7 +9,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { openBroker, type EmbeddedBroker } from "../src/broker/broker.js";
-import { MAX_APPENDS_IN_FLIGHT } from "../src/broker/publish-accumulator.js";
+import { MAX_APPENDS_IN_FLIGHT, MIN_SPLIT_RECORDS } from "../src/broker/publish-accumulator.js";
 import { RecordTooLargeError, TopicNotFoundError, ValidationError } from "../src/errors.js";
 import { NodeFileSystem } from "../src/log/io.js";
 import { recordSize } from "../src/log/record-batch.js";
@@ -56,6 +56,31 @@ test("publish(): calls made while appends are in flight share appends; receipts 
     got.records.slice(0, 5).map((x) => x.value),
     ["v1", "v3", "v5", "v7", "v9"],
   );
+});
+
+test("publish(): a burst with nothing in flight goes as two appends (the second a turn later), in call order; a small one as one", async () => {
+  await using e = await env();
+  const b = e.broker;
+  await b.createTopic("t");
+  await b.publish("t", "warm-up");
+  let before = appends(e.engine);
+  const n = 4 * MIN_SPLIT_RECORDS;
+  const burst = Array.from({ length: n }, (_, i) => b.publish("t", { i }));
+  await Promise.resolve();
+  // Half at once; the rest waits for the next turn (the first half's write is under way).
+  assert.equal(appends(e.engine) - before, 1);
+  await new Promise((r) => setImmediate(r));
+  assert.equal(appends(e.engine) - before, 2);
+  const rs = await Promise.all(burst);
+  rs.forEach((r, i) => assert.equal(r.offset, 1 + i, `record ${i}: offsets follow call order`));
+  const got = await b.fetch("t", 0, 1, { maxBytes: 1 << 20 });
+  assert.deepEqual(
+    got.records.map((x) => (x.value as { i: number }).i),
+    Array.from({ length: n }, (_, i) => i),
+  );
+  before = appends(e.engine);
+  await Promise.all(Array.from({ length: 2 * MIN_SPLIT_RECORDS - 1 }, (_, i) => b.publish("t", `s${i}`)));
+  assert.equal(appends(e.engine) - before, 1, "fewer than 2 x MIN_SPLIT_RECORDS: one append");
 });
 
 test("publish(): a lone publish reaches the engine before the event loop turns (no linger)", async () => {

@@ -29,6 +29,8 @@ import type { PublishReceipt } from "../types.js";
  * records in flight into many small appends.
  */
 export const MAX_APPENDS_IN_FLIGHT = 2;
+/** Waiting records are split into appends of at least this many when several can start (sendShare). */
+export const MIN_SPLIT_RECORDS = 64;
 /** Bound on the records' bytes (`recordSize()`) gathered into one append (at least one entry). */
 export const MAX_APPEND_BYTES = 1024 * 1024;
 
@@ -111,6 +113,12 @@ export class PartitionAccumulator {
     this.scheduled = false;
     this.flush();
   };
+  /** The rest of a split (sendShare) is due on the next turn. */
+  private turnScheduled = false;
+  private readonly flushTurn = (): void => {
+    this.turnScheduled = false;
+    this.flush();
+  };
 
   constructor(
     private readonly host: AccumulatorHost,
@@ -138,7 +146,34 @@ export class PartitionAccumulator {
   }
 
   private flush(): void {
-    while (this.inFlight < MAX_APPENDS_IN_FLIGHT && this.waiting.length > 0) this.send(this.take());
+    while (this.inFlight < MAX_APPENDS_IN_FLIGHT && this.waiting.length > 0) {
+      const free = MAX_APPENDS_IN_FLIGHT - this.inFlight;
+      if (free > 1 && this.waiting.length >= free * MIN_SPLIT_RECORDS && this.waitingGroups === 0 && this.waitingBytes <= MAX_APPEND_BYTES) {
+        this.sendShare(free);
+        return;
+      }
+      this.send(this.take());
+    }
+  }
+
+  /**
+   * Room for `free` > 1 appends and many records waiting (a burst, or the acks of one append
+   * coming back as the callers' next publishes): a `1/free` share goes now, the rest on the
+   * next event-loop turn (split again while room remains), once this share's write is under
+   * way, as appends of their own. They then take turns (the records of each publish again
+   * while the others are on the disk), so the disk's latency overlaps the CPU time of the
+   * other shares instead of adding to it.
+   */
+  private sendShare(free: number): void {
+    const w = this.waiting;
+    const n = Math.floor(w.length / free);
+    let bytes = 0;
+    for (let i = 0; i < n; i++) bytes += w[i].size;
+    this.send(this.takeFirst(n, bytes, 0));
+    if (!this.turnScheduled) {
+      this.turnScheduled = true;
+      setImmediate(this.flushTurn);
+    }
   }
 
   /** The next append's entries, in order: one idempotent group alone, else up to MAX_APPEND_BYTES. */
