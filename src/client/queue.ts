@@ -63,6 +63,8 @@ interface PendingSettle {
   job: RemoteJob<unknown>;
   action: SettleAction;
   arg: Record<string, unknown>;
+  /** An ack or nack: counted in `pendingCount` until answered. */
+  counted: boolean;
   resolve(): void;
   reject(e: unknown): void;
 }
@@ -269,12 +271,12 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
       case Op.PushJobBatch: {
         this.batchServer = true;
         const id = this.id;
-        const decoded = decodeJobBatch(f.body, 100_000);
+        const decoded = decodeJobBatch(f.body, 100_000, true);
         const jobs: RemoteJob<T>[] = new Array(decoded.length);
         for (let i = 0; i < decoded.length; i++) {
           const d = decoded[i];
           const dl = d.deadLetterJson === null ? null : (JSON.parse(d.deadLetterJson) as DeadLetterInfo);
-          const job = new RemoteJob<T>(d, dl, d.data as T, d.headers, this, id, d.tag);
+          const job = new RemoteJob<T>(d, dl, d.data as T, d.jsonText, d.headers, this, id, d.tag);
           this.live.set(d.tag, job);
           jobs[i] = job;
         }
@@ -289,7 +291,7 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
           const headers: Record<string, Uint8Array> = {};
           for (const [k, v] of Object.entries(r.headers ?? {})) headers[k] = typeof v === "string" ? Buffer.from(v) : v;
           const tag = --this.localTag;
-          const job = new RemoteJob<T>(metas[i], metas[i].deadLetter ?? null, r.value as T, headers, this, id, tag);
+          const job = new RemoteJob<T>(metas[i], metas[i].deadLetter ?? null, r.value as T, undefined, headers, this, id, tag);
           this.live.set(tag, job);
           return job;
         });
@@ -367,18 +369,28 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
       this.unhand(job);
       this.pendingCount++;
     }
-    const p = new Promise<void>((resolve, reject) => {
-      const done = counted
-        ? { resolve: () => (resolve(), this.settleDone()), reject: (e: unknown) => (reject(e), this.settleDone()) }
-        : { resolve, reject };
-      this.pendingSettles.push({ job: job as RemoteJob<unknown>, action, arg, resolve: done.resolve, reject: done.reject });
-      if (!this.settleScheduled) {
-        this.settleScheduled = true;
-        setImmediate(() => this.flushSettles());
-      }
+    let resolve!: () => void;
+    let reject!: (e: unknown) => void;
+    const p = new Promise<void>((a, b) => {
+      resolve = a;
+      reject = b;
     });
     p.catch(noop);
+    this.pendingSettles.push({ job: job as RemoteJob<unknown>, action, arg, counted, resolve, reject });
+    if (!this.settleScheduled) {
+      this.settleScheduled = true;
+      setImmediate(this.flushSettlesNow);
+    }
     return p;
+  }
+
+  private readonly flushSettlesNow = (): void => this.flushSettles();
+
+  /** Answers one settlement (`err` null: it is durable). */
+  private answer(p: PendingSettle, err: unknown): void {
+    if (err === null) p.resolve();
+    else p.reject(err);
+    if (p.counted) this.settleDone();
   }
 
   private flushSettles(): void {
@@ -392,7 +404,7 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
     let batch: PendingSettle[] = [];
     for (const p of all) {
       // Re-registered since (connection lost): that lease was released server-side.
-      if (p.job.workerId !== workerId || this.live.get(p.job.tag) !== p.job) p.reject(new LeaseExpiredError());
+      if (p.job.workerId !== workerId || this.live.get(p.job.tag) !== p.job) this.answer(p, new LeaseExpiredError());
       else batch.push(p);
       if (batch.length === MAX_SETTLES_PER_FRAME) {
         this.sendSettles(workerId, batch, la);
@@ -418,7 +430,7 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
           for (let i = 0; i < batch.length; i++) this.settled(batch[i], errors?.get(i) ?? null);
         },
         (err) => {
-          for (const b of batch) b.reject(err);
+          for (const b of batch) this.answer(b, err);
         },
       );
       return;
@@ -430,7 +442,7 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
         batch.forEach((b, i) => this.settled(b, results[i] ?? null));
       },
       (err) => {
-        for (const b of batch) b.reject(err);
+        for (const b of batch) this.answer(b, err);
       },
     );
   }
@@ -444,7 +456,7 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
         this.live.delete(job.tag);
         job.abort(err);
       }
-      p.reject(err);
+      this.answer(p, err);
       return;
     }
     if (p.action === "extend") job.leaseExpiresAt = Date.now() + (p.arg.ms as number);
@@ -452,7 +464,7 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
       job.settled = true;
       if (this.live.get(job.tag) === job) this.live.delete(job.tag);
     }
-    p.resolve();
+    this.answer(p, null);
   }
 
   private wake(): void {

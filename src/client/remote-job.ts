@@ -5,6 +5,7 @@
  */
 import { ValidationError } from "../errors.js";
 import type { DeadLetterInfo, Job, NackOptions } from "../queues/types.js";
+import { parseJobJson } from "../wire/queue.js";
 
 export const NO_ARG: Record<string, unknown> = Object.freeze({}) as Record<string, unknown>;
 
@@ -44,11 +45,16 @@ export class RemoteJob<T> implements Job<T> {
   handed = false;
   /** performance.now() when it reached its worker's buffer (the lookahead's park limit). */
   bufferedAt = 0;
+  #data: T | undefined;
+  /** A JSON value's text until `data` is first read (a handler that never reads it costs no
+   * parse); parsed then, a ProtocolError if the server sent something that is not JSON. */
+  #jsonText: string | undefined;
 
   constructor(
     meta: JobMeta,
     deadLetter: DeadLetterInfo | null,
-    readonly data: T,
+    data: T | undefined,
+    jsonText: string | undefined,
     readonly headers: Record<string, Uint8Array>,
     private readonly worker: JobSettler<T>,
     /** The worker registration (server-side worker id) that received this job. */
@@ -65,6 +71,15 @@ export class RemoteJob<T> implements Job<T> {
     this.leaseExpiresAt = meta.leaseExpiresAt;
     this.redriveCount = meta.redriveCount;
     this.deadLetter = deadLetter;
+    this.#data = data;
+    this.#jsonText = jsonText;
+  }
+  get data(): T {
+    if (this.#jsonText !== undefined) {
+      this.#data = parseJobJson(this.#jsonText) as T;
+      this.#jsonText = undefined;
+    }
+    return this.#data as T;
   }
   get signal(): AbortSignal {
     if (this.#ac === null) {

@@ -135,6 +135,8 @@ export interface WireJob {
 export interface DecodedJob extends Omit<WireJob, "valueKind" | "value" | "headers"> {
   tag: number;
   data: unknown;
+  /** With `lazyJson`: a JSON value's text, not parsed yet (`data` is then undefined). */
+  jsonText?: string;
   headers: Record<string, Uint8Array>;
 }
 
@@ -204,8 +206,12 @@ export function encodeJobBatchFrame(op: number, flags: number, meta: unknown, fi
   return out;
 }
 
-/** Decodes a PUSH_JOB_BATCH body. Byte values are copied (a kept job must not pin the frame). */
-export function decodeJobBatch(buf: Buffer, maxJobs: number): DecodedJob[] {
+/**
+ * Decodes a PUSH_JOB_BATCH body. Byte values are copied (a kept job must not pin the frame).
+ * `lazyJson`: a JSON value is left as its text (`jsonText`) for the caller to parse when the
+ * value is read (the network client's job.data): a handler that never reads it costs no parse.
+ */
+export function decodeJobBatch(buf: Buffer, maxJobs: number, lazyJson = false): DecodedJob[] {
   const r = new Reader(buf);
   const n = r.u32("job count");
   const firstTag = r.u32("first delivery tag");
@@ -223,6 +229,7 @@ export function decodeJobBatch(buf: Buffer, maxJobs: number): DecodedJob[] {
     const deadLetterJson = r.nullableUtf8("deadLetter");
     const kind = r.u8("value kind");
     let data: unknown;
+    let jsonText: string | undefined;
     switch (kind) {
       case ValueKind.Null:
         data = null;
@@ -235,11 +242,8 @@ export function decodeJobBatch(buf: Buffer, maxJobs: number): DecodedJob[] {
         break;
       case ValueKind.Json: {
         const s = r.utf8("value");
-        try {
-          data = JSON.parse(s);
-        } catch {
-          throw new ProtocolError("job value of kind json is not valid JSON");
-        }
+        if (lazyJson) jsonText = s;
+        else data = parseJobJson(s);
         break;
       }
       default:
@@ -255,10 +259,19 @@ export function decodeJobBatch(buf: Buffer, maxJobs: number): DecodedJob[] {
       if (name === "__proto__") Object.defineProperty(headers, name, { value, enumerable: true, writable: true, configurable: true });
       else headers[name] = value;
     }
-    out[i] = { tag: (firstTag + i) >>> 0, id, receipt, attempt, enqueuedAt, leaseExpiresAt, redriveCount, key, deadLetterJson, data, headers };
+    out[i] = { tag: (firstTag + i) >>> 0, id, receipt, attempt, enqueuedAt, leaseExpiresAt, redriveCount, key, deadLetterJson, data, jsonText, headers };
   }
   r.end("jobs");
   return out;
+}
+
+/** A pushed job's JSON value (ProtocolError when it is not JSON). */
+export function parseJobJson(s: string): unknown {
+  try {
+    return JSON.parse(s);
+  } catch {
+    throw new ProtocolError("job value of kind json is not valid JSON");
+  }
 }
 
 /** A QUEUE_ENQUEUE record as the queue stores it: value bytes (copied) and their kind. */
