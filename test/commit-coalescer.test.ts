@@ -102,3 +102,46 @@ test("refusals are per partition; marks of an ended ownership period are refused
   }
   assert.deepEqual(unhandled, []);
 });
+
+test("with a linger, marks nobody waits for share a later write; awaiting one, running out of room or flush() writes at once", async () => {
+  const w = gatedWriter();
+  const c = new CommitCoalescer(w.write, 3, 60_000);
+  void c.mark(0, mark(1));
+  void c.mark(0, mark(2));
+  await new Promise((r) => setImmediate(r));
+  assert.equal(w.calls.length, 0, "lingering: nobody waits");
+  const awaited = (async () => {
+    await c.mark(1, mark(3));
+  })();
+  await waitUntil(() => w.calls.length === 1, "awaiting a mark starts the write");
+  assert.deepEqual([...w.calls[0]].map(([p, m]) => [p, m.offset]).sort(), [[0, 2], [1, 3]]);
+  w.gates[0].resolve();
+  await awaited;
+  assert.equal(c.pendingMarks, 0);
+
+  for (let i = 4; i < 7; i++) void c.mark(0, mark(i));
+  assert.equal(w.calls.length, 1);
+  const room = c.room();
+  assert.ok(room !== null, "no room at the bound");
+  assert.equal(w.calls.length, 2, "waiting for room starts the write");
+  w.gates[1].resolve();
+  await room;
+
+  void c.mark(0, mark(7));
+  const flushed = c.flush();
+  await waitUntil(() => w.calls.length === 3, "flush() writes without lingering");
+  w.gates[2].resolve();
+  await flushed;
+  assert.equal(c.pendingMarks, 0);
+});
+
+test("with a short linger, a mark nobody waits for is written once the linger ends", async () => {
+  const w = gatedWriter();
+  const c = new CommitCoalescer(w.write, 100, 5);
+  const p = c.mark(2, mark(9));
+  assert.equal(w.calls.length, 0);
+  await waitUntil(() => w.calls.length === 1, "written after the linger");
+  w.gates[0].resolve();
+  await p;
+  assert.equal(c.pendingMarks, 0);
+});

@@ -21,7 +21,7 @@ import type { Message, MessageBatch, SubscribeOptions, Subscription } from "../t
 import { Op, decodeConsumedRecords, wireToError, type Frame, type WireError } from "../wire/index.js";
 import { readRecordInto, scanPushedBatches, type RecordFields, type RecordTable } from "./record-batches.js";
 import type { Transport } from "./transport.js";
-import { CommitCoalescer, maxPendingCommitsOption, type CommitMark } from "../streams/commit-coalescer.js";
+import { COMMIT_LINGER_MS, CommitCoalescer, maxPendingCommitsOption, type CommitMark } from "../streams/commit-coalescer.js";
 
 export interface RemoteSubscriptionOptions {
   windowMessages: number;
@@ -149,7 +149,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
       // The new member starts with a full window of credit; nothing of the old one is buffered.
       this.consumedSinceCredit = 0;
       member.commit = this.messageCommit(member);
-      member.commits = new CommitCoalescer((marks) => this.writeCommits(member, marks), this.maxPendingCommits);
+      member.commits = new CommitCoalescer((marks) => this.writeCommits(member, marks), this.maxPendingCommits, COMMIT_LINGER_MS);
       this.member = member;
       this.registry.set(id, this as RemoteSubscription<unknown>);
       try {

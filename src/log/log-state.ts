@@ -37,6 +37,16 @@ export interface LogContext {
   readonly telemetry: Telemetry;
 }
 
+/** A reader waiting for `offset` to become readable (LogState.waitFor). */
+interface Waiter {
+  offset: number;
+  /** performance.now() when the wait ends with false (real time, as the timer's). */
+  deadline: number;
+  resolve: (readable: boolean) => void;
+  signal: AbortSignal | undefined;
+  onAbort: (() => void) | null;
+}
+
 export class LogState {
   /** Segments in offset order; the last one is the active segment (LOG-1: contiguous). */
   segments: Segment[] = [];
@@ -57,7 +67,10 @@ export class LogState {
   /** Set while a failed append is rolled back (LOG-11): refuses appends meanwhile. */
   fence: StorageError | StorageFullError | null = null;
   closed = false;
-  private waiters = new Set<{ offset: number; wake: () => void }>();
+  private waiters = new Set<Waiter>();
+  /** The one timer of the waiters' deadlines (see waitFor), due at `timerDue` (monotonic ms). */
+  private deadlineTimer: NodeJS.Timeout | null = null;
+  private timerDue = 0;
 
   constructor(
     readonly ctx: LogContext,
@@ -104,33 +117,66 @@ export class LogState {
     this.onFault?.(err);
   }
 
-  /** Resolves true once a record at `offset` is readable, false on timeout, abort or close. */
+  /**
+   * Resolves true once a record at `offset` is readable, false on timeout, abort or close.
+   *
+   * A caught-up consumer waits once per record it is handed (thousands of times a second at a
+   * trickle), and nearly every wait ends by data, not by its deadline: so a wait creates no
+   * timer of its own. The waiters are in one set, and one timer per partition is armed for
+   * the earliest deadline when it is earlier than the armed one (and stays armed while the
+   * partition is open); when it fires it ends the waits that are due and arms itself for the
+   * next deadline (a wait that ended earlier just leaves the set).
+   */
   waitFor(offset: number, maxWaitMs: number, signal?: AbortSignal): Promise<boolean> {
     if (this.hwm > offset) return Promise.resolve(true);
     if (maxWaitMs <= 0 || this.closed) return Promise.resolve(false);
     if (signal?.aborted) return Promise.resolve(false);
     return new Promise<boolean>((resolve) => {
-      const w = {
-        offset,
-        wake: () => {
-          cleanup();
-          resolve(this.hwm > offset);
-        },
-      };
-      const timer = setTimeout(w.wake, maxWaitMs);
-      const onAbort = (): void => w.wake();
-      const cleanup = (): void => {
-        clearTimeout(timer);
-        this.waiters.delete(w);
-        signal?.removeEventListener("abort", onAbort);
-      };
-      signal?.addEventListener("abort", onAbort, { once: true });
+      const w: Waiter = { offset, deadline: performance.now() + maxWaitMs, resolve, signal, onAbort: null };
+      if (signal !== undefined) {
+        w.onAbort = () => this.endWait(w);
+        signal.addEventListener("abort", w.onAbort, { once: true });
+      }
       this.waiters.add(w);
+      if (this.deadlineTimer === null || w.deadline < this.timerDue) this.armDeadline(w.deadline);
+      else if (this.waiters.size === 1) this.deadlineTimer.ref();
     });
   }
 
+  private endWait(w: Waiter): void {
+    if (!this.waiters.delete(w)) return;
+    // A wait keeps the process alive (as a timer of its own would); an armed timer without
+    // waiters does not.
+    if (this.waiters.size === 0) this.deadlineTimer?.unref();
+    if (w.onAbort !== null) w.signal!.removeEventListener("abort", w.onAbort);
+    w.resolve(this.hwm > w.offset);
+  }
+
+  private armDeadline(due: number): void {
+    if (this.deadlineTimer !== null) clearTimeout(this.deadlineTimer);
+    this.timerDue = due;
+    this.deadlineTimer = setTimeout(this.onDeadline, Math.max(1, due - performance.now()));
+    if (this.waiters.size === 0) this.deadlineTimer.unref();
+  }
+
+  private readonly onDeadline = (): void => {
+    this.deadlineTimer = null;
+    const now = performance.now();
+    let next = Infinity;
+    for (const w of [...this.waiters]) {
+      if (w.deadline <= now) this.endWait(w);
+      else if (w.deadline < next) next = w.deadline;
+    }
+    if (next !== Infinity) this.armDeadline(next);
+  };
+
   wakeWaiters(): void {
-    if (this.waiters.size === 0) return;
-    for (const w of [...this.waiters]) if (this.hwm > w.offset || this.closed) w.wake();
+    if (this.waiters.size > 0) for (const w of [...this.waiters]) if (this.hwm > w.offset || this.closed) this.endWait(w);
+    // The deadline timer stays armed while the partition is open (re-arming it per wait is
+    // what waitFor avoids); closing drops it.
+    if (this.closed && this.deadlineTimer !== null) {
+      clearTimeout(this.deadlineTimer);
+      this.deadlineTimer = null;
+    }
   }
 }

@@ -12,7 +12,7 @@ import { newMemberId, type GroupCoordinator, type GroupMember } from "./group-co
 import { decodeValue, encodeBatch, stampBatch, type StoredRecord } from "../log/record-batch.js";
 import { validateName } from "../store/names.js";
 import type { MemberListener } from "../broker/host.js";
-import { CommitCoalescer, maxPendingCommitsOption, type CommitMark } from "./commit-coalescer.js";
+import { COMMIT_LINGER_MS, CommitCoalescer, maxPendingCommitsOption, type CommitMark } from "./commit-coalescer.js";
 
 interface Assigned {
   position: number | null;
@@ -93,6 +93,8 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
   private joined: Promise<void> | null = null;
   private closed = false;
   private wake: (() => void) | null = null;
+  /** Signal of the engine waits of long polls (see waitForData); replaced once aborted. */
+  private waitAc: AbortController | null = null;
   private readonly closeAc = new AbortController();
   private generationSeen = 0;
   private closing: Promise<void> | null = null;
@@ -114,7 +116,7 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
       throw new ValidationError("maxBytes must be an integer in [1, 67108864]");
     if (opts.offsetReset !== undefined && !["earliest", "latest", "error"].includes(opts.offsetReset)) throw new ValidationError(`offsetReset must be earliest, latest or error`);
     if (opts.assignment !== undefined && !["range", "roundrobin"].includes(opts.assignment)) throw new ValidationError(`assignment must be range or roundrobin`);
-    this.commits = new CommitCoalescer((marks) => this.writeCommits(marks), maxPendingCommitsOption(opts.maxPendingCommits));
+    this.commits = new CommitCoalescer((marks) => this.writeCommits(marks), maxPendingCommitsOption(opts.maxPendingCommits), COMMIT_LINGER_MS);
     if (opts.signal) {
       if (opts.signal.aborted) this.closed = true;
       else opts.signal.addEventListener("abort", () => void this.close(), { once: true });
@@ -352,26 +354,38 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     await this.deps.engine.commitOffsets(this.group, this.topic, next);
   }
 
+  /**
+   * Long poll until an assigned partition has data past its position, `wake()` (assignment
+   * changed, close) or `maxWaitMs`. A caught-up member polls once per record it is handed, so
+   * a poll allocates little: the engine waits share one AbortController (`waitAc`) across
+   * polls, aborted (and replaced) only when a poll ends with engine waits still registered
+   * (another partition woke it, or `wake()`), which drops them. Not AbortSignal.any with
+   * closeAc: a dependent signal per wait on a long-lived source keeps garbage alive between
+   * waits (at thousands of waits per second the server's young generation filled with it and
+   * scavenges took 5 ms).
+   */
   private async waitForData(maxWaitMs = 30_000): Promise<void> {
-    const waits: Promise<unknown>[] = [];
-    // One controller per wait, aborted in `finally` so the engine drops its waiters. Not
-    // AbortSignal.any with closeAc: a dependent signal per wait on a long-lived source keeps
-    // garbage alive between waits (at thousands of waits per second the server's young
-    // generation filled with it and scavenges took 5 ms); close() calls wake() instead.
-    const ac = new AbortController();
-    const signal = ac.signal;
     if (this.closeAc.signal.aborted) return;
-    for (const [p, a] of [...this.assigned]) {
-      const pos = a.position ?? (await this.resolvePosition(p, a)).pos;
-      waits.push(this.deps.engine.waitFor(this.topic, p, pos, maxWaitMs, signal));
-    }
-    waits.push(new Promise<void>((r) => (this.wake = r)));
-    if (this.assigned.size === 0) waits.push(new Promise((r) => setTimeout(r, maxWaitMs).unref()));
-    try {
-      await Promise.race(waits);
-    } finally {
-      this.wake = null;
-      ac.abort(WAIT_OVER); // a given reason: abort() without one builds a DOMException (a stack trace) per wait
+    const targets: number[] = []; // partition, position pairs
+    for (const [p, a] of [...this.assigned]) targets.push(p, a.position ?? (await this.resolvePosition(p, a)).pos);
+    const ac = (this.waitAc ??= new AbortController());
+    let open = 0;
+    await new Promise<void>((resolve) => {
+      const ended = (): void => {
+        open--;
+        resolve();
+      };
+      for (let i = 0; i < targets.length; i += 2) {
+        open++;
+        this.deps.engine.waitFor(this.topic, targets[i], targets[i + 1], maxWaitMs, ac.signal).then(ended, ended);
+      }
+      this.wake = resolve;
+      if (targets.length === 0) setTimeout(resolve, maxWaitMs).unref();
+    });
+    this.wake = null;
+    if (open > 0) {
+      this.waitAc = null;
+      ac.abort(WAIT_OVER); // a given reason: abort() without one builds a DOMException (a stack trace)
     }
   }
 
