@@ -84,6 +84,14 @@ export class QueueRuntime implements QueueListener {
   }
 
   /**
+   * The journal is about to write this turn's settlements: grants they made room for are issued
+   * now, so their DELIVER events share that write (one fdatasync, not a second write behind it).
+   */
+  beforeWrite(): void {
+    if (this.immediate !== null) this.dispatchNow();
+  }
+
+  /**
    * Grants now. For a caller that has just applied a batch of settlements (one network frame):
    * the DELIVER events then join the journal batch holding those ACKs and share its fdatasync.
    */

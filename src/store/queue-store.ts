@@ -176,6 +176,12 @@ export type EnqueueOutcome = EnqueueResult[] | { first: number; count: number };
 export interface QueueListener {
   /** Jobs may have become grantable (enqueued, due, unblocked, released, queue recovered). */
   available(): void;
+  /**
+   * Optional: the engine is about to write the state events gathered so far (settlements of
+   * this turn). A listener with grants pending may issue them now: their DELIVER events then
+   * share that write (one fdatasync for the ACKs and the next hand-outs, instead of two writes).
+   */
+  beforeWrite?(): void;
 }
 
 /** One open queue (its current incarnation). */

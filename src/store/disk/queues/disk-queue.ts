@@ -70,6 +70,10 @@ export class DiskQueue implements StoredQueue {
       telemetry: this.o.telemetry,
       peer: this.o.peer,
       available: () => this.notify(),
+      beforeWrite: () => {
+        const ls = this.listeners;
+        for (let i = 0; i < ls.length; i++) ls[i].beforeWrite?.();
+      },
       onFault: () => this.scheduleRecovery(),
     };
   }

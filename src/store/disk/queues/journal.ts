@@ -60,6 +60,8 @@ export interface JournalHooks {
   failed(err: unknown): Error;
   /** Writes a snapshot covering the journal up to `journalEnd`. */
   snapshot(journalEnd: number): Promise<void>;
+  /** The scheduled batch is about to be taken: events issued now still join it (grants). */
+  beforeWrite(): void;
   logger: Logger;
   queue: string;
   now(): number;
@@ -70,6 +72,9 @@ export class Journal {
   /** A pump is queued on a microtask (events of one turn share a batch). */
   private scheduled = false;
   private readonly scheduledPump = (): void => {
+    // Still `scheduled` while the hook runs: the events it issues (DELIVERs of grants the
+    // settlements of this turn made room for) join the batch about to be written.
+    if (this.failure === null) this.hooks.beforeWrite();
     this.scheduled = false;
     this.pump();
   };

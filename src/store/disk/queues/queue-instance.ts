@@ -59,6 +59,8 @@ export interface InstanceOptions extends QueueFiles {  /** Grantable jobs may ex
   available(): void;
   /** A write failed: the owner reopens the queue from disk. */
   onFault(err: StorageError): void;
+  /** The journal is about to write its batch (QueueListener.beforeWrite). */
+  beforeWrite(): void;
 }
 
 export class QueueInstance {
@@ -136,6 +138,7 @@ export class QueueInstance {
         check: () => this.check(),
         failed: (e) => this.failed(e),
         snapshot: (end) => this.snapshot(end),
+        beforeWrite: () => this.o.beforeWrite(),
         logger: this.logger,
         queue: this.name,
         now: () => this.now(),
