@@ -13,7 +13,9 @@
  * wait a round trip (our settle, the server's push) for its next job. The size travels to the
  * server with the settle frames (`lookahead` in QUEUE_SETTLE_BATCH's meta); a buffered job that
  * waits longer than PARK_MAX_MS, or is still buffered when the worker stops, goes back with the
- * settle action "release" (not an attempt: application code never saw it).
+ * settle action "release" (not an attempt: application code never saw it). Their lease clock
+ * runs while buffered (LEASE-1 counts from the push), at most PARK_MAX_MS of it. A connection
+ * drop releases them server-side with the running jobs, attempt counted (docs/queues.md).
  *
  * Enqueues are idempotent requests (QueueEnqueuer, queue-enqueuer.ts): calls gathered into one request per
  * queue, numbered under the client's producer id, re-sent with the same number when their
