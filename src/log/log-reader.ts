@@ -42,7 +42,21 @@ export interface RawRead {
   records: number;
 }
 
-/** Where a read of `offset` starts in `seg`: the index entry at or below it (IDX-2). */
+/**
+ * Where a recent read ended: the batch boundary at `offset` is at byte `pos` of `seg`. A
+ * consumer at the live end reads from where its last read ended, once per record at a
+ * trickle; starting there skips the lead-in from the index entry below it (IDX-2: up to
+ * ~4 KiB of batches, each read and CRC-verified again for nothing).
+ */
+interface ResumeHint {
+  seg: Segment;
+  offset: number;
+  pos: number;
+}
+/** Bound on resume hints per partition (one per consumer reading it, the latest ones). */
+const MAX_RESUME_HINTS = 8;
+
+/** Where a read of `offset` starts in `seg`: a resume hint, or the index entry at or below it (IDX-2). */
 interface Start {
   seg: Segment;
   fh: FileHandle;
@@ -52,10 +66,14 @@ interface Start {
   segEnd: number;
   pos: number;
   expected: number;
+  /** Index in `hints` of the hint used, -1 if none. */
+  hint: number;
 }
 
 export class LogReader {
   private loadedIndexes = new Set<Segment>();
+  private readonly hints: ResumeHint[] = [];
+  private nextHint = 0;
   /** The tail-aware first read of a chunk (LOG-10), bound once. */
   private readonly readTail: (seg: Segment) => ReadAt;
 
@@ -220,6 +238,12 @@ export class LogReader {
       throw e;
     }
     const active = seg === st.active;
+    const limit = active ? st.readableSize : seg.size;
+    const segEnd = active ? st.hwm : seg.endOffset;
+    for (let i = 0; i < this.hints.length; i++) {
+      const h = this.hints[i];
+      if (h.seg === seg && h.offset === offset && h.pos <= limit) return { seg, fh, limit, segEnd, pos: h.pos, expected: offset, hint: i };
+    }
     let pos = 0;
     let expected = seg.baseOffset;
     const idx = seg.index;
@@ -230,7 +254,20 @@ export class LogReader {
         expected = seg.baseOffset + idx.rel[e];
       }
     }
-    return { seg, fh, limit: active ? st.readableSize : seg.size, segEnd: active ? st.hwm : seg.endOffset, pos, expected };
+    return { seg, fh, limit, segEnd, pos, expected, hint: -1 };
+  }
+
+  /** A read from `s` ended at the batch boundary `offset`, byte `pos`: remember it (see ResumeHint). */
+  private noteEnd(s: Start, offset: number, pos: number): void {
+    if (s.hint >= 0) {
+      const h = this.hints[s.hint];
+      h.offset = offset;
+      h.pos = pos;
+      return;
+    }
+    const h: ResumeHint = { seg: s.seg, offset, pos };
+    if (this.hints.length < MAX_RESUME_HINTS) this.hints.push(h);
+    else this.hints[this.nextHint++ % MAX_RESUME_HINTS] = h;
   }
 
   /**
@@ -293,7 +330,9 @@ export class LogReader {
         // Nothing readable left in this segment from `offset`: continue in the next one.
         return { records: [], nextOffset: s.segEnd };
       }
-      return { records: out, nextOffset: out.length > 0 ? out[out.length - 1].offset + 1 : offset };
+      const nextOffset = out.length > 0 ? out[out.length - 1].offset + 1 : offset;
+      if (out.length > 0 && nextOffset === c.expected) this.noteEnd(s, nextOffset, c.pos);
+      return { records: out, nextOffset };
     } finally {
       await this.release(s.seg);
     }
@@ -353,6 +392,7 @@ export class LogReader {
         if (c.pos >= s.limit && s.segEnd > offset && s.seg !== this.st.active) return { data: EMPTY_BYTES, nextOffset: s.segEnd, records: 0 };
         return { data: EMPTY_BYTES, nextOffset: offset, records: 0 };
       }
+      this.noteEnd(s, c.expected, c.pos);
       return { data: data.subarray(first, end), nextOffset: c.expected, records };
     } finally {
       await this.release(s.seg);
