@@ -5,7 +5,9 @@
  * published while they run wait here and go out together, as one `StorageEngine.append()`
  * (one batch, encoded once), when one of them returns. Nothing lingers: a partition with room
  * sends at once (on a microtask, so the calls of one tick share the append), so a lone publish
- * costs what it did; under load the batches grow with the number of records in flight.
+ * costs what it did; under load the batches grow with the number of records in flight. With
+ * room for two appends, a large gathering is cut in two (the second half a turn later, see
+ * `sendShare`), so the records in flight ride two alternating appends, not one.
  *
  * Per-record outcomes: a record is validated completely (and its size checked against
  * `maxMessageBytes` exactly as the engine checks it, `recordSize()`) before it joins, so the
@@ -248,7 +250,10 @@ export class PartitionAccumulator {
     );
   }
 
-  /** An append of publish() records only (the common case): one receipt per record. */
+  /**
+   * An append of publish() records only (the common case): one receipt per record, once the
+   * engine's append resolved (with durability "always": after an fdatasync covering it, LOG-3).
+   */
   private settleRecords(entries: PendingRecord[], r: AppendResult): void {
     const { topic, partition } = this;
     const { duplicate, synced } = r;
