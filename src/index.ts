@@ -14,3 +14,7 @@ export { processOrdered, type OrderedOptions } from "./contracts/ordered.js";
 export { Inbox, type InboxStore, type InboxMessage, type InboxOptions, type HandleOptions, type HandleResult } from "./contracts/inbox.js";
 export { SqliteInboxStore, SQLITE_INBOX_SCHEMA, type SqliteDatabase } from "./contracts/stores/sqlite-inbox.js";
 export { PgInboxStore, PG_INBOX_SCHEMA, type PgPool, type PgPoolClient, type PgQueryable } from "./contracts/stores/pg-inbox.js";
+export { OutboxRelay, type OutboxRelayOptions, type RelayBroker } from "./contracts/outbox-relay.js";
+export type { OutboxMessage, OutboxRow, OutboxStore, PlannedBatch, RelayIdentity } from "./contracts/outbox.js";
+export { SqliteOutboxStore, addToOutbox, SQLITE_OUTBOX_SCHEMA, type SqliteTxDatabase } from "./contracts/stores/sqlite-outbox.js";
+export { PgOutboxStore, addToOutboxPg, PG_OUTBOX_SCHEMA, OUTBOX_CHANNEL, type PgListenClient } from "./contracts/stores/pg-outbox.js";
