@@ -233,7 +233,7 @@ test("relay processes SIGKILLed at random (and the server every third time) whil
       await waitUntil(async () => (await relay.runOnce(), (await relay.backlog()).rows === 0), "backlog drained", 60_000);
       checkTopic(await readAll(b, topic), committed);
       await b.close();
-      t.diagnostic(`${kind}: ${Date.now() - t0} ms, ${kills} relay kills, ${pendingFound} found a pending batch, ${[...committed.values()].flat().length} rows\n`);
+      t.diagnostic(`${kind}: ${Date.now() - t0} ms, ${kills} relay kills, ${pendingFound} found a pending batch, ${[...committed.values()].flat().length} rows`);
       assert.ok(pendingFound > 0, `${kind}: no kill landed between planning and completing in ${kills} kills; the test did not hunt`);
     } finally {
       server.proc.kill("SIGKILL");
