@@ -124,7 +124,13 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
   }
 
   assignment(): number[] {
-    return [...this.assigned.keys()].sort((a, b) => a - b);
+    return [...this.sortedParts()];
+  }
+
+  /** The assigned partitions in order, kept between reads (a read per record at the live end). */
+  private parts: number[] | null = null;
+  private sortedParts(): number[] {
+    return (this.parts ??= [...this.assigned.keys()].sort((a, b) => a - b));
   }
 
   // GroupMember
@@ -146,6 +152,7 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     for (const p of partitions) {
       this.assigned.get(p)?.ac.abort(new Error(`partition ${p} revoked`));
       this.assigned.delete(p);
+      this.parts = null;
     }
     // Drop buffered messages of revoked partitions: the new owner will deliver them.
     this.buffer = this.buffer.slice(this.head).filter((m) => this.assigned.has(m.partition));
@@ -168,6 +175,7 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
   assign(partitions: number[], generation: number): void {
     this.generationSeen = generation;
     for (const p of partitions) this.assigned.set(p, { position: null, ac: new AbortController(), generation });
+    this.parts = null;
     this.wake?.();
     this.listener?.assigned(partitions, generation);
   }
@@ -214,7 +222,7 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     read: (p: number, pos: number) => Promise<R>,
     hasRecords: (r: R) => boolean,
   ): Promise<{ p: number; a: Assigned; pos: number; res: R } | null> {
-    const parts = this.assignment();
+    const parts = this.sortedParts();
     for (let i = 0; i < parts.length; i++) {
       const p = parts[(this.rr + i) % parts.length];
       const a = this.assigned.get(p);
@@ -503,6 +511,7 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     this.joined = null;
     for (const a of this.assigned.values()) a.ac.abort(new BrokerClosedError("subscription closed"));
     this.assigned.clear();
+    this.parts = null;
     this.buffer = [];
     this.head = 0;
     if (joined) {
