@@ -18,3 +18,5 @@ export { OutboxRelay, type OutboxRelayOptions, type RelayBroker } from "./contra
 export type { OutboxMessage, OutboxRow, OutboxStore, PlannedBatch, RelayIdentity } from "./contracts/outbox.js";
 export { SqliteOutboxStore, addToOutbox, SQLITE_OUTBOX_SCHEMA, type SqliteTxDatabase } from "./contracts/stores/sqlite-outbox.js";
 export { PgOutboxStore, addToOutboxPg, PG_OUTBOX_SCHEMA, OUTBOX_CHANNEL, type PgListenClient } from "./contracts/stores/pg-outbox.js";
+export { VersionSequencer, SEQUENCER_SCHEMA, type VersionedRecord, type SequenceOutcome, type SequenceResult, type SequencerOptions, type ParkedEntity } from "./contracts/sequencer.js";
+export { sqliteDatabase, pgDatabase, type SqlDatabase, type SqlRunner } from "./contracts/stores/sql.js";
