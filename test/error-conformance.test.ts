@@ -288,16 +288,22 @@ const SCENARIOS: Record<string, Scenario> = {
     embedded: async () => readEnvelope({ [ENVELOPE_HEADERS.type]: "T" }),
   },
   SCHEMA_VIOLATION: {
-    why: "validated where the registry lives: in the embedded broker, or in the client process before sending",
+    why: "validated where the registry lives: in the embedded broker, or in the client process before sending (not over HTTP)",
     embedded: async (e) => {
-      const schemas = new SchemaRegistry();
-      schemas.topic(TOPIC).add("T", 1, { type: "object", required: ["n"] });
-      const b = await openBroker({ dataDir: join(e.dataDir, "schemas"), retentionCheckIntervalMs: 0, schemas });
+      const b = await openBroker({ dataDir: join(e.dataDir, "schemas"), retentionCheckIntervalMs: 0, schemas: orderSchemas() });
       try {
         await b.createTopic(TOPIC);
         return await b.publish(TOPIC, {}, { headers: envelope({ type: "T" }) });
       } finally {
         await b.close();
+      }
+    },
+    remote: async (e) => {
+      const c = await connect({ url: e.server.url, schemas: orderSchemas() });
+      try {
+        return await c.publishBatch(TOPIC, [{ value: { n: 1 }, headers: envelope({ type: "T" }) }, { value: {}, headers: envelope({ type: "T" }) }]);
+      } finally {
+        await c.close();
       }
     },
   },
@@ -337,6 +343,12 @@ const SCENARIOS: Record<string, Scenario> = {
 test("every registered error code has a scenario", () => {
   assert.deepEqual(Object.keys(SCENARIOS).sort(), ERROR_CLASSES.map((c) => c.spec.code).sort());
 });
+
+function orderSchemas(): SchemaRegistry {
+  const schemas = new SchemaRegistry();
+  schemas.topic(TOPIC).add("T", 1, { type: "object", required: ["n"] });
+  return schemas;
+}
 
 /** Damages the first batch of topic "corrupt" on disk (its CRC no longer matches). */
 async function corruptTopic(e: Env): Promise<void> {

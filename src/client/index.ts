@@ -7,6 +7,7 @@
  * await using broker = await connect({ url: "sluice://127.0.0.1:7070" });
  * await broker.publish("orders", { id: 1 }, { key: "customer-7" });
  */
+import type { SchemaRegistry } from "../contracts/schemas.js";
 import { ValidationError } from "../errors.js";
 import type {
   Broker,
@@ -65,6 +66,11 @@ export interface ConnectOptions {
   subscriptionWindowMessages?: number;
   /** Protocol versions to announce (testing). */
   protocolVersions?: { min: number; max: number };
+  /**
+   * Message schemas per topic (src/contracts/schemas.ts): publish() and publishBatch() validate
+   * each value in this process before sending, and refuse with `SchemaViolationError`.
+   */
+  schemas?: SchemaRegistry;
 }
 
 export function parseUrl(url: string): { host: string; port: number } {
@@ -148,11 +154,20 @@ class RemoteBroker implements Broker {
   }
 
   publish(topic: string, value: PublishValue, opts?: PublishOptions): Promise<PublishReceipt> {
+    if (this.o.schemas !== undefined) {
+      try {
+        this.o.schemas.validate("topic", topic, value, opts?.headers);
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    }
     // One object and one promise per record when the topic and producer id are known.
     return this.producer.publishOne(topic, value, opts);
   }
 
   async publishBatch(topic: string, records: PublishRecord[], opts: PublishBatchOptions = {}): Promise<PublishReceipt[]> {
+    // The whole batch is refused when one record is invalid: nothing of it is sent.
+    if (this.o.schemas !== undefined && Array.isArray(records)) for (const r of records) this.o.schemas.validate("topic", topic, r?.value, r?.headers);
     if (opts.producerId === undefined) return this.producer.send(topic, records);
     // Caller-managed idempotence: send as one batch, exactly as given; safe to retry.
     const f = await this.rpc.Publish(
