@@ -129,6 +129,7 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
     const id = nextWorkerId++;
     this.id = id;
     this.receivingServer = true;
+    this.drainRequest = null;
     // A new registration starts without lookahead (the server grows it from our settle frames).
     this.lookahead.reset();
     this.lookaheadSent = 0;
@@ -540,16 +541,26 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
   /** Whether the server still sends us jobs (no QUEUE_STOP drain sent for this registration). */
   private receivingServer = true;
 
+  /** The drain request of this registration, answered once the server sends no more jobs. */
+  private drainRequest: Promise<void> | null = null;
+
   private requestDrain(): Promise<void> {
     this.receivingServer = false;
-    return this.transport.request(Op.QueueStop, { worker: this.id, drain: true }, null, { retry: false }).then(
+    this.drainRequest = this.transport.request(Op.QueueStop, { worker: this.id, drain: true }, null, { retry: false }).then(
       () => {},
       () => {},
     );
+    return this.drainRequest;
   }
 
-  async close(): Promise<void> {
-    if (this.closed && this.id === 0) return;
+  private closing: Promise<void> | null = null;
+
+  close(): Promise<void> {
+    if (this.closed && this.id === 0) return this.closing ?? Promise.resolve();
+    return (this.closing ??= this.closeNow());
+  }
+
+  private async closeNow(): Promise<void> {
     this.closed = true;
     this.receiving = false;
     this.wake();
@@ -559,6 +570,10 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
     // back without counting an attempt, settlements still pending, then QUEUE_STOP, which
     // releases whatever is left as a failed attempt.
     if (this.batchServer && this.receivingServer && this.id !== 0) this.requestDrain();
+    // Jobs the server pushed before it took the drain request arrive before its answer: while
+    // still registered we give them back ("release", no attempt; with a lookahead there may be
+    // many) instead of ignoring them, which would leave QUEUE_STOP to release them as attempts.
+    if (this.drainRequest !== null && this.id !== 0) await this.drainRequest;
     const unhanded = this.buffer;
     this.buffer = [];
     for (const j of unhanded) if (j.tag >= 0) this.settle(j, "release", NO_ARG).catch(() => {});
