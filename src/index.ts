@@ -20,3 +20,4 @@ export { SqliteOutboxStore, addToOutbox, SQLITE_OUTBOX_SCHEMA, type SqliteTxData
 export { PgOutboxStore, addToOutboxPg, PG_OUTBOX_SCHEMA, OUTBOX_CHANNEL, type PgListenClient } from "./contracts/stores/pg-outbox.js";
 export { VersionSequencer, SEQUENCER_SCHEMA, type VersionedRecord, type SequenceOutcome, type SequenceResult, type SequencerOptions, type ParkedEntity } from "./contracts/sequencer.js";
 export { sqliteDatabase, pgDatabase, type SqlDatabase, type SqlRunner } from "./contracts/stores/sql.js";
+export { replay, type ReplayOptions } from "./contracts/replay.js";

@@ -177,7 +177,9 @@ export type ResetTarget =
   | "latest"
   | { offset: number }
   | { timestamp: number }
-  | { shiftBy: number };
+  | { shiftBy: number }
+  /** Per partition (`{ partitions: { 0: 8200, 1: 7900 } }`); partitions not named keep their position. */
+  | { partitions: Record<number, number> };
 
 export interface ResetResult {
   group: string;

@@ -263,16 +263,26 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     const committed = await this.engine.getCommitted(group, topic);
     const partitions: ResetResult["partitions"] = [];
     const next = new Map<number, number>();
+    const explicit = explicitOffsets(to, t.config.partitions);
     for (let p = 0; p < t.config.partitions; p++) {
       const { logStartOffset: start, highWatermark: end } = await this.engine.offsets(topic, p);
       const prev = committed.get(p)?.offset ?? null;
       let target: number;
+      if (explicit !== null) {
+        const want = explicit.get(p);
+        if (want === undefined) continue; // not named: keeps its position
+        // Named offsets are exact: one outside the readable range is refused, not clamped.
+        if (want < start || want > end) throw new ValidationError(`partition ${p}: offset ${want} is outside the readable range [${start}, ${end}]`);
+        partitions.push({ partition: p, previous: prev, next: want });
+        next.set(p, want);
+        continue;
+      }
       if (to === "earliest") target = start;
       else if (to === "latest") target = end;
       else if (typeof to === "object" && to !== null && "offset" in to) target = to.offset;
       else if (typeof to === "object" && to !== null && "timestamp" in to) target = await this.engine.offsetForTimestamp(topic, p, to.timestamp);
       else if (typeof to === "object" && to !== null && "shiftBy" in to) target = (prev ?? start) + to.shiftBy;
-      else throw new ValidationError("reset target must be earliest, latest, {offset}, {timestamp} or {shiftBy}");
+      else throw new ValidationError("reset target must be earliest, latest, {offset}, {timestamp}, {shiftBy} or {partitions}");
       if (!Number.isFinite(target)) throw new ValidationError("reset target must be a finite number");
       // Clamp into the readable range, as Kafka's reset tool does.
       target = Math.min(Math.max(Math.trunc(target), start), end);
@@ -368,4 +378,19 @@ export class EmbeddedBroker implements Broker, BrokerHost {
 /** Opens (creating if needed) an embedded broker on `dataDir`, running recovery first. */
 export function openBroker(opts: BrokerOptions): Promise<EmbeddedBroker> {
   return EmbeddedBroker.open(opts);
+}
+
+/** The offsets of a `{ partitions: { p: offset } }` reset, validated; null for other targets. */
+function explicitOffsets(to: ResetTarget, partitionCount: number): Map<number, number> | null {
+  if (typeof to !== "object" || to === null || !("partitions" in to)) return null;
+  const entries = typeof to.partitions === "object" && to.partitions !== null ? Object.entries(to.partitions) : [];
+  if (entries.length === 0) throw new ValidationError("reset {partitions} must name at least one partition");
+  const out = new Map<number, number>();
+  for (const [k, v] of entries) {
+    const p = Number(k);
+    if (!Number.isSafeInteger(p) || p < 0 || p >= partitionCount) throw new ValidationError(`reset names partition ${JSON.stringify(k)}; the topic has partitions 0-${partitionCount - 1}`);
+    if (!Number.isSafeInteger(v) || v < 0) throw new ValidationError(`partition ${p}: reset offset must be an integer >= 0`);
+    out.set(p, v);
+  }
+  return out;
 }

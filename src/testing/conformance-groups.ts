@@ -5,7 +5,8 @@
  * `defineConformanceSuite` (src/testing/conformance.ts), whose rules they follow.
  */
 import assert from "node:assert/strict";
-import { GroupActiveError, NotAssignedError } from "../errors.js";
+import { GroupActiveError, NotAssignedError, ValidationError } from "../errors.js";
+import { replay } from "../contracts/replay.js";
 import type { Broker, Message } from "../types.js";
 import { take, uniq, type DefineTest } from "./conformance-helpers.js";
 import { waitUntil } from "./helpers.js";
@@ -18,6 +19,7 @@ export function groupTests(t: DefineTest): void {
   t("members beyond the partition count stay idle", idleMembers);
   t("aborting the subscription signal ends the loop cleanly", abortSubscription);
   t("resetGroup: dry run reports without changing; a reset moves the group; active groups are refused", resetGroup);
+  t("resetGroup per partition (exact offsets, others untouched, out of range refused); a bounded replay stops at its end offsets", resetPerPartitionAndReplay);
 }
 
 async function subscribeAndCommit(b: Broker): Promise<void> {
@@ -181,4 +183,30 @@ async function resetGroup(b: Broker): Promise<void> {
   await sub.close();
   await b.resetGroup(group, name, "earliest");
   assert.equal((await b.groupLag(group, name)).totalRecords, 20);
+}
+
+async function resetPerPartitionAndReplay(b: Broker): Promise<void> {
+  const name = uniq("reset-pp");
+  const group = uniq("g");
+  await b.createTopic(name, { partitions: 3 });
+  await b.publishBatch(name, Array.from({ length: 30 }, (_, i) => ({ value: i, partition: i % 3 })));
+  await b.resetGroup(group, name, "latest");
+  const dry = await b.resetGroup(group, name, { partitions: { 0: 2, 2: 7 } }, { dryRun: true });
+  assert.deepEqual(dry.partitions.map((p) => [p.partition, p.previous, p.next]), [
+    [0, 10, 2],
+    [2, 10, 7],
+  ]);
+  await b.resetGroup(group, name, { partitions: { 0: 2, 2: 7 } });
+  const lag = await b.groupLag(group, name);
+  assert.deepEqual(lag.partitions.map((p) => p.committedOffset), [2, 10, 7], "partition 1 keeps its position");
+  await assert.rejects(b.resetGroup(group, name, { partitions: { 1: 11 } }), ValidationError, "beyond the end: refused");
+  await assert.rejects(b.resetGroup(group, name, { partitions: { 5: 0 } }), ValidationError, "no such partition");
+  await assert.rejects(b.resetGroup(group, name, { partitions: {} }), ValidationError);
+  // A bounded replay from a snapshot's offsets to fixed end offsets, then it ends.
+  const got: [number, number][] = [];
+  for await (const r of replay<number>(b, name, { from: { 0: 2, 1: 0, 2: 7 }, to: { 0: 5, 1: 1, 2: 10 } })) got.push([r.partition, r.offset]);
+  assert.deepEqual(got.sort((x, y) => x[0] - y[0] || x[1] - y[1]), [[0, 2], [0, 3], [0, 4], [1, 0], [2, 7], [2, 8], [2, 9]]);
+  let all = 0;
+  for await (const r of replay(b, name)) all += r.partition >= 0 ? 1 : 0;
+  assert.equal(all, 30, "default: earliest to the high watermark at start");
 }
