@@ -138,6 +138,11 @@ export interface SubscribeOptions {
    * redelivered after a crash when commits are not awaited. Default 10,000.
    */
   maxPendingCommits?: number;
+  /**
+   * Called after each change of this member's assignment (a rebalance), synchronously, before
+   * messages of newly assigned partitions are handed out. Exceptions it throws are ignored.
+   */
+  onRebalance?: (event: SubscriptionStatus) => void;
   signal?: AbortSignal;
 }
 
@@ -159,6 +164,10 @@ export interface MessageBatch<T = unknown> {
   commit(): Promise<void>;
 }
 
+/**
+ * A change of a member's assignment: `assigned` is its whole assignment after the change
+ * (sorted), `revoked` the partitions this change took away from it.
+ */
 export type SubscriptionStatus =
   | { type: "group:rebalance"; generation: number; assigned: number[]; revoked: number[] };
 

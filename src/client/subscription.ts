@@ -254,6 +254,11 @@ export class RemoteSubscription<T> implements Subscription<T> {
         // Revocation handshake: signals are aborted and buffered messages dropped; the
         // partitions may move to their new owner now.
         if (typeof f.meta.ack === "number") this.transport.sendOneWay(Op.RevokeAck, { sub: m.id, ack: f.meta.ack });
+        try {
+          this.opts.onRebalance?.({ type: "group:rebalance", generation: this.currentGeneration, assigned: [...assigned].sort((a, b) => a - b), revoked: [...revoked].sort((a, b) => a - b) });
+        } catch {
+          // The option's contract: exceptions are ignored (the subscription goes on).
+        }
         break;
       }
       case Op.PushSubscriptionEnded: {

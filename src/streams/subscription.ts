@@ -158,6 +158,7 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     this.buffer = this.buffer.slice(this.head).filter((m) => this.assigned.has(m.partition));
     this.head = 0;
     this.wake?.();
+    this.rebalanced(generation, partitions);
     const told = this.listener?.revoked(partitions, generation);
     if (written === null) return told;
     const settled = written.then(
@@ -176,8 +177,18 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     this.generationSeen = generation;
     for (const p of partitions) this.assigned.set(p, { position: null, ac: new AbortController(), generation });
     this.parts = null;
+    this.rebalanced(generation, []);
     this.wake?.();
     this.listener?.assigned(partitions, generation);
+  }
+
+  private rebalanced(generation: number, revoked: number[]): void {
+    if (!this.opts.onRebalance) return;
+    try {
+      this.opts.onRebalance({ type: "group:rebalance", generation, assigned: [...this.sortedParts()], revoked: [...revoked].sort((a, b) => a - b) });
+    } catch (e) {
+      this.deps.logger.warn({ err: e, group: this.group, topic: this.topic }, "onRebalance threw; ignored");
+    }
   }
 
   private ensureJoined(): Promise<void> {

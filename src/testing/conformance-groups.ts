@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { GroupActiveError, NotAssignedError, ValidationError } from "../errors.js";
 import { replay } from "../contracts/replay.js";
-import type { Broker, Message } from "../types.js";
+import type { Broker, Message, SubscriptionStatus } from "../types.js";
 import { take, uniq, type DefineTest } from "./conformance-helpers.js";
 import { waitUntil } from "./helpers.js";
 
@@ -15,7 +15,7 @@ export function groupTests(t: DefineTest): void {
   t("subscribe from earliest delivers every record in per-partition order; commit() resumes exactly there", subscribeAndCommit);
   t("start latest skips the backlog; groups are independent", startLatest);
   t("batches(): commit() stores the highest offset per partition", batchesCommit);
-  t("two members split the partitions; a revoked partition aborts msg.signal and its commit fails", rebalance);
+  t("two members split the partitions; a revoked partition aborts msg.signal and its commit fails; onRebalance reports each change", rebalance);
   t("members beyond the partition count stay idle", idleMembers);
   t("aborting the subscription signal ends the loop cleanly", abortSubscription);
   t("resetGroup: dry run reports without changing; a reset moves the group; active groups are refused", resetGroup);
@@ -111,15 +111,23 @@ async function rebalance(b: Broker): Promise<void> {
   const group = uniq("g");
   await b.createTopic(name, { partitions: 4 });
   await b.publishBatch(name, Array.from({ length: 40 }, (_, i) => ({ value: i, partition: i % 4 })));
-  const a = b.subscribe<number>(name, { group, start: "earliest" });
+  const eventsA: SubscriptionStatus[] = [];
+  const eventsB: SubscriptionStatus[] = [];
+  const a = b.subscribe<number>(name, { group, start: "earliest", onRebalance: (e) => eventsA.push(e) });
   const first = await take(a, 40);
   await waitUntil(() => a.assignment().length === 4, "a owns all partitions");
-  const b2 = b.subscribe<number>(name, { group, start: "earliest" });
+  assert.deepEqual(eventsA.at(-1)?.assigned, [0, 1, 2, 3], "onRebalance: the whole assignment");
+  const b2 = b.subscribe<number>(name, { group, start: "earliest", onRebalance: (e) => eventsB.push(e) });
   const pendingB = take(b2, 1);
   await waitUntil(() => a.assignment().length === 2 && b2.assignment().length === 2, "partitions split 2/2", 15_000);
   await pendingB;
   const union = [...a.assignment(), ...b2.assignment()].sort();
   assert.deepEqual(union, [0, 1, 2, 3], "disjoint and complete");
+  await waitUntil(() => eventsB.some((e) => e.assigned.length === 2), "b told of its partitions");
+  const revokedFromA = eventsA.flatMap((e) => e.revoked).sort();
+  assert.deepEqual(revokedFromA, [...b2.assignment()].sort(), "a told which partitions it lost");
+  assert.deepEqual(eventsA.at(-1)?.assigned, a.assignment().sort(), "a's last event: its assignment now");
+  assert.ok(eventsA.every((e) => e.type === "group:rebalance" && Number.isSafeInteger(e.generation)));
   const moved = first.find((m) => !a.assignment().includes(m.partition))!;
   assert.ok(moved, "some partition moved");
   await waitUntil(() => moved.signal.aborted, "signal of a revoked partition aborts");
