@@ -143,6 +143,13 @@ export interface SubscribeOptions {
    * messages of newly assigned partitions are handed out. Exceptions it throws are ignored.
    */
   onRebalance?: (event: SubscriptionStatus) => void;
+  /**
+   * When `signal` aborts while the loop holds a message (or batch): how long the member waits
+   * for the loop to finish it (commit it, or come back for the next one) before leaving the
+   * group. Nothing further is handed out meanwhile. Default 10,000 ms; 0 leaves at once.
+   * `close()` always closes at once (after writing the commits already made).
+   */
+  drainTimeoutMs?: number;
   signal?: AbortSignal;
 }
 

@@ -16,6 +16,7 @@
  * again as a new member; commits of messages from the old member fail with
  * `NotAssignedError` (as embedded) because their partitions may have moved.
  */
+import { drainTimeoutOption, InFlightGate } from "../streams/drain.js";
 import { AbortedError, NotAssignedError, ProtocolError } from "../errors.js";
 import type { Message, MessageBatch, SubscribeOptions, Subscription } from "../types.js";
 import { Op, decodeConsumedRecords, wireToError, type Frame, type WireError } from "../wire/index.js";
@@ -112,6 +113,10 @@ export class RemoteSubscription<T> implements Subscription<T> {
   /** The credit window: `windowMessages`, raised by batches() to hold two batches. */
   private window: number;
   private closed = false;
+  /** What the loop holds while the signal's abort drains the subscription (drain.ts). */
+  private readonly gate = new InFlightGate();
+  private draining = false;
+  private readonly drainTimeoutMs: number;
   private joinError: unknown = null;
   private currentAssignment: number[] = [];
   private currentGeneration = 0;
@@ -130,9 +135,10 @@ export class RemoteSubscription<T> implements Subscription<T> {
     this.topic = topic;
     this.window = ropts.windowMessages;
     this.maxPendingCommits = maxPendingCommitsOption(opts.maxPendingCommits);
+    this.drainTimeoutMs = drainTimeoutOption(opts.drainTimeoutMs);
     if (opts.signal) {
       if (opts.signal.aborted) this.closed = true;
-      else opts.signal.addEventListener("abort", () => void this.close(), { once: true });
+      else opts.signal.addEventListener("abort", () => void this.drainThenClose(), { once: true });
     }
     if (!this.closed) void this.join();
   }
@@ -297,7 +303,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
    * the period's.
    */
   private messageCommit(m: MemberState): (msg: RemoteMessage<unknown>) => Promise<void> {
-    return (msg) => m.commits.mark(msg.partition, { offset: msg.offset, generation: RemoteMessage.generationOf(msg), signal: msg.signal });
+    return (msg) => (this.gate.committed(msg), m.commits.mark(msg.partition, { offset: msg.offset, generation: RemoteMessage.generationOf(msg), signal: msg.signal }));
   }
 
   /** One COMMIT request with the marks of member `m` made since its last one. */
@@ -455,7 +461,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
 
   private async nextMessage(): Promise<Message<T> | null> {
     for (;;) {
-      if (this.closed) return null;
+      if (this.closed || this.draining) return null;
       if (this.joinError) {
         const e = this.joinError;
         this.joinError = null;
@@ -485,10 +491,13 @@ export class RemoteSubscription<T> implements Subscription<T> {
   [Symbol.asyncIterator](): AsyncIterator<Message<T>> {
     return {
       next: async () => {
+        this.gate.back();
         const msg = await this.nextMessage();
+        if (msg) this.gate.handOut(msg);
         return msg ? { value: msg, done: false } : { value: undefined, done: true };
       },
       return: async () => {
+        this.gate.back();
         await this.close();
         return { value: undefined, done: true };
       },
@@ -504,6 +513,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
       [Symbol.asyncIterator](): AsyncIterator<MessageBatch<T>> {
         return {
           async next() {
+            self.gate.back();
             const first = await self.nextMessage();
             if (!first) return { value: undefined, done: true };
             const messages: Message<T>[] = [first];
@@ -513,7 +523,7 @@ export class RemoteSubscription<T> implements Subscription<T> {
               self.takeInto(messages, maxMessages);
               if (messages.length > had) continue;
               const left = deadline - Date.now();
-              if (left <= 0 || self.closed) break;
+              if (left <= 0 || self.closed || self.draining) break;
               await new Promise<void>((r) => {
                 const t = setTimeout(r, left);
                 self.waiter = () => {
@@ -524,11 +534,16 @@ export class RemoteSubscription<T> implements Subscription<T> {
             }
             const batch: MessageBatch<T> = {
               messages,
-              commit: () => self.commitBatch(messages),
+              commit: () => {
+                self.gate.committed(batch);
+                return self.commitBatch(messages);
+              },
             };
+            self.gate.handOut(batch);
             return { value: batch, done: false };
           },
           async return() {
+            self.gate.back();
             await self.close();
             return { value: undefined, done: true };
           },
@@ -538,6 +553,18 @@ export class RemoteSubscription<T> implements Subscription<T> {
   }
 
   private closing: Promise<void> | null = null;
+
+  /**
+   * The signal aborted: hand out nothing more, let the loop finish (and commit) the message it
+   * holds, then leave (drain.ts); `close()` meanwhile closes at once.
+   */
+  private async drainThenClose(): Promise<void> {
+    if (this.closing) return this.closing;
+    this.draining = true;
+    this.wake();
+    await this.gate.settle(this.drainTimeoutMs);
+    return this.close();
+  }
 
   close(): Promise<void> {
     return (this.closing ??= this.doClose());

@@ -4,6 +4,7 @@
  * partitions in turn, one bounded fetch at a time (pull-driven: nothing is read ahead beyond
  * one fetch of `maxBytes`), and long-polls when all are caught up.
  */
+import { drainTimeoutOption, InFlightGate } from "./drain.js";
 import { BrokerClosedError, CorruptRecordError, NotAssignedError, OffsetOutOfRangeError, ValidationError } from "../errors.js";
 import type { Logger } from "../observability/telemetry.js";
 import type { StorageEngine } from "../store/engine.js";
@@ -70,6 +71,7 @@ class LocalMessage<T> implements Message<T> {
     this.#period = period;
   }
   commit(): Promise<void> {
+    this.#sub.gate.committed(this);
     return this.#sub.markCommit(this.partition, this.offset, this.#period);
   }
 }
@@ -98,6 +100,10 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
   private readonly closeAc = new AbortController();
   private generationSeen = 0;
   private closing: Promise<void> | null = null;
+  /** What the loop holds while the signal's abort drains the subscription (drain.ts). */
+  readonly gate = new InFlightGate();
+  private draining = false;
+  private readonly drainTimeoutMs: number;
   /** `msg.commit()` / `batch.commit()` marks, written one shared write at a time (COMMIT-1). */
   private readonly commits: CommitCoalescer;
 
@@ -117,10 +123,23 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     if (opts.offsetReset !== undefined && !["earliest", "latest", "error"].includes(opts.offsetReset)) throw new ValidationError(`offsetReset must be earliest, latest or error`);
     if (opts.assignment !== undefined && !["range", "roundrobin"].includes(opts.assignment)) throw new ValidationError(`assignment must be range or roundrobin`);
     this.commits = new CommitCoalescer((marks) => this.writeCommits(marks), maxPendingCommitsOption(opts.maxPendingCommits), COMMIT_LINGER_MS);
+    this.drainTimeoutMs = drainTimeoutOption(opts.drainTimeoutMs);
     if (opts.signal) {
       if (opts.signal.aborted) this.closed = true;
-      else opts.signal.addEventListener("abort", () => void this.close(), { once: true });
+      else opts.signal.addEventListener("abort", () => void this.drainThenClose(), { once: true });
     }
+  }
+
+  /**
+   * The signal aborted: hand out nothing more, let the loop finish (and commit) the message it
+   * holds, then leave (drain.ts); `close()` meanwhile closes at once.
+   */
+  private async drainThenClose(): Promise<void> {
+    if (this.closing) return this.closing;
+    this.draining = true;
+    this.wake?.();
+    await this.gate.settle(this.drainTimeoutMs);
+    return this.close();
   }
 
   assignment(): number[] {
@@ -420,17 +439,17 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
 
   private async next(): Promise<Message<T> | null> {
     await this.ensureJoined();
-    while (!this.closed) {
+    while (!this.closed && !this.draining) {
       const m = this.shift();
       if (m) {
         if (!this.assigned.has(m.partition)) continue;
         // COMMIT-1: no message while maxPendingCommits marks are not yet durable.
         const room = this.commits.room();
         if (room !== null) await room;
-        if (!this.assigned.has(m.partition) || this.closed) continue;
+        if (!this.assigned.has(m.partition) || this.closed || this.draining) continue;
         return m;
       }
-      if (!(await this.fill()) && !this.closed) await this.waitForData();
+      if (!(await this.fill()) && !this.closed && !this.draining) await this.waitForData();
     }
     return null;
   }
@@ -440,9 +459,12 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
       for (;;) {
         const m = await this.next();
         if (m === null) return;
+        this.gate.handOut(m);
         yield m;
+        this.gate.back();
       }
     } finally {
+      this.gate.back();
       await this.close();
     }
   }
@@ -458,7 +480,7 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
         const messages = [first];
         // Fill up to `max`, waiting at most `maxWaitMs` (from the first message) for more.
         const deadline = Date.now() + maxWaitMs;
-        while (messages.length < max && !this.closed) {
+        while (messages.length < max && !this.closed && !this.draining) {
           if (this.head >= this.buffer.length && !(await this.fill())) {
             const left = deadline - Date.now();
             if (left <= 0) break;
@@ -469,9 +491,19 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
           if (!m) break;
           if (this.assigned.has(m.partition)) messages.push(m);
         }
-        yield { messages, commit: () => this.commitBatch(messages) };
+        const batch: MessageBatch<T> = {
+          messages,
+          commit: () => {
+            this.gate.committed(batch);
+            return this.commitBatch(messages);
+          },
+        };
+        this.gate.handOut(batch);
+        yield batch;
+        this.gate.back();
       }
     } finally {
+      this.gate.back();
       await this.close();
     }
   }

@@ -19,6 +19,8 @@ export function groupTests(t: DefineTest): void {
   t("members beyond the partition count stay idle", idleMembers);
   t("aborting the subscription signal ends the loop cleanly", abortSubscription);
   t("resetGroup: dry run reports without changing; a reset moves the group; active groups are refused", resetGroup);
+  t("aborting the signal while a message is handled: no further message, its commit succeeds, then the member leaves (graceful drain)", drainOnAbort);
+  t("graceful drain ends at drainTimeoutMs when the loop never comes back", drainTimeout);
   t("resetGroup per partition (exact offsets, others untouched, out of range refused); a bounded replay stops at its end offsets", resetPerPartitionAndReplay);
 }
 
@@ -217,4 +219,46 @@ async function resetPerPartitionAndReplay(b: Broker): Promise<void> {
   let all = 0;
   for await (const r of replay(b, name)) all += r.partition >= 0 ? 1 : 0;
   assert.equal(all, 30, "default: earliest to the high watermark at start");
+}
+
+async function drainOnAbort(b: Broker): Promise<void> {
+  const name = uniq("drain");
+  const group = uniq("g");
+  await b.createTopic(name);
+  await b.publishBatch(name, Array.from({ length: 5 }, (_, i) => ({ value: i })));
+  const ac = new AbortController();
+  const sub = b.subscribe<number>(name, { group, start: "earliest", signal: ac.signal });
+  const seen: number[] = [];
+  for await (const m of sub) {
+    seen.push(m.offset);
+    if (m.offset === 2) {
+      ac.abort(); // e.g. SIGTERM while this message is being handled
+      await new Promise((r) => setImmediate(r));
+      assert.equal(m.signal.aborted, false, "the partition stays assigned while the handler finishes");
+    }
+    await m.commit(); // succeeds: the member has not left yet
+  }
+  assert.deepEqual(seen, [0, 1, 2], "nothing handed out after the abort");
+  await waitUntil(async () => (await b.groupLag(group, name)).partitions[0].committedOffset === 3, "the drained message's commit is durable");
+  // The member left: another one gets the partition and resumes after the committed message.
+  const next = b.subscribe<number>(name, { group, start: "earliest" });
+  const [m] = await take(next, 1);
+  assert.equal(m.offset, 3);
+  await next.close();
+}
+
+async function drainTimeout(b: Broker): Promise<void> {
+  const name = uniq("drain-t");
+  const group = uniq("g");
+  await b.createTopic(name);
+  await b.publishBatch(name, Array.from({ length: 3 }, (_, i) => ({ value: i })));
+  const ac = new AbortController();
+  const sub = b.subscribe<number>(name, { group, start: "earliest", signal: ac.signal, drainTimeoutMs: 200 });
+  const [held] = await take(sub, 1); // held, never committed, the loop never comes back
+  const t0 = Date.now();
+  ac.abort();
+  await waitUntil(() => held.signal.aborted, "the member left after the drain deadline", 10_000);
+  assert.ok(Date.now() - t0 >= 150, `left after ${Date.now() - t0} ms, before the 200 ms deadline`);
+  await assert.rejects(held.commit(), NotAssignedError);
+  await sub.close();
 }
