@@ -21,3 +21,4 @@ export { PgOutboxStore, addToOutboxPg, PG_OUTBOX_SCHEMA, OUTBOX_CHANNEL, type Pg
 export { VersionSequencer, SEQUENCER_SCHEMA, type VersionedRecord, type SequenceOutcome, type SequenceResult, type SequencerOptions, type ParkedEntity } from "./contracts/sequencer.js";
 export { sqliteDatabase, pgDatabase, type SqlDatabase, type SqlRunner } from "./contracts/stores/sql.js";
 export { replay, type ReplayOptions } from "./contracts/replay.js";
+export { EffectGate, EFFECTS_SCHEMA, type EffectOutcome, type PerformOptions, type ReviewEntry } from "./contracts/effects.js";
