@@ -10,7 +10,8 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { processOrdered } from "../src/contracts/ordered.js";
+import { orderedProcessor, processOrdered } from "../src/contracts/ordered.js";
+import { MissingPredecessorError, redriveTopic } from "../src/contracts/poison.js";
 import { openBroker } from "../src/broker/broker.js";
 import type { Message } from "../src/types.js";
 import { waitUntil } from "../src/testing/helpers.js";
@@ -187,6 +188,71 @@ test("against an embedded subscription: 4 partitions, 40 keys, concurrency 16; t
     }, "every record handled and committed", 30_000);
     ac.abort();
     await done;
+    await sub.close();
+  } finally {
+    await broker.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("poison policy: permanent failures go to the dead-letter topic (redacted, with why); defects and missing predecessors hold only their key until resumed or skipped; redrive with its loop guard", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "sluice-poison-"));
+  const broker = await openBroker({ dataDir: dir, retentionCheckIntervalMs: 0 });
+  try {
+    await broker.createTopic("orders", { partitions: 1 });
+    await broker.createTopic("orders.dlq", { partitions: 1 });
+    const value = (i: number, kind: string) => ({ key: `k${i % 4}`, value: { i, kind }, headers: { authorization: "Bearer secret", "x-trace": `t${i}` } });
+    await broker.publishBatch("orders", Array.from({ length: 40 }, (_, i) => value(i, i === 5 ? "bad-json" : i === 10 ? "flaky" : i === 15 ? "orphan" : "ok")));
+    let flakyFixed = false;
+    const handled: number[] = [];
+    const ac = new AbortController();
+    const sub = broker.subscribe<{ i: number; kind: string }>("orders", { group: "projector", start: "earliest", signal: ac.signal });
+    const proc = orderedProcessor(
+      sub,
+      async (m) => {
+        if (m.value.kind === "bad-json") throw new SyntaxError("Unexpected token in JSON");
+        if (m.value.kind === "flaky" && !flakyFixed) throw new Error("connection reset by the projection database");
+        if (m.value.kind === "orphan") throw new MissingPredecessorError("customer not created yet");
+        handled.push(m.value.i);
+      },
+      { concurrency: 4, maxAttempts: 3, minDelayMs: 0, maxDelayMs: 2, signal: ac.signal, poison: { deadLetter: { broker, topic: "orders.dlq", codeVersion: "v1.2.3" } } },
+    );
+    await waitUntil(() => proc.paused().length === 2, "two keys held");
+    const held = proc.paused().sort((a, b) => a.offset - b.offset);
+    assert.deepEqual(held.map((h) => [h.key, h.offset, h.reason]), [["k2", 10, "defect"], ["k3", 15, "missing-predecessor"]]);
+    // Keys k0 and k1 went on past the dead-lettered record 5 (key k1); k2 and k3 stop at their held record.
+    await waitUntil(() => handled.filter((i) => i % 4 < 2).length === 19, "other keys go on");
+    assert.ok(!handled.some((i) => (i % 4 === 2 && i > 10) || (i % 4 === 3 && i > 15)), "a held key's later records wait");
+    await waitUntil(async () => (await broker.groupLag("projector", "orders")).partitions[0].committedOffset === 10, "committed up to the held record 10");
+    const dlq = await broker.fetch("orders.dlq", 0, 0);
+    assert.equal((await broker.groupLag("projector", "orders")).partitions[0].committedOffset, 10, "and never past it");
+    assert.equal(dlq.records.length, 1);
+    const h = Object.fromEntries(Object.entries(dlq.records[0].headers).map(([k, v]) => [k, Buffer.from(v).toString()]));
+    assert.equal(h["sluice-dlq-source-topic"], "orders");
+    assert.equal(h["sluice-dlq-source-offset"], "5");
+    assert.equal(h["sluice-dlq-error-class"], "SyntaxError");
+    assert.equal(h["sluice-dlq-failure-class"], "permanent");
+    assert.equal(h["sluice-dlq-code-version"], "v1.2.3");
+    assert.equal(h.authorization, undefined, "secrets redacted");
+    assert.equal(h["sluice-dlq-redacted"], "authorization");
+    assert.equal(h["x-trace"], "t5");
+    assert.deepEqual(dlq.records[0].value, { i: 5, kind: "bad-json" });
+    flakyFixed = true;
+    assert.equal(proc.resume("k2"), true);
+    assert.equal(proc.skip("k3"), true);
+    await waitUntil(async () => (await broker.groupLag("projector", "orders")).totalRecords === 0, "everything committed after resume and skip");
+    assert.ok(handled.includes(10) && !handled.includes(15) && handled.includes(39));
+    // Redrive: back to the source; it dead-letters again; after maxRedrives it is a repeat.
+    for (let round = 1; round <= 3; round++) {
+      const r = await redriveTopic(broker, "orders.dlq", { maxRedrives: 2 });
+      if (round <= 2) assert.deepEqual(r, { redriven: 1, repeats: 0, filtered: 0 }, `round ${round}`);
+      else assert.deepEqual(r, { redriven: 0, repeats: 1, filtered: 0 }, "the loop guard stops a record that keeps failing");
+      if (round <= 2) await waitUntil(async () => (await broker.describeTopic("orders.dlq")).partitions[0].highWatermark === round + 1, "dead-lettered again");
+    }
+    const last = await broker.fetch("orders.dlq", 0, 2);
+    assert.equal(Buffer.from(last.records[0].headers["sluice-redrive-count"]).toString(), "2");
+    ac.abort();
+    await proc.done;
     await sub.close();
   } finally {
     await broker.close();

@@ -15,6 +15,35 @@
  */
 import { AbortedError, ValidationError } from "../errors.js";
 import type { Message } from "../types.js";
+import { attemptRecord, classifyFailure, deadLetterRecord, type AttemptRecord, type DeadLetterTopicOptions, type FailureClass } from "./poison.js";
+
+/** What to do with failures by class (poison.ts). Without it: retries, then `onExhausted`. */
+export interface PoisonPolicy {
+  classify?: (error: unknown) => FailureClass;
+  /** Where permanent failures go; without it they pause their key like defects. */
+  deadLetter?: DeadLetterTopicOptions;
+}
+
+export interface PausedKey {
+  key: string;
+  partition: number;
+  offset: number;
+  reason: FailureClass;
+  error: string;
+  since: number;
+  attempts: number;
+}
+
+/** A running `orderedProcessor`: its end, and the keys paused by its poison policy. */
+export interface OrderedProcessor {
+  readonly done: Promise<void>;
+  /** Keys held by a defect, a missing predecessor or an undeliverable permanent failure. */
+  paused(): PausedKey[];
+  /** Tries the key's held record again (attempts start over). */
+  resume(key: string): boolean;
+  /** Counts the key's held record as finished (you handled it by hand); the key goes on. */
+  skip(key: string): boolean;
+}
 
 export interface OrderedOptions<T> {
   /** Handlers running at once, over all keys. Default 16. */
@@ -33,6 +62,8 @@ export interface OrderedOptions<T> {
   maxDelayMs?: number;
   /** After the last failed attempt: "stop" (default) ends processing with the error; "skip" counts the record as finished. */
   onExhausted?: (error: unknown, msg: Message<T>, attempts: number) => "stop" | "skip" | Promise<"stop" | "skip">;
+  /** Classified failures (see poison.ts); when set, `onExhausted` is not used. */
+  poison?: PoisonPolicy;
   signal?: AbortSignal;
 }
 
@@ -41,6 +72,7 @@ interface Entry<T> {
   key: string;
   done: boolean;
   attempts: number;
+  history: AttemptRecord[];
   progress: PartitionProgress<T>;
 }
 
@@ -81,8 +113,13 @@ class PartitionProgress<T> {
 
 /** Runs `handler` over `source` with per-key order and contiguous-prefix commits. */
 export async function processOrdered<T>(source: AsyncIterable<Message<T>>, handler: (msg: Message<T>) => unknown, opts: OrderedOptions<T> = {}): Promise<void> {
+  return orderedProcessor(source, handler, opts).done;
+}
+
+/** `processOrdered` with a handle on its paused keys (poison policy). */
+export function orderedProcessor<T>(source: AsyncIterable<Message<T>>, handler: (msg: Message<T>) => unknown, opts: OrderedOptions<T> = {}): OrderedProcessor {
   const runner = new OrderedRunner(handler, opts);
-  return runner.run(source);
+  return { done: runner.run(source), paused: () => runner.pausedKeys(), resume: (k) => runner.resume(k), skip: (k) => runner.skip(k) };
 }
 
 class OrderedRunner<T> {
@@ -98,6 +135,7 @@ class OrderedRunner<T> {
   private wake: (() => void) | null = null;
   private readonly timers = new Set<NodeJS.Timeout>();
   private unkeyed = 0;
+  private readonly held = new Map<string, { entry: Entry<T>; info: PausedKey }>();
 
   constructor(
     private readonly handler: (msg: Message<T>) => unknown,
@@ -141,7 +179,7 @@ class OrderedRunner<T> {
     // redelivered to whoever owns the partition now, so its prefix is not ours to commit.
     if (!p || p.signal !== msg.signal) this.progress.set(msg.partition, (p = new PartitionProgress<T>(msg.signal)));
     const key = this.keyOf(msg);
-    const e: Entry<T> = { msg, key, done: false, attempts: 0, progress: p };
+    const e: Entry<T> = { msg, key, done: false, attempts: 0, history: [], progress: p };
     p.push(e);
     this.inFlight++;
     const lane = this.lanes.get(key);
@@ -181,6 +219,7 @@ class OrderedRunner<T> {
       error = err ?? new Error("handler failed");
     }
     if (error === null) return this.settle(e);
+    if (this.opts.poison) return this.applyPolicy(e, error, this.opts.poison);
     if (e.attempts < this.maxAttempts && !e.msg.signal.aborted && !this.opts.signal?.aborted) return this.retryLater(e);
     let decision: "stop" | "skip" = "stop";
     try {
@@ -192,6 +231,63 @@ class OrderedRunner<T> {
     this.failure ??= { error: e.msg.signal.aborted || this.opts.signal?.aborted ? new AbortedError("processing stopped while a record was failing", error) : error };
     this.running--;
     this.poke();
+  }
+
+  /** A failure under the poison policy: retry, dead-letter, or hold the key (poison.ts). */
+  private async applyPolicy(e: Entry<T>, error: unknown, policy: PoisonPolicy): Promise<void> {
+    const cls = (policy.classify ?? classifyFailure)(error);
+    e.history.push(attemptRecord(e.attempts, error));
+    if (e.msg.signal.aborted || this.opts.signal?.aborted) {
+      // Revoked or stopping: leave it uncommitted for whoever reads it next.
+      this.running--;
+      return this.poke();
+    }
+    if (cls === "transient" && e.attempts < this.maxAttempts) return this.retryLater(e);
+    if (cls === "permanent" && policy.deadLetter) {
+      const dl = policy.deadLetter;
+      try {
+        // Durable in the dead-letter topic before the record counts as finished.
+        const r = deadLetterRecord(e.msg, cls, e.history, dl);
+        await dl.broker.publish(dl.topic, r.value, { key: r.key, headers: r.headers, timestamp: r.timestamp });
+        return this.settle(e);
+      } catch (dlqError) {
+        e.history.push(attemptRecord(e.attempts, dlqError));
+        return this.hold(e, "defect", dlqError);
+      }
+    }
+    return this.hold(e, cls === "transient" ? "defect" : cls, error);
+  }
+
+  /** Holds the key at this record: never committed past, never dropped, until resume or skip. */
+  private hold(e: Entry<T>, reason: FailureClass, error: unknown): void {
+    const err = error as { message?: unknown } | null;
+    this.held.set(e.key, { entry: e, info: { key: e.key, partition: e.msg.partition, offset: e.msg.offset, reason, error: typeof err?.message === "string" ? err.message : String(error), since: Date.now(), attempts: e.attempts } });
+    this.running--;
+    this.pump();
+    this.poke();
+  }
+
+  pausedKeys(): PausedKey[] {
+    return [...this.held.values()].map((h) => ({ ...h.info }));
+  }
+
+  resume(key: string): boolean {
+    const h = this.held.get(key);
+    if (!h) return false;
+    this.held.delete(key);
+    h.entry.attempts = 0;
+    this.ready.unshift(key);
+    this.pump();
+    return true;
+  }
+
+  skip(key: string): boolean {
+    const h = this.held.get(key);
+    if (!h) return false;
+    this.held.delete(key);
+    this.running++; // settle() releases a slot
+    this.settle(h.entry);
+    return true;
   }
 
   private retryLater(e: Entry<T>): void {
