@@ -12,6 +12,9 @@ import { retryDelayMs } from "./backoff.js";
 import { MAX_DELAY_MS, MAX_ERROR_CHARS, MAX_LEASE_MS } from "./config.js";
 import type { LeasedJob } from "./job.js";
 
+/** Settlements since the last grant round that make it worth granting before a journal write. */
+const EARLY_GRANT_MIN = 4;
+
 /** A worker as the runtime drives it (src/queues/worker.ts). */
 export interface RuntimeWorker extends LeaseConsumer {
   /** Leases it may hold now (the cap of its grants). */
@@ -36,6 +39,8 @@ export class QueueRuntime implements QueueListener {
   private keepAlive: NodeJS.Timeout | null = null;
   private readonly unlisten: () => void;
   private detached = false;
+  /** `schedule()` calls since the last dispatch (settlements that made room, roughly). */
+  private requested = 0;
 
   constructor(
     readonly stored: StoredQueue,
@@ -76,6 +81,7 @@ export class QueueRuntime implements QueueListener {
    * (one DELIVER group commit, one read-ahead, one hand-out) instead of one round per ack.
    */
   schedule(): void {
+    this.requested++;
     if (this.immediate !== null || this.detached || this.workers.size === 0) return;
     this.immediate = setImmediate(() => {
       this.immediate = null;
@@ -88,7 +94,10 @@ export class QueueRuntime implements QueueListener {
    * now, so their DELIVER events share that write (one fdatasync, not a second write behind it).
    */
   beforeWrite(): void {
-    if (this.immediate !== null) this.dispatchNow();
+    // Only for a round's worth of settlements (a `process()` round settled in one go): a loop
+    // settling one job per microtask would otherwise get a grant round per job; its grants wait
+    // for the turn's end as before.
+    if (this.immediate !== null && this.requested >= EARLY_GRANT_MIN) this.dispatchNow();
   }
 
   /**
@@ -104,6 +113,7 @@ export class QueueRuntime implements QueueListener {
   }
 
   private dispatch(): void {
+    this.requested = 0;
     if (this.detached) return;
     const requests: GrantRequest[] = [];
     const targets: RuntimeWorker[] = [];
