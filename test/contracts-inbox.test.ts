@@ -137,6 +137,30 @@ for (const backend of [sqlite, postgres] as Backend<unknown>[]) {
   });
 }
 
+for (const backend of [sqlite, postgres] as Backend<unknown>[]) {
+  test(`${backend.name}: handleBatch: one transaction per batch, duplicates (earlier or within the batch) left out, offsets stored`, async () => {
+    const inbox = new Inbox(await backend.store(), { consumer: "batcher" });
+    const m = (id: string, offset: number) => ({ headers: envelope({ type: "T", messageId: `b-${id}` }), topic: "t", partition: offset % 2, offset });
+    await inbox.handle(m("1", 0), (tx) => backend.apply(tx, "b-1", 1));
+    const before = await backend.total();
+    const batch = [m("1", 0), m("2", 1), m("3", 2), m("2", 3), m("4", 4)];
+    const r = await inbox.handleBatch(batch, async (tx, fresh) => {
+      for (const f of fresh) await backend.apply(tx, f.headers["sluice-message-id"], 1);
+      return fresh.length;
+    }, { storeOffset: true });
+    assert.deepEqual(r.fresh.map((f) => f.offset), [1, 2, 4]);
+    assert.equal(r.duplicates, 2);
+    assert.equal(r.result, 3);
+    assert.equal((await backend.total()).rows - before.rows, 3);
+    assert.deepEqual([...(await inbox.startOffsets("t"))].sort(), [[0, 5], [1, 4]]);
+    await assert.rejects(inbox.handleBatch([m("5", 6)], async (tx) => {
+      await backend.apply(tx, "b-5", 1);
+      throw new Error("boom");
+    }), /boom/);
+    assert.equal(await inbox.isProcessed(m("5", 6)), false, "a failed batch records nothing");
+  });
+}
+
 test("PostgreSQL: two deliveries of one id at once apply once", async () => {
   const inbox = new Inbox(await postgres.store(), { consumer: "race" });
   const msg = { headers: envelope({ type: "PaymentCaptured", messageId: "race-1" }) };

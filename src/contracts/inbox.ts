@@ -98,6 +98,37 @@ export class Inbox<Tx> {
     });
   }
 
+  /**
+   * `handle()` for many messages in one transaction (e.g. a `sub.batches()` batch): ids already
+   * recorded, or repeated within the batch, are left out; `fn(tx, fresh)` gets the others in
+   * their order; with `storeOffset`, each partition's highest offset + 1 is stored. Commit the
+   * batch after this resolves. One transaction per batch instead of per message.
+   */
+  async handleBatch<M extends InboxMessage, R>(msgs: readonly M[], fn: (tx: Tx, fresh: M[]) => Promise<R> | R, opts: HandleOptions = {}): Promise<{ fresh: M[]; duplicates: number; result: R }> {
+    await this.ensureSchema();
+    const ids = msgs.map((m) => this.idOf(m));
+    if (opts.storeOffset && msgs.some((m) => m.topic === undefined || m.partition === undefined || m.offset === undefined)) {
+      throw new ValidationError("storeOffset needs stream messages (topic, partition, offset)");
+    }
+    return this.store.transaction(async (tx) => {
+      const fresh: M[] = [];
+      const now = (this.opts.now ?? Date.now)();
+      // INBOX-1, per message: a claim that fails (recorded before, or earlier in this batch) leaves it out.
+      for (let i = 0; i < msgs.length; i++) if (await this.store.claim(tx, this.consumer, ids[i], now)) fresh.push(msgs[i]);
+      const result = await fn(tx, fresh);
+      if (opts.storeOffset) {
+        const high = new Map<string, { topic: string; partition: number; next: number }>();
+        for (const m of msgs) {
+          const k = `${m.partition}@${m.topic}`;
+          const h = high.get(k);
+          if (!h || m.offset! + 1 > h.next) high.set(k, { topic: m.topic!, partition: m.partition!, next: m.offset! + 1 });
+        }
+        for (const h of high.values()) await this.store.saveOffset(tx, this.consumer, h.topic, h.partition, h.next);
+      }
+      return { fresh, duplicates: msgs.length - fresh.length, result };
+    });
+  }
+
   /** The next offset per partition stored by `handle(..., { storeOffset: true })`. */
   async startOffsets(topic: string): Promise<Map<number, number>> {
     await this.ensureSchema();
