@@ -23,3 +23,4 @@ export { VersionSequencer, SEQUENCER_SCHEMA, type VersionedRecord, type Sequence
 export { sqliteDatabase, pgDatabase, type SqlDatabase, type SqlRunner } from "./contracts/stores/sql.js";
 export { replay, type ReplayOptions } from "./contracts/replay.js";
 export { EffectGate, EFFECTS_SCHEMA, type EffectOutcome, type PerformOptions, type ReviewEntry } from "./contracts/effects.js";
+export { rebuildProjection, projectionChecksum, type ProjectionSnapshot, type RebuildOptions, type RebuildResult } from "./contracts/rebuild.js";
