@@ -27,12 +27,12 @@ import { FULL_LIMITS, QUICK_LIMITS, runGroups, type BenchCase, type BenchGroup, 
 import { bullmqJobs, BULLMQ_FSYNC_SYSTEM, BULLMQ_SYSTEM, describePostgresDurability, describeRedisDurability, driveQueue, pgbossJobs, PGBOSS_SYSTEM, REDIS_FSYNC_PORT, REDIS_MEMORY_PORT, startRedisFsync, type RedisFsyncServer } from "./peers/index.js";
 import { percentile, printByTable, type BenchRow } from "./report.js";
 import { serve } from "./server.js";
-import { JOB_BACKLOG, JOB_CONCURRENCY, JOB_DATA, JOB_ENQUEUE_BATCH, JOB_WARMUP_MS } from "./shapes.js";
+import { JOB_BACKLOG, JOB_CONCURRENCY, JOB_DATA, JOB_ENQUEUE_BATCH, JOB_ENQUEUE_IN_FLIGHT, JOB_PRODUCER, JOB_WARMUP_MS } from "./shapes.js";
 import { SLUICE_DURABILITY } from "./sluice-topics.js";
 
 const EMBEDDED = "sluice-embedded";
 const SERVER = "sluice-server";
-const PRODUCER = `producer enqueueBatch x${JOB_ENQUEUE_BATCH} while < ${JOB_BACKLOG.toLocaleString("en-US")} waiting or active`;
+const PRODUCER = `${JOB_PRODUCER} (enqueueBatch)`;
 
 type Open = { open(): Promise<Broker>; release(b: Broker): Promise<void> };
 let seq = 0;
@@ -47,6 +47,7 @@ async function sluiceDrive(t: Open, limits: RunGroupOptions["limits"], config: o
       durationMs: limits.maxMs,
       warmupMs: Math.max(limits.warmupMs, JOB_WARMUP_MS),
       enqueueBatch: JOB_ENQUEUE_BATCH,
+      enqueueInFlight: JOB_ENQUEUE_IN_FLIGHT,
       maxBacklog: JOB_BACKLOG,
       enqueue: async () => void (await q.enqueueBatch(items)),
       startWorkers: async (onAcked) => {

@@ -10,7 +10,7 @@
  */
 import { Queue, Worker } from "bullmq";
 import type { BenchCase } from "../harness.js";
-import { JOB_BACKLOG, JOB_CONCURRENCY, JOB_DATA, JOB_ENQUEUE_BATCH, JOB_WARMUP_MS } from "../shapes.js";
+import { JOB_BACKLOG, JOB_CONCURRENCY, JOB_DATA, JOB_ENQUEUE_BATCH, JOB_ENQUEUE_IN_FLIGHT, JOB_PRODUCER, JOB_WARMUP_MS } from "../shapes.js";
 import { driveQueue, runId, withTimeout } from "./common.js";
 import { REDIS_HOST } from "./redis.js";
 
@@ -21,7 +21,7 @@ export function bullmqJobs(port: number, system: string, durability: string): Be
   return {
     system,
     durability,
-    shape: `Worker concurrency ${JOB_CONCURRENCY}, trivial handler, completion per job; producer addBulk x${JOB_ENQUEUE_BATCH} while < ${JOB_BACKLOG.toLocaleString("en-US")} waiting or active`,
+    shape: `Worker concurrency ${JOB_CONCURRENCY}, trivial handler, completion per job; ${JOB_PRODUCER} (addBulk)`,
     run: async (limits) => {
       const name = `sluice-bench-${runId()}`;
       // maxRetriesPerRequest null is what BullMQ workers require.
@@ -36,6 +36,7 @@ export function bullmqJobs(port: number, system: string, durability: string): Be
           durationMs: limits.maxMs,
           warmupMs: Math.max(limits.warmupMs, JOB_WARMUP_MS),
           enqueueBatch: JOB_ENQUEUE_BATCH,
+          enqueueInFlight: JOB_ENQUEUE_IN_FLIGHT,
           maxBacklog: JOB_BACKLOG,
           enqueue: async (count, seq) => {
             await queue!.addBulk(Array.from({ length: count }, (_, i) => ({ name: "j", data: { ...JOB_DATA, seq: seq + i } })));

@@ -208,6 +208,8 @@ export async function driveQueue(opts: {
   /** Completions during the first `warmupMs` are not counted (worker start, JIT). */
   warmupMs?: number;
   enqueueBatch: number;
+  /** Enqueue calls in flight at once. Default 1. */
+  enqueueInFlight?: number;
   maxBacklog: number;
   enqueue: (count: number, seq: number) => Promise<void>;
   /** Starts workers; returns a stop function. Workers call `onCompleted(n)` after each ack. */
@@ -215,6 +217,8 @@ export async function driveQueue(opts: {
 }): Promise<QueueDriverResult> {
   let completed = 0;
   let enqueued = 0;
+  const inFlight = opts.enqueueInFlight ?? 1;
+  const pending = new Set<Promise<void>>();
   let wake: (() => void) | undefined;
   const onCompleted = (n: number) => {
     completed += n;
@@ -240,18 +244,25 @@ export async function driveQueue(opts: {
         start = performance.now();
         completedAtStart = completed;
       }
-      if (enqueued - completed >= opts.maxBacklog) {
-        // Bounded wait: a stalled peer must not hang the bench past its time bound.
-        await Promise.race([new Promise<void>((r) => (wake = r)), deadline]);
+      // Up to `inFlight` enqueue calls at once, while the backlog (counting calls in flight) has room.
+      if (pending.size < inFlight && enqueued + pending.size * opts.enqueueBatch - completed < opts.maxBacklog) {
+        const seq = enqueued + pending.size * opts.enqueueBatch;
+        const p: Promise<void> = opts.enqueue(opts.enqueueBatch, seq).then(() => {
+          pending.delete(p);
+          enqueued += opts.enqueueBatch;
+          onCompleted(0);
+        });
+        pending.add(p);
         continue;
       }
-      await opts.enqueue(opts.enqueueBatch, enqueued);
-      enqueued += opts.enqueueBatch;
+      // Bounded wait: a stalled peer must not hang the bench past its time bound.
+      await Promise.race([new Promise<void>((r) => (wake = r)), deadline, ...pending]);
     }
     end = performance.now();
     counted = completed - completedAtStart;
   } finally {
     deadlineAc.abort();
+    await Promise.allSettled(pending);
     await stopWorkers();
   }
   const elapsedMs = end - start;

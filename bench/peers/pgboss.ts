@@ -11,7 +11,7 @@
 import PgBoss from "pg-boss";
 import pg from "pg";
 import type { BenchCase } from "../harness.js";
-import { JOB_BACKLOG, JOB_CONCURRENCY, JOB_DATA, JOB_ENQUEUE_BATCH, JOB_WARMUP_MS } from "../shapes.js";
+import { JOB_BACKLOG, JOB_CONCURRENCY, JOB_DATA, JOB_ENQUEUE_BATCH, JOB_ENQUEUE_IN_FLIGHT, JOB_PRODUCER, JOB_WARMUP_MS } from "../shapes.js";
 import { driveQueue, runId, withTimeout } from "./common.js";
 
 export const PGBOSS_SYSTEM = "pg-boss";
@@ -42,7 +42,7 @@ export function pgbossJobs(durability: string): BenchCase {
   return {
     system: PGBOSS_SYSTEM,
     durability,
-    shape: `${JOB_CONCURRENCY} loops of fetch(batchSize 1) + complete(id): concurrency ${JOB_CONCURRENCY}, ack per job; producer insert() x${JOB_ENQUEUE_BATCH} while < ${JOB_BACKLOG.toLocaleString("en-US")} waiting or active`,
+    shape: `${JOB_CONCURRENCY} loops of fetch(batchSize 1) + complete(id): concurrency ${JOB_CONCURRENCY}, ack per job; ${JOB_PRODUCER} (insert())`,
     run: async (limits) => {
       const boss = new PgBoss({ connectionString: PG_CONNECTION, schema: PGBOSS_SCHEMA, max: JOB_CONCURRENCY + 2, supervise: false, schedule: false, migrate: true });
       boss.on("error", () => {});
@@ -56,6 +56,7 @@ export function pgbossJobs(durability: string): BenchCase {
           durationMs: limits.maxMs,
           warmupMs: Math.max(limits.warmupMs, JOB_WARMUP_MS),
           enqueueBatch: JOB_ENQUEUE_BATCH,
+          enqueueInFlight: JOB_ENQUEUE_IN_FLIGHT,
           maxBacklog: JOB_BACKLOG,
           enqueue: async (count, seq) => {
             await boss.insert(Array.from({ length: count }, (_, i) => ({ name, data: { ...JOB_DATA, seq: seq + i } })));
