@@ -179,7 +179,7 @@ export const OPS = {
     wireName: "QUEUE_SETTLE_BATCH",
     kind: "request",
     retry: false,
-    request: "{worker} + settle items (§7)",
+    request: "{worker, lookahead?} + settle items (§7)",
     response: "{} or {errors: [[index, WireError], ...]}",
   },
   PushJobBatch: { code: 69, wireName: "PUSH_JOB_BATCH", kind: "push", retry: false, request: "{worker} + job batch (§7)", response: NONE },
