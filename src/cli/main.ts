@@ -17,6 +17,7 @@ Usage:
   sluice topics list|describe NAME|create NAME [--partitions N] [--retention-ms N]|delete NAME --data DIR
   sluice group  lag GROUP TOPIC | reset GROUP TOPIC --to earliest|latest|OFFSET [--dry-run] --data DIR
   sluice doctor --data DIR                              verify every segment and index
+  sluice schema check OLD.json NEW.json [--json]        backward-compatibility check of two JSON Schemas
 `;
 
 /**
@@ -160,6 +161,8 @@ async function main(): Promise<void> {
       return group(rest);
     case "doctor":
       return doctor(rest);
+    case "schema":
+      return (await import("./schema.js")).schemaCommand(rest);
     case undefined:
     case "help":
     case "--help":
