@@ -15,6 +15,8 @@ import { PgInboxStore, type PgPoolClient } from "../src/contracts/stores/pg-inbo
 import { envelope, messageIdOf } from "../src/contracts/envelope.js";
 import { openBroker } from "../src/broker/broker.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
 
 const dir = tempDir("sluice-inbox-");
 const schema = `sluice_inbox_test_${process.pid}`;
@@ -171,4 +173,55 @@ test("PostgreSQL: two deliveries of one id at once apply once", async () => {
   })));
   assert.equal(results.filter((r) => !r.duplicate).length, 1);
   assert.equal((await postgres.total()).rows - before.rows, 1);
+});
+
+test("SQLite: consumer processes SIGKILLed at random between the business write and the commit: every payment applied exactly once", async (t) => {
+  const kills = Number(process.env.SLUICE_INBOX_KILLS ?? 10);
+  const child = join(fileURLToPath(new URL(".", import.meta.url)), "fixtures", "inbox-child.js");
+  const d = tempDir("sluice-inbox-kill-");
+  const dataDir = join(d.dir, "data");
+  const dbFile = join(d.dir, "ledger.db");
+  const n = 3000;
+  try {
+    const b = await openBroker({ dataDir, retentionCheckIntervalMs: 0 });
+    await b.createTopic("payments", { partitions: 3, segmentBytes: 16384 });
+    for (let i = 0; i < n; i += 500) await b.publishBatch("payments", Array.from({ length: 500 }, (_, k) => ({ key: `acct-${(i + k) % 17}`, value: { amount: 1 }, headers: envelope({ type: "PaymentCaptured", messageId: `pay-${i + k}` }) })));
+    await b.close();
+    const applied = () => {
+      const db = new Database(dbFile, { readonly: true, fileMustExist: false });
+      try {
+        return (db.prepare("SELECT count(*) AS n FROM ledger").get() as { n: number }).n;
+      } catch {
+        return 0;
+      } finally {
+        db.close();
+      }
+    };
+    let redeliveredRuns = 0;
+    for (let k = 0; k <= kills; k++) {
+      const p = spawn(process.execPath, [child, dataDir, dbFile], { stdio: ["ignore", "pipe", "inherit"] });
+      const exited = new Promise((r) => p.once("exit", r));
+      let out = "";
+      p.stdout!.on("data", (x: Buffer) => (out += x.toString()));
+      await waitUntil(() => out.includes("ready") || p.exitCode !== null, "child ready", 20_000);
+      const before = applied();
+      if (k < kills) {
+        await waitUntil(() => applied() >= Math.min(n, before + 30 + Math.floor(Math.random() * 250)) || Math.random() < 0.01, "progress", 30_000, 1);
+        if (before > 0) redeliveredRuns++;
+      } else {
+        await waitUntil(() => applied() >= n, "every payment applied", 60_000);
+      }
+      p.kill("SIGKILL");
+      await exited;
+    }
+    const db = new Database(dbFile, { readonly: true });
+    const rows = db.prepare("SELECT id, count(*) AS c FROM ledger GROUP BY id HAVING c > 1").all();
+    const total = (db.prepare("SELECT count(DISTINCT id) AS n FROM ledger").get() as { n: number }).n;
+    db.close();
+    t.diagnostic(`${kills} kills, ${redeliveredRuns} restarts with earlier work`);
+    assert.deepEqual(rows, [], "no payment applied twice");
+    assert.equal(total, n, "every payment applied");
+  } finally {
+    d.cleanup();
+  }
 });
