@@ -216,6 +216,20 @@ export interface PartitionLag {
   lagMs: number;
 }
 
+/** One consumer group on one topic, as `listGroups()` reports it. */
+export interface GroupListing {
+  group: string;
+  topic: string;
+  /** Members subscribed now (in this broker; through a server, its members). */
+  members: number;
+  /** Partitions with a committed offset. */
+  committedPartitions: number;
+  /** Records the group has not processed yet, over all partitions. */
+  lagRecords: number;
+  /** Age of the oldest unprocessed record, ms (0 when caught up). */
+  maxLagMs: number;
+}
+
 export interface GroupLag {
   group: string;
   topic: string;
@@ -241,6 +255,8 @@ export interface Broker {
   /** A durable work queue (leases, ack/nack, retries, DLQ): see docs/queues.md. Created on first use. */
   queue<T = unknown>(name: string, config?: QueueConfig): Queue<T>;
   groupLag(group: string, topic: string): Promise<GroupLag>;
+  /** Every consumer group with committed offsets or members now, per topic; `topic` narrows it. */
+  listGroups(opts?: { topic?: string }): Promise<GroupListing[]>;
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
 }

@@ -28,6 +28,7 @@ import type {
   FetchOptions,
   FetchResult,
   GroupLag,
+  GroupListing,
   ProducerIdentity,
   PublishBatchOptions,
   PublishOptions,
@@ -291,6 +292,24 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     }
     if (!dryRun) await this.engine.commitOffsets(group, topic, next);
     return { group, topic, dryRun, partitions };
+  }
+
+  async listGroups(opts: { topic?: string } = {}): Promise<GroupListing[]> {
+    this.check();
+    if (opts.topic !== undefined) await this.engine.getTopic(opts.topic); // TOPIC_NOT_FOUND for a typo
+    const members = new Map<string, number>();
+    for (const a of this.coordinator.activeGroups()) members.set(`${a.group}\u0000${a.topic}`, a.members);
+    const keys = new Set<string>(members.keys());
+    for (const c of await this.engine.listCommittedGroups()) keys.add(`${c.group}\u0000${c.topic}`);
+    const out: GroupListing[] = [];
+    for (const k of [...keys].sort()) {
+      const [group, topic] = k.split("\u0000");
+      if (opts.topic !== undefined && topic !== opts.topic) continue;
+      const lag = await this.groupLag(group, topic).catch(() => null); // a topic deleted meanwhile
+      if (!lag) continue;
+      out.push({ group, topic, members: members.get(k) ?? 0, committedPartitions: lag.partitions.filter((p) => p.committedOffset !== null).length, lagRecords: lag.totalRecords, maxLagMs: lag.maxLagMs });
+    }
+    return out;
   }
 
   async groupLag(group: string, topic: string): Promise<GroupLag> {

@@ -57,6 +57,7 @@ export interface StreamHost
     | "offsetForTimestamp"
     | "resetGroup"
     | "groupLag"
+    | "listGroups"
   > {
   /**
    * Appends one batch a client encoded in the storage format (base offset 0, CRC over it) to

@@ -14,6 +14,7 @@ import type {
   FetchOptions,
   FetchResult,
   GroupLag,
+  GroupListing,
   ProducerIdentity,
   PublishBatchOptions,
   PublishOptions,
@@ -235,6 +236,10 @@ class RemoteBroker implements Broker {
     // A dry run changes nothing, so only it may be sent again.
     const dryRun = opts.dryRun === true;
     return (await this.rpc.ResetGroup({ group, topic, to, dryRun }, { retry: dryRun })).meta.result as ResetResult;
+  }
+
+  async listGroups(opts: { topic?: string } = {}): Promise<GroupListing[]> {
+    return (await this.rpc.ListGroups(opts.topic === undefined ? {} : { topic: opts.topic })).meta.groups as GroupListing[];
   }
 
   async groupLag(group: string, topic: string): Promise<GroupLag> {

@@ -81,6 +81,7 @@ export const REQUEST_HANDLERS: RequestHandlers = {
   }),
   ResetGroup: resetGroup,
   GroupLag: async (s, f) => ({ meta: { lag: await s.host.groupLag(str(f.meta, "group"), str(f.meta, "topic")) } }),
+  ListGroups: async (s, f) => ({ meta: { groups: await s.host.listGroups(f.meta.topic === undefined ? {} : { topic: str(f.meta, "topic") }) } }),
   ...MEMBER_HANDLERS,
   ...QUEUE_HANDLERS,
 };

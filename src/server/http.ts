@@ -164,6 +164,7 @@ const ROUTES: Route[] = [
   // Redrive from a dead-letter queue (e.g. /v1/queues/emails.dlq/redrive).
   { method: "POST", path: "/v1/queues/:queue/redrive", handler: redrive },
   { method: "GET", path: "/v1/groups/:group/topics/:topic/lag", handler: async (c) => [200, await c.broker.groupLag(c.params.group, c.params.topic)] },
+  { method: "GET", path: "/v1/groups", handler: async (c) => [200, { groups: await c.broker.listGroups() }] },
   { method: "POST", path: "/v1/groups/:group/topics/:topic/reset", handler: resetGroup },
 ];
 

@@ -103,6 +103,8 @@ export interface StorageEngine {
   getCommitted(group: string, topic: string): Promise<Map<number, CommittedOffset>>;
   /** Durable once resolved; refuses offsets beyond a partition's high watermark (META-3). */
   commitOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void>;
+  /** Every (group, topic) with committed offsets for the topic's current incarnation. Reads only. */
+  listCommittedGroups(): Promise<{ group: string; topic: string }[]>;
 
   // ── work queues ──
   /**

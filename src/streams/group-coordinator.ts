@@ -51,6 +51,17 @@ export class GroupCoordinator {
     return g;
   }
 
+  /** (group, topic, members) of every group with members now. */
+  activeGroups(): { group: string; topic: string; members: number }[] {
+    const out: { group: string; topic: string; members: number }[] = [];
+    for (const [k, g] of this.groups) {
+      if (g.members.size === 0) continue;
+      const [group, topic] = k.split("\u0000");
+      out.push({ group, topic, members: g.members.size });
+    }
+    return out;
+  }
+
   hasMembers(group: string, topic: string): boolean {
     return (this.groups.get(this.key(group, topic))?.members.size ?? 0) > 0;
   }

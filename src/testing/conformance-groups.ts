@@ -21,6 +21,7 @@ export function groupTests(t: DefineTest): void {
   t("resetGroup: dry run reports without changing; a reset moves the group; active groups are refused", resetGroup);
   t("aborting the signal while a message is handled: no further message, its commit succeeds, then the member leaves (graceful drain)", drainOnAbort);
   t("graceful drain ends at drainTimeoutMs when the loop never comes back", drainTimeout);
+  t("listGroups: groups with commits or members, per topic, with lag; deleted topics' groups are gone", listGroupsTest);
   t("resetGroup per partition (exact offsets, others untouched, out of range refused); a bounded replay stops at its end offsets", resetPerPartitionAndReplay);
 }
 
@@ -261,4 +262,24 @@ async function drainTimeout(b: Broker): Promise<void> {
   assert.ok(Date.now() - t0 >= 150, `left after ${Date.now() - t0} ms, before the 200 ms deadline`);
   await assert.rejects(held.commit(), NotAssignedError);
   await sub.close();
+}
+
+async function listGroupsTest(b: Broker): Promise<void> {
+  const name = uniq("list");
+  const g1 = uniq("g");
+  const g2 = uniq("g");
+  await b.createTopic(name, { partitions: 2 });
+  await b.publishBatch(name, Array.from({ length: 10 }, (_, i) => ({ value: i, partition: i % 2 })));
+  await b.resetGroup(g1, name, { partitions: { 0: 3 } });
+  const sub = b.subscribe(name, { group: g2, start: "earliest" });
+  await take(sub, 1);
+  await waitUntil(async () => (await b.listGroups({ topic: name })).some((l) => l.group === g2 && l.members === 1), "the active member is listed");
+  const mine = (await b.listGroups({ topic: name })).filter((l) => l.topic === name);
+  const one = mine.find((l) => l.group === g1)!;
+  assert.deepEqual([one.members, one.committedPartitions, one.lagRecords], [0, 1, 7], "g1: partition 0 at 3 (2 left), partition 1 from the start (5)");
+  assert.ok(mine.every((l) => l.topic === name));
+  assert.ok((await b.listGroups()).some((l) => l.group === g1 && l.topic === name), "unfiltered too");
+  await sub.close();
+  await b.deleteTopic(name);
+  assert.ok(!(await b.listGroups()).some((l) => l.topic === name), "a deleted topic's groups are not listed");
 }

@@ -85,6 +85,10 @@ export class CountingEngine implements StorageEngine {
   allocateProducer(producerId?: number): Promise<{ producerId: number; producerEpoch: number }> {
     return this.count("allocateProducer", () => this.inner.allocateProducer(producerId));
   }
+  listCommittedGroups(): Promise<{ group: string; topic: string }[]> {
+    return this.count("listCommittedGroups", () => this.inner.listCommittedGroups());
+  }
+
   getCommitted(group: string, topic: string): Promise<Map<number, CommittedOffset>> {
     return this.count("getCommitted", () => this.inner.getCommitted(group, topic));
   }

@@ -129,6 +129,7 @@ export const OPS = {
   },
   ResetGroup: { code: 50, wireName: "RESET_GROUP", kind: "request", retry: "caller", request: "{group, topic, to, dryRun}", response: "{result}" },
   GroupLag: { code: 51, wireName: "GROUP_LAG", kind: "request", retry: true, request: "{group, topic}", response: "{lag}" },
+  ListGroups: { code: 52, wireName: "LIST_GROUPS", kind: "request", retry: true, request: "{topic?}", response: "{groups}" },
   QueueEnqueue: {
     code: 60,
     wireName: "QUEUE_ENQUEUE",

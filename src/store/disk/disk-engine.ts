@@ -375,6 +375,18 @@ export class DiskEngine implements StorageEngine {
     return g ? g.get(topic, t.topicId) : new Map();
   }
 
+  async listCommittedGroups(): Promise<{ group: string; topic: string }[]> {
+    this.check();
+    const out: { group: string; topic: string }[] = [];
+    for (const [group, g] of this.groups) {
+      for (const { topic, topicId } of g.topics()) {
+        // Offsets of a deleted (or deleted and re-created) topic belong to no live group.
+        if (this.topics.get(topic)?.topicId === topicId) out.push({ group, topic });
+      }
+    }
+    return out.sort((a, b) => (a.group === b.group ? (a.topic < b.topic ? -1 : 1) : a.group < b.group ? -1 : 1));
+  }
+
   async commitOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void> {
     this.check();
     const t = this.topic(topic);

@@ -129,6 +129,11 @@ export class GroupOffsets {
     return new GroupOffsets(fs, dir, snapshotPath, logPath, data, size, compactBytes);
   }
 
+  /** Topic names and incarnations this group has committed offsets for. */
+  topics(): { topic: string; topicId: string }[] {
+    return Object.entries(this.durable.topics).map(([topic, t]) => ({ topic, topicId: t.topicId }));
+  }
+
   get(topic: string, topicId: string): Map<number, CommittedOffset> {
     const t = this.durable.topics[topic];
     const m = new Map<number, CommittedOffset>();
