@@ -6,6 +6,10 @@ import { causedBy, envelope, ENVELOPE_HEADERS, readEnvelope } from "../src/contr
 import { SchemaRegistry, type ParseSchema } from "../src/contracts/schemas.js";
 import { backwardProblems } from "../src/contracts/compat.js";
 import { InvalidEnvelopeError, SchemaIncompatibleError, SchemaViolationError } from "../src/errors.js";
+import { openBroker } from "../src/broker/broker.js";
+import { startServer } from "../src/server/index.js";
+import { connect } from "../src/client/index.js";
+import { tempDir } from "../src/testing/helpers.js";
 
 test("envelope(): defaults, round trip through string and byte headers", () => {
   const h = envelope({ type: "OrderAccepted", tenant: "acme", occurredAt: new Date("2026-12-01T10:00:00Z") });
@@ -112,4 +116,30 @@ test("backward compatibility: new optional fields pass; new required, retyped, r
   assert.throws(() => t.add("OrderAccepted", 4, v4), (e: unknown) => e instanceof SchemaIncompatibleError && e.problems.some((p) => p.startsWith("vs v2: /currency")));
   t.add("OrderAccepted", 4, v4, { compatibility: "none" });
   assert.deepEqual(t.versions("OrderAccepted"), [1, 2, 3, 4]);
+});
+
+test("queues with schemas: enqueue and enqueueBatch refused whole, embedded and through a client; nothing stored", async () => {
+  const d = tempDir("sluice-queue-schemas-");
+  const schemas = new SchemaRegistry();
+  schemas.queue("emails").add("SendEmail", 1, { type: "object", properties: { to: { type: "string", pattern: "@" } }, required: ["to"] });
+  const b = await openBroker({ dataDir: d.dir, retentionCheckIntervalMs: 0, schemas });
+  const server = await startServer({ broker: b, port: 0, httpPort: 0 });
+  const c = await connect({ url: server.url, schemas });
+  try {
+    const h = envelope({ type: "SendEmail", kind: "command" });
+    for (const api of [b, c]) {
+      const q = api.queue("emails");
+      await q.enqueue({ to: "ada@example.com" }, { headers: h });
+      await assert.rejects(q.enqueue({ to: "nobody" }, { headers: h }), (e: unknown) => e instanceof SchemaViolationError && e.field === "/to");
+      await assert.rejects(q.enqueueBatch([{ data: { to: "bob@example.com" }, headers: h }, { data: {}, headers: h }]), (e: unknown) => e instanceof SchemaViolationError && e.field === "/to");
+      await assert.rejects(q.enqueue({ to: "x@example.com" }), (e: unknown) => e instanceof SchemaViolationError && /sluice-type/.test(e.reason), "no type header");
+    }
+    assert.equal((await b.queue("emails").stats()).waiting, 2, "only the two valid jobs were stored");
+    await b.queue("other").enqueue({ anything: true }); // queues without schemas are not checked
+  } finally {
+    await c.close();
+    await server.close({ graceMs: 100 });
+    await b.close();
+    d.cleanup();
+  }
 });

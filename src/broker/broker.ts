@@ -68,8 +68,8 @@ export interface BrokerOptions {
   retentionCheckIntervalMs?: number;
   /**
    * Message schemas per topic and queue (src/contracts/schemas.ts): publish() and
-   * publishBatch() to a topic with schemas validate each value before anything is written,
-   * and refuse with `SchemaViolationError` naming the field.
+   * publishBatch() to a topic with schemas, and enqueues to a queue with schemas, validate each
+   * value before anything is written, and refuse with `SchemaViolationError` naming the field.
    */
   schemas?: SchemaRegistry;
 }
@@ -110,7 +110,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     const b = new EmbeddedBroker(opts);
     await b.engine.open();
     // Queues reach storage only through the engine's queue store.
-    b.queues = new QueueManager({ store: b.engine.queues, clock: b.telemetry.clock });
+    b.queues = new QueueManager({ store: b.engine.queues, clock: b.telemetry.clock, schemas: opts.schemas });
     const every = opts.retentionCheckIntervalMs ?? 5 * 60_000;
     if (every > 0) {
       b.retentionTimer = setInterval(() => {

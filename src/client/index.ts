@@ -68,8 +68,9 @@ export interface ConnectOptions {
   /** Protocol versions to announce (testing). */
   protocolVersions?: { min: number; max: number };
   /**
-   * Message schemas per topic (src/contracts/schemas.ts): publish() and publishBatch() validate
-   * each value in this process before sending, and refuse with `SchemaViolationError`.
+   * Message schemas per topic and queue (src/contracts/schemas.ts): publish(), publishBatch()
+   * and enqueues validate each value in this process before sending, and refuse with
+   * `SchemaViolationError`.
    */
   schemas?: SchemaRegistry;
 }
@@ -221,7 +222,7 @@ class RemoteBroker implements Broker {
   /** A work queue on the server (same API as the embedded `broker.queue()`). */
   queue<T = unknown>(name: string, config?: QueueConfig): Queue<T> {
     if (typeof name !== "string" || name.length === 0) throw new ValidationError("queue name must be a non-empty string");
-    return new RemoteQueue<T>(this.transport, this.workers, name, config, { deliveryTimeoutMs: this.o.deliveryTimeoutMs });
+    return new RemoteQueue<T>(this.transport, this.workers, name, config, { deliveryTimeoutMs: this.o.deliveryTimeoutMs, schemas: this.o.schemas });
   }
 
   async listQueues(): Promise<string[]> {

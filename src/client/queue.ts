@@ -21,6 +21,7 @@
  * queue, numbered under the client's producer id, re-sent with the same number when their
  * connection drops or they time out, so a job is stored once however often it travels.
  */
+import type { SchemaRegistry } from "../contracts/schemas.js";
 import { AbortedError, LeaseExpiredError, ValidationError } from "../errors.js";
 import { DEFAULT_MAX_PENDING_SETTLEMENTS, DEFAULT_PREFETCH, intOption, MAX_PENDING_SETTLEMENTS, MAX_PREFETCH, prefetchOption } from "../queues/config.js";
 import { processWorkerOptions, runProcess, type ProcessWorker } from "../queues/process.js";
@@ -599,8 +600,8 @@ export class RemoteQueue<T> implements Queue<T> {
     private readonly workers: Map<number, RemoteWorker<unknown>>,
     readonly name: string,
     private readonly config: QueueConfig | undefined,
-    /** `deliveryTimeoutMs`: how long an enqueue is retried (default ENQUEUE_DELIVERY_TIMEOUT_MS). */
-    private readonly opts: { deliveryTimeoutMs?: number } = {},
+    /** `deliveryTimeoutMs`: how long an enqueue is retried (default ENQUEUE_DELIVERY_TIMEOUT_MS); `schemas` checked before sending. */
+    private readonly opts: { deliveryTimeoutMs?: number; schemas?: SchemaRegistry } = {},
   ) {}
 
   private meta(): { queue: string; config?: QueueConfig } {
@@ -617,6 +618,8 @@ export class RemoteQueue<T> implements Queue<T> {
     if (!Array.isArray(items)) throw new ValidationError("enqueueBatch needs an array");
     if (opts.signal?.aborted) throw new AbortedError("enqueue aborted before it was sent; nothing was stored", opts.signal.reason);
     if (items.length === 0) return [];
+    // A batch with one invalid job is refused whole, before anything is sent.
+    if (this.opts.schemas) for (const it of items) this.opts.schemas.validate("queue", this.name, it?.data, it?.headers);
     const enq = enqueuerFor(this.transport);
     await enq.room(items.length, opts.signal);
     let body: Buffer;

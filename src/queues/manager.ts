@@ -22,6 +22,7 @@ const statsYield = new TurnYield();
 import type { EnqueueItem, EnqueueOptions, EnqueueResult, Job, ProcessOptions, QueueConfig, QueueStats, RedriveOptions, RedriveResult, WorkOptions, Worker } from "./types.js";
 import type { PublishValue } from "../value-types.js";
 import type { NewJob } from "../store/queue-store.js";
+import type { SchemaRegistry } from "../contracts/schemas.js";
 
 export interface QueueManagerOptions {
   /** The engine's queue store. */
@@ -29,6 +30,8 @@ export interface QueueManagerOptions {
   /** Randomness for backoff jitter (tests). */
   random?: () => number;
   clock?: Clock;
+  /** Schemas per queue: enqueues are validated before anything is stored. */
+  schemas?: SchemaRegistry;
 }
 
 export class QueueManager implements QueueHostApi {
@@ -42,7 +45,11 @@ export class QueueManager implements QueueHostApi {
     this.store = opts.store;
     this.random = opts.random ?? Math.random;
     this.clock = opts.clock ?? systemClock;
+    this.schemas = opts.schemas ?? null;
   }
+
+  /** @internal Schemas per queue, checked by every enqueue of this process. */
+  readonly schemas: SchemaRegistry | null;
 
   /**
    * Returns a handle; nothing is opened or created until its first operation. `config`, when
@@ -131,6 +138,8 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
   async enqueueBatch(items: EnqueueItem[], opts: { signal?: AbortSignal } = {}): Promise<EnqueueResult[]> {
     if (!Array.isArray(items)) throw new ValidationError("enqueueBatch needs an array");
     if (items.length > MAX_BATCH_ITEMS) throw new ValidationError(`at most ${MAX_BATCH_ITEMS} jobs per batch`);
+    // A batch with one invalid job is refused whole, before anything is stored.
+    if (this.mgr.schemas !== null) for (const it of items) this.mgr.schemas.validate("queue", this.name, it?.data, it?.headers);
     const rt = await this.runtime();
     const max = rt.settings.maxMessageBytes;
     const now = rt.now();

@@ -6,7 +6,7 @@
  */
 import { RecordTooLargeError, ValidationError } from "../errors.js";
 import { prepareValue, recordSize, type PreparedRecord, type ValueKind } from "../log/record-batch.js";
-import { RESERVED_HEADER_PREFIX, SYSTEM_DEDUPE_PREFIX, type NewJob } from "../store/queue-store.js";
+import { isSystemHeader, RESERVED_HEADER_PREFIX, SYSTEM_DEDUPE_PREFIX, type NewJob } from "../store/queue-store.js";
 import { MAX_DEDUPE_ID_BYTES, MAX_DELAY_MS, MAX_HEADERS, MAX_KEY_BYTES } from "./config.js";
 import type { EnqueueItem } from "./types.js";
 
@@ -62,7 +62,7 @@ function prepareHeaders(h: EnqueueItem["headers"]): [string, Buffer][] | null {
   if (names.length === 0) return null;
   const out: [string, Buffer][] = [];
   for (const k of names) {
-    if (k.startsWith(RESERVED_HEADER_PREFIX)) throw new ValidationError(`header name ${JSON.stringify(k)} is reserved (${RESERVED_HEADER_PREFIX}*)`);
+    if (isSystemHeader(k)) throw new ValidationError(`header name ${JSON.stringify(k)} is reserved (${RESERVED_HEADER_PREFIX}*)`);
     const v = h[k];
     if (typeof v === "string") out.push([k, Buffer.from(v, "utf8")]);
     else if (v instanceof Uint8Array) out.push([k, Buffer.from(v.buffer, v.byteOffset, v.byteLength)]);

@@ -26,6 +26,7 @@
  * synchronously by the settlement methods; their promise reports the write. Settlements made
  * durable together may share one promise (callers group on identity).
  */
+import { ENVELOPE_HEADERS } from "../contracts/envelope.js";
 import type { PreparedRecord, ValueKind } from "../log/record-batch.js";
 import type {
   AttemptRecord,
@@ -41,6 +42,14 @@ export type { PreparedRecord, ValueKind };
 
 /** Header names starting with this are the engine's; the policy refuses them in user input. */
 export const RESERVED_HEADER_PREFIX = "sluice-";
+
+/** The envelope's headers (src/contracts/envelope.ts) are the application's, not the engine's. */
+const ENVELOPE_HEADER_NAMES: ReadonlySet<string> = new Set(Object.values(ENVELOPE_HEADERS));
+
+/** A header name of the engine's own (refused in user input, not handed back to users). */
+export function isSystemHeader(name: string): boolean {
+  return name.startsWith(RESERVED_HEADER_PREFIX) && !ENVELOPE_HEADER_NAMES.has(name);
+}
 /** Dedupe ids starting with this are the broker's own (dead-letter moves, redrives: 7-day window). */
 export const SYSTEM_DEDUPE_PREFIX = "sys:";
 

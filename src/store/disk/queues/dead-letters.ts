@@ -19,7 +19,7 @@ import type { Logger } from "../../../observability/telemetry.js";
 import { readJsonFile, writeFileAtomic, type FileSystem } from "../../../log/io.js";
 import type { PreparedRecord } from "../../../log/record-batch.js";
 import type { AttemptRecord, DeadLetterInfo, RedriveOptions, RedriveResult } from "../../../queues/types.js";
-import { RESERVED_HEADER_PREFIX, type NewJob, type QueueSettings, type StoredQueue } from "../../queue-store.js";
+import { isSystemHeader, type NewJob, type QueueSettings, type StoredQueue } from "../../queue-store.js";
 import { encodeEvent, Ev } from "./events.js";
 import type { Journal } from "./journal.js";
 import type { DlqIntent, JobState } from "./job-state.js";
@@ -137,7 +137,7 @@ export class Mover {
     const redacted: string[] = [];
     const kept: [string, Buffer][] = [];
     for (const [k, v] of r.headers ?? []) {
-      if (k.startsWith(RESERVED_HEADER_PREFIX)) continue;
+      if (isSystemHeader(k)) continue;
       if (redact.has(k.toLowerCase())) redacted.push(k);
       else kept.push([k, v]);
     }
@@ -247,7 +247,7 @@ export class Mover {
         continue;
       }
       const headers: [string, Buffer][] = [];
-      for (const [k, v] of r.headers ?? []) if (!k.startsWith(RESERVED_HEADER_PREFIX)) headers.push([k, v]);
+      for (const [k, v] of r.headers ?? []) if (!isSystemHeader(k)) headers.push([k, v]);
       const now = this.q.now();
       const key = info?.key ?? null;
       const job: NewJob = {

@@ -6,7 +6,7 @@
  */
 import { recordSize, type PreparedRecord, type StoredRecord } from "../../../log/record-batch.js";
 import type { DeadLetterInfo } from "../../../queues/types.js";
-import { RESERVED_HEADER_PREFIX, type NewJob } from "../../queue-store.js";
+import { isSystemHeader, type NewJob } from "../../queue-store.js";
 
 /** Delivery time (f64 ms) of a job enqueued with a delay. */
 export const H_DELIVER_AT = "sluice-at";
@@ -105,7 +105,7 @@ export function firstEnqueuedAtOf(r: PreparedRecord): number {
 export function userHeaders(h: [string, Buffer][] | null): [string, Buffer][] | null {
   if (h === null) return null;
   let out: [string, Buffer][] | null = null;
-  for (const e of h) if (!e[0].startsWith(RESERVED_HEADER_PREFIX)) (out ??= []).push(e);
+  for (const e of h) if (!isSystemHeader(e[0])) (out ??= []).push(e);
   return out;
 }
 
