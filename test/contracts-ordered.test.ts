@@ -14,19 +14,9 @@ import { orderedProcessor, processOrdered } from "../src/contracts/ordered.js";
 import { MissingPredecessorError, redriveTopic } from "../src/contracts/poison.js";
 import { openBroker } from "../src/broker/broker.js";
 import type { Message } from "../src/types.js";
-import { waitUntil } from "../src/testing/helpers.js";
+import { prng, waitUntil } from "../src/testing/helpers.js";
 
-/** A small deterministic PRNG (mulberry32), so a failing seed can be replayed. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const rng = prng;
 
 interface World {
   msgs: Message<number>[];

@@ -16,7 +16,7 @@ import type { Broker, PublishRecord } from "../types.js";
 import { BrokerError, ValidationError } from "../errors.js";
 import { partitionForKey } from "../streams/murmur2.js";
 import { envelope } from "./envelope.js";
-import type { OutboxRow, OutboxStore, PlannedBatch, RelayIdentity } from "./outbox.js";
+import { sleepUnlessAborted, type OutboxRow, type OutboxStore, type PlannedBatch, type RelayIdentity } from "./outbox.js";
 
 /** The broker calls the relay uses (an embedded broker or a `connect()` client). */
 export type RelayBroker = Pick<Broker, "publishBatch" | "describeTopic" | "initProducer">;
@@ -87,7 +87,7 @@ export class OutboxRelay {
         if (e instanceof BrokerError && !e.retriable) throw e;
         this.opts.onError?.(e);
         backoffMs = Math.min(5_000, Math.max(50, backoffMs * 2));
-        await sleep(backoffMs * (0.5 + Math.random() / 2), signal);
+        await sleepUnlessAborted(backoffMs * (0.5 + Math.random() / 2), signal);
       }
     }
   }
@@ -136,17 +136,3 @@ export class OutboxRelay {
     for (const t of topics) this.partitions.set(t, (await this.broker.describeTopic(t)).partitions.length);
   }
 }
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const done = () => {
-      clearTimeout(t);
-      signal.removeEventListener("abort", done);
-      resolve();
-    };
-    const t = setTimeout(done, ms);
-    signal.addEventListener("abort", done, { once: true });
-  });
-}
-

@@ -91,6 +91,20 @@ export function outboxRow(m: OutboxMessage): { messageId: string; aggregateType:
   return { messageId: text(m.messageId ?? randomUUID(), "messageId"), aggregateType: text(m.aggregateType, "aggregateType"), aggregateId: text(m.aggregateId, "aggregateId"), type: text(m.type, "type"), payloadJson };
 }
 
+/** Resolves after `ms`, or at once when `signal` aborts (never rejects). */
+export function sleepUnlessAborted(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const done = () => {
+      clearTimeout(t);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const t = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
+}
+
 /** Groups rows (in position order) into one batch per topic partition, keeping their order. */
 export function groupRows(rows: OutboxRow[], place: (row: OutboxRow) => { topic: string; partition: number }, nextSeq: (topic: string, partition: number) => number): PlannedBatch[] {
   const byPart = new Map<string, PlannedBatch>();

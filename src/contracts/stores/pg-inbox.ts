@@ -6,6 +6,7 @@
  * transaction ends, then finds the row (a duplicate) or takes over (the first rolled back).
  */
 import type { InboxStore } from "../inbox.js";
+import { pgDatabase } from "./sql.js";
 
 /** The part of `pg`'s client the store uses (a `PoolClient` or a `Client`). */
 export interface PgQueryable {
@@ -48,21 +49,10 @@ export class PgInboxStore implements InboxStore<PgPoolClient> {
     });
   }
 
-  async transaction<R>(fn: (tx: PgPoolClient) => Promise<R>): Promise<R> {
-    const c = await this.pool.connect();
-    let broken: Error | undefined;
-    try {
-      await c.query("BEGIN");
-      const r = await fn(c);
-      await c.query("COMMIT");
-      return r;
-    } catch (e) {
-      await c.query("ROLLBACK").catch((re: Error) => (broken = re));
-      throw e;
-    } finally {
-      c.release(broken);
-    }
+  transaction<R>(fn: (tx: PgPoolClient) => Promise<R>): Promise<R> {
+    return pgDatabase(this.pool).transaction((_sql, tx) => fn(tx));
   }
+
 
   async claim(tx: PgPoolClient, consumer: string, messageId: string, processedAt: number): Promise<boolean> {
     const r = await tx.query("INSERT INTO processed_messages (consumer_name, message_id, processed_at) VALUES ($1, $2, to_timestamp($3 / 1000.0)) ON CONFLICT DO NOTHING", [consumer, messageId, processedAt]);

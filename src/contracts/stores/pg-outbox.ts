@@ -7,6 +7,7 @@
  */
 import { groupRows, outboxRow, type OutboxMessage, type OutboxRow, type OutboxStore, type PlannedBatch, type RelayIdentity } from "../outbox.js";
 import type { PgPool, PgPoolClient, PgQueryable } from "./pg-inbox.js";
+import { pgDatabase } from "./sql.js";
 
 export const OUTBOX_CHANNEL = "sluice_outbox";
 
@@ -164,19 +165,8 @@ export class PgOutboxStore implements OutboxStore {
     }
   }
 
-  private async tx<R>(fn: (c: PgPoolClient) => Promise<R>): Promise<R> {
-    const c = await this.pool.connect();
-    let broken: Error | undefined;
-    try {
-      await c.query("BEGIN");
-      const r = await fn(c);
-      await c.query("COMMIT");
-      return r;
-    } catch (e) {
-      await c.query("ROLLBACK").catch((re: Error) => (broken = re));
-      throw e;
-    } finally {
-      c.release(broken);
-    }
+  private tx<R>(fn: (c: PgPoolClient) => Promise<R>): Promise<R> {
+    return pgDatabase(this.pool).transaction((_sql, c) => fn(c));
   }
+
 }

@@ -5,7 +5,7 @@
  * (better-sqlite3) or PostgreSQL (`pg`, where `?` becomes `$n`). Handlers get the native
  * transaction object (`Database` or the pg client) for their own writes.
  */
-import type { SqliteTxDatabase } from "./sqlite-outbox.js";
+import type { SqliteDatabase } from "./sqlite-inbox.js";
 import type { PgPool, PgPoolClient } from "./pg-inbox.js";
 
 export interface SqlRunner {
@@ -24,7 +24,7 @@ export interface SqlDatabase<Tx> {
 }
 
 /** SQLite through better-sqlite3. Transactions run one after another on the connection. */
-export function sqliteDatabase(db: SqliteTxDatabase): SqlDatabase<SqliteTxDatabase> {
+export function sqliteDatabase<D extends SqliteDatabase>(db: D): SqlDatabase<D> {
   const runner: SqlRunner = {
     all: async (sql, params = []) => db.prepare(sql).all(...params) as Record<string, unknown>[],
     run: async (sql, params = []) => Number(db.prepare(sql).run(...params).changes),
@@ -34,7 +34,7 @@ export function sqliteDatabase(db: SqliteTxDatabase): SqlDatabase<SqliteTxDataba
     dialect: "sqlite",
     runner,
     exec: async (ddl) => void db.exec(ddl),
-    transaction<R>(fn: (sql: SqlRunner, tx: SqliteTxDatabase) => Promise<R>): Promise<R> {
+    transaction<R>(fn: (sql: SqlRunner, tx: D) => Promise<R>): Promise<R> {
       const run = async (): Promise<R> => {
         db.exec("BEGIN IMMEDIATE");
         try {

@@ -9,6 +9,7 @@
  * elsewhere while a handler awaits would land in the handler's transaction.
  */
 import type { InboxStore } from "../inbox.js";
+import { sqliteDatabase, type SqlDatabase } from "./sql.js";
 
 /** The part of better-sqlite3's `Database` the store uses. */
 export interface SqliteDatabase {
@@ -34,30 +35,21 @@ CREATE TABLE IF NOT EXISTS consumer_offsets (
 );`;
 
 export class SqliteInboxStore implements InboxStore<SqliteDatabase> {
-  private tail: Promise<unknown> = Promise.resolve();
+  /** Runs transactions one after another on the connection (sql.ts). */
+  private readonly sql: SqlDatabase<SqliteDatabase>;
 
-  constructor(readonly db: SqliteDatabase) {}
+  constructor(readonly db: SqliteDatabase) {
+    this.sql = sqliteDatabase(db);
+  }
 
   async ensureSchema(): Promise<void> {
     this.db.exec(SQLITE_INBOX_SCHEMA);
   }
 
   transaction<R>(fn: (tx: SqliteDatabase) => Promise<R>): Promise<R> {
-    const run = async (): Promise<R> => {
-      this.db.exec("BEGIN IMMEDIATE");
-      try {
-        const r = await fn(this.db);
-        this.db.exec("COMMIT");
-        return r;
-      } catch (e) {
-        this.db.exec("ROLLBACK");
-        throw e;
-      }
-    };
-    const p = this.tail.then(run, run);
-    this.tail = p.catch(() => {});
-    return p;
+    return this.sql.transaction((_sql, tx) => fn(tx));
   }
+
 
   async claim(tx: SqliteDatabase, consumer: string, messageId: string, processedAt: number): Promise<boolean> {
     const r = tx.prepare("INSERT INTO processed_messages (consumer_name, message_id, processed_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING").run(consumer, messageId, processedAt);

@@ -5,7 +5,7 @@
  * `db.transaction()`, so they never interleave with the application's writes on a shared
  * connection. New rows are found by polling (`pollIntervalMs`).
  */
-import { groupRows, outboxRow, type OutboxMessage, type OutboxRow, type OutboxStore, type PlannedBatch, type RelayIdentity } from "../outbox.js";
+import { groupRows, outboxRow, sleepUnlessAborted, type OutboxMessage, type OutboxRow, type OutboxStore, type PlannedBatch, type RelayIdentity } from "../outbox.js";
 import type { SqliteDatabase } from "./sqlite-inbox.js";
 
 /** better-sqlite3's `Database` with `transaction()`. */
@@ -111,17 +111,9 @@ export class SqliteOutboxStore implements OutboxStore {
   }
 
   waitForRows(maxWaitMs: number, signal: AbortSignal): Promise<void> {
-    return new Promise((resolve) => {
-      if (signal.aborted) return resolve();
-      const done = () => {
-        clearTimeout(t);
-        signal.removeEventListener("abort", done);
-        resolve();
-      };
-      const t = setTimeout(done, Math.min(maxWaitMs, this.opts.pollIntervalMs ?? 100));
-      signal.addEventListener("abort", done, { once: true });
-    });
+    return sleepUnlessAborted(Math.min(maxWaitMs, this.opts.pollIntervalMs ?? 100), signal);
   }
+
 
   async close(): Promise<void> {}
 }
