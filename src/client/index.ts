@@ -31,7 +31,8 @@ import type {
 import { Op, decodeConsumedRecords, decodeReceipts, encodePublishRecords } from "../wire/index.js";
 import { Producer } from "./producer.js";
 import { RemoteSubscription } from "./subscription.js";
-import { drainEnqueues, RemoteQueue, RemoteWorker } from "./queue.js";
+import { drainEnqueues, RemoteWorker } from "./queue.js";
+import { RemoteQueue } from "./queue-handle.js";
 import type { Queue, QueueConfig } from "../queues/types.js";
 import { Transport } from "./transport.js";
 

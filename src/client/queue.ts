@@ -19,33 +19,23 @@
  *
  * Enqueues are idempotent requests (QueueEnqueuer, queue-enqueuer.ts): calls gathered into one request per
  * queue, numbered under the client's producer id, re-sent with the same number when their
- * connection drops or they time out, so a job is stored once however often it travels.
+ * connection drops or they time out, so a job is stored once however often it travels. The
+ * `Queue<T>` handle itself is in queue-handle.ts; this file is its worker.
  */
-import type { SchemaRegistry } from "../contracts/schemas.js";
 import { AbortedError, LeaseExpiredError, ValidationError } from "../errors.js";
 import { DEFAULT_MAX_PENDING_SETTLEMENTS, DEFAULT_PREFETCH, intOption, MAX_PENDING_SETTLEMENTS, MAX_PREFETCH, prefetchOption } from "../queues/config.js";
-import { processWorkerOptions, runProcess, type ProcessWorker } from "../queues/process.js";
+import type { ProcessWorker } from "../queues/process.js";
 import { workerIterator } from "../queues/iterate.js";
 import { LookaheadSizer, maxLookahead, PARK_MAX_MS } from "../queues/lookahead.js";
 import type {
   DeadLetterInfo,
-  EnqueueItem,
-  EnqueueOptions,
-  EnqueueResult,
   Job,
-  ProcessOptions,
-  Queue,
   QueueConfig,
-  QueueStats,
-  RedriveOptions,
-  RedriveResult,
   WorkOptions,
   Worker,
 } from "../queues/types.js";
-import type { PublishValue } from "../value-types.js";
-import { Op, decodeJobBatch, decodePublishRecords, encodePublishRecords, encodeSettleItems, wireToError, type Frame, type WireError } from "../wire/index.js";
+import { Op, decodeJobBatch, decodePublishRecords, encodeSettleItems, wireToError, type Frame, type WireError } from "../wire/index.js";
 import type { Transport } from "./transport.js";
-import { ENQUEUE_DELIVERY_TIMEOUT_MS, enqueuerFor } from "./queue-enqueuer.js";
 import { NO_ARG, RemoteJob, type JobMeta, type SettleAction } from "./remote-job.js";
 
 export { drainEnqueues, enqueueStats, ENQUEUE_DELIVERY_TIMEOUT_MS, MAX_WAITING_JOBS } from "./queue-enqueuer.js";
@@ -591,99 +581,5 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
 
   [Symbol.asyncDispose](): Promise<void> {
     return this.close();
-  }
-}
-
-export class RemoteQueue<T> implements Queue<T> {
-  constructor(
-    private readonly transport: Transport,
-    private readonly workers: Map<number, RemoteWorker<unknown>>,
-    readonly name: string,
-    private readonly config: QueueConfig | undefined,
-    /** `deliveryTimeoutMs`: how long an enqueue is retried (default ENQUEUE_DELIVERY_TIMEOUT_MS); `schemas` checked before sending. */
-    private readonly opts: { deliveryTimeoutMs?: number; schemas?: SchemaRegistry } = {},
-  ) {}
-
-  private meta(): { queue: string; config?: QueueConfig } {
-    return this.config === undefined ? { queue: this.name } : { queue: this.name, config: this.config };
-  }
-
-  async enqueue(data: T & PublishValue, opts: EnqueueOptions = {}): Promise<EnqueueResult> {
-    const { signal, ...rest } = opts;
-    const [r] = await this.enqueueBatch([{ ...rest, data }], { signal });
-    return r;
-  }
-
-  async enqueueBatch(items: EnqueueItem[], opts: { signal?: AbortSignal } = {}): Promise<EnqueueResult[]> {
-    if (!Array.isArray(items)) throw new ValidationError("enqueueBatch needs an array");
-    if (opts.signal?.aborted) throw new AbortedError("enqueue aborted before it was sent; nothing was stored", opts.signal.reason);
-    if (items.length === 0) return [];
-    // A batch with one invalid job is refused whole, before anything is sent.
-    if (this.opts.schemas) for (const it of items) this.opts.schemas.validate("queue", this.name, it?.data, it?.headers);
-    const enq = enqueuerFor(this.transport);
-    await enq.room(items.length, opts.signal);
-    let body: Buffer;
-    let itemOpts: Record<string, unknown>[] | undefined;
-    try {
-      // Encoded now: a value that cannot be encoded fails this call alone, before it shares a request.
-      body = encodePublishRecords(items.map((it) => ({ value: it.data, headers: it.headers })));
-      // Per-job options travel as JSON, and only when some job has any.
-      if (items.some((it) => it.key !== undefined || it.delayMs !== undefined || it.deliverAt !== undefined || it.dedupeId !== undefined)) {
-        itemOpts = items.map((it) => ({
-          key: it.key,
-          delayMs: it.delayMs,
-          deliverAt: it.deliverAt instanceof Date ? it.deliverAt.getTime() : it.deliverAt,
-          dedupeId: it.dedupeId,
-        }));
-      }
-    } catch (e) {
-      enq.abandon(items.length);
-      throw e;
-    }
-    const meta = this.meta();
-    return new Promise<EnqueueResult[]>((resolve, reject) =>
-      enq.submit({
-        body,
-        count: items.length,
-        opts: itemOpts,
-        meta,
-        configKey: this.config === undefined ? "" : JSON.stringify(this.config),
-        started: Date.now(),
-        deliveryTimeoutMs: this.opts.deliveryTimeoutMs ?? ENQUEUE_DELIVERY_TIMEOUT_MS,
-        resolve,
-        reject,
-        signal: opts.signal,
-      }),
-    );
-  }
-
-  work(opts: WorkOptions = {}): Worker<T> {
-    return new RemoteWorker<T>(this.transport, this.workers, this.meta(), opts);
-  }
-
-  process(fn: (job: Job<T>) => Promise<unknown> | unknown, opts: ProcessOptions = {}): Promise<void> {
-    try {
-      const { work, signal } = processWorkerOptions(opts);
-      // Push mode: `prefetch = concurrency` bounds running handlers (the server sends a job only
-      // in place of a settled one). Shutdown semantics: src/queues/process.ts (PROC-1).
-      return runProcess(new RemoteWorker<T>(this.transport, this.workers, this.meta(), work), fn, signal);
-    } catch (e) {
-      return Promise.reject(e);
-    }
-  }
-
-  private async admin<R>(action: string, key: string, opts?: unknown): Promise<R> {
-    const f = await this.transport.request(Op.QueueAdmin, { ...this.meta(), action, opts }, null, { retry: action === "stats" });
-    return f.meta[key] as R;
-  }
-
-  stats(): Promise<QueueStats> {
-    return this.admin("stats", "stats");
-  }
-  purge(): Promise<number> {
-    return this.admin("purge", "purged");
-  }
-  redrive(opts: RedriveOptions = {}): Promise<RedriveResult> {
-    return this.admin("redrive", "result", opts);
   }
 }
