@@ -175,53 +175,72 @@ test("PostgreSQL: two deliveries of one id at once apply once", async () => {
   assert.equal((await postgres.total()).rows - before.rows, 1);
 });
 
-test("SQLite: consumer processes SIGKILLed at random between the business write and the commit: every payment applied exactly once", async (t) => {
-  const kills = Number(process.env.SLUICE_INBOX_KILLS ?? 10);
-  const child = join(fileURLToPath(new URL(".", import.meta.url)), "fixtures", "inbox-child.js");
-  const d = tempDir("sluice-inbox-kill-");
-  const dataDir = join(d.dir, "data");
-  const dbFile = join(d.dir, "ledger.db");
-  const n = 3000;
-  try {
-    const b = await openBroker({ dataDir, retentionCheckIntervalMs: 0 });
-    await b.createTopic("payments", { partitions: 3, segmentBytes: 16384 });
-    for (let i = 0; i < n; i += 500) await b.publishBatch("payments", Array.from({ length: 500 }, (_, k) => ({ key: `acct-${(i + k) % 17}`, value: { amount: 1 }, headers: envelope({ type: "PaymentCaptured", messageId: `pay-${i + k}` }) })));
-    await b.close();
-    const applied = () => {
-      const db = new Database(dbFile, { readonly: true, fileMustExist: false });
+for (const kind of ["SQLite", "PostgreSQL"] as const) {
+  test(`${kind}: consumer processes SIGKILLed at random between the business write and the commit: every payment applied exactly once`, async (t) => {
+    const kills = Number(process.env.SLUICE_INBOX_KILLS ?? 10);
+    const child = join(fileURLToPath(new URL(".", import.meta.url)), "fixtures", "inbox-child.js");
+    const d = tempDir("sluice-inbox-kill-");
+    const dataDir = join(d.dir, "data");
+    const killSchema = `sluice_inbox_kill_${process.pid}`;
+    const where = kind === "SQLite" ? join(d.dir, "ledger.db") : `pg:${killSchema}`;
+    if (kind === "PostgreSQL") {
+      await admin.query(`DROP SCHEMA IF EXISTS ${killSchema} CASCADE`);
+      await admin.query(`CREATE SCHEMA ${killSchema}`);
+    }
+    const n = 3000;
+    /** Rows in the ledger, and ids applied more than once. */
+    const ledger = async (): Promise<{ rows: number; distinct: number; doubled: unknown[] }> => {
+      if (kind === "PostgreSQL") {
+        const q = async (sql: string) => (await admin.query(sql).catch(() => ({ rows: [] as unknown[] }))).rows;
+        const c = (await q(`SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM ${killSchema}.ledger`))[0] as { n: number; d: number } | undefined;
+        return { rows: c?.n ?? 0, distinct: c?.d ?? 0, doubled: await q(`SELECT id FROM ${killSchema}.ledger GROUP BY id HAVING count(*) > 1`) };
+      }
+      let db: Database.Database;
       try {
-        return (db.prepare("SELECT count(*) AS n FROM ledger").get() as { n: number }).n;
+        db = new Database(where, { readonly: true, fileMustExist: true });
       } catch {
-        return 0;
+        return { rows: 0, distinct: 0, doubled: [] };
+      }
+      try {
+        const c = db.prepare("SELECT count(*) AS n, count(DISTINCT id) AS d FROM ledger").get() as { n: number; d: number };
+        return { rows: c.n, distinct: c.d, doubled: db.prepare("SELECT id FROM ledger GROUP BY id HAVING count(*) > 1").all() };
+      } catch {
+        return { rows: 0, distinct: 0, doubled: [] };
       } finally {
         db.close();
       }
     };
-    let redeliveredRuns = 0;
-    for (let k = 0; k <= kills; k++) {
-      const p = spawn(process.execPath, [child, dataDir, dbFile], { stdio: ["ignore", "pipe", "inherit"] });
-      const exited = new Promise((r) => p.once("exit", r));
-      let out = "";
-      p.stdout!.on("data", (x: Buffer) => (out += x.toString()));
-      await waitUntil(() => out.includes("ready") || p.exitCode !== null, "child ready", 20_000);
-      const before = applied();
-      if (k < kills) {
-        await waitUntil(() => applied() >= Math.min(n, before + 30 + Math.floor(Math.random() * 250)) || Math.random() < 0.01, "progress", 30_000, 1);
-        if (before > 0) redeliveredRuns++;
-      } else {
-        await waitUntil(() => applied() >= n, "every payment applied", 60_000);
+    try {
+      const b = await openBroker({ dataDir, retentionCheckIntervalMs: 0 });
+      await b.createTopic("payments", { partitions: 3, segmentBytes: 16384 });
+      for (let i = 0; i < n; i += 500) await b.publishBatch("payments", Array.from({ length: 500 }, (_, k) => ({ key: `acct-${(i + k) % 17}`, value: { amount: 1 }, headers: envelope({ type: "PaymentCaptured", messageId: `pay-${i + k}` }) })));
+      await b.close();
+      let restartsWithWork = 0;
+      for (let k = 0; k <= kills; k++) {
+        const p = spawn(process.execPath, [child, dataDir, where], { stdio: ["ignore", "pipe", "inherit"] });
+        const exited = new Promise((r) => p.once("exit", r));
+        let out = "";
+        p.stdout!.on("data", (x: Buffer) => (out += x.toString()));
+        await waitUntil(() => out.includes("ready") || p.exitCode !== null, "child ready", 20_000);
+        const before = (await ledger()).rows;
+        if (k < kills) {
+          const target = Math.min(n, before + 30 + Math.floor(Math.random() * 250));
+          await waitUntil(async () => (await ledger()).rows >= target || Math.random() < 0.01, "progress", 30_000, 1);
+          if (before > 0) restartsWithWork++;
+        } else {
+          await waitUntil(async () => (await ledger()).distinct >= n, "every payment applied", 60_000);
+        }
+        p.kill("SIGKILL");
+        await exited;
       }
-      p.kill("SIGKILL");
-      await exited;
+      const final = await ledger();
+      t.diagnostic(`${kind}: ${kills} kills, ${restartsWithWork} restarts with earlier work`);
+      assert.deepEqual(final.doubled, [], "no payment applied twice");
+      assert.equal(final.distinct, n, "every payment applied");
+      assert.equal(final.rows, n);
+    } finally {
+      if (kind === "PostgreSQL") await admin.query(`DROP SCHEMA IF EXISTS ${killSchema} CASCADE`).catch(() => {});
+      d.cleanup();
     }
-    const db = new Database(dbFile, { readonly: true });
-    const rows = db.prepare("SELECT id, count(*) AS c FROM ledger GROUP BY id HAVING c > 1").all();
-    const total = (db.prepare("SELECT count(DISTINCT id) AS n FROM ledger").get() as { n: number }).n;
-    db.close();
-    t.diagnostic(`${kills} kills, ${redeliveredRuns} restarts with earlier work`);
-    assert.deepEqual(rows, [], "no payment applied twice");
-    assert.equal(total, n, "every payment applied");
-  } finally {
-    d.cleanup();
-  }
-});
+  });
+}
