@@ -280,14 +280,23 @@ test("inside durable zeros: a durable write that finds the disk full is rolled b
   const fs = new FaultyFileSystem();
   const log = await openLog(tmp.dir, { fs });
   const n = await untilDurableWrites(log, fs);
-  // The next zero fill starts only when less than half of the 256 KiB ahead is left: these
-  // faults hit the appends' durable writes, not a fill.
-  fs.failNext("write", "ENOSPC", { pathIncludes: ".log", tornBytes: 40 });
+  // A zero fill may run in the background on the same file: the write fault is armed when the
+  // append's durable write begins, so it is the append's write that takes it.
+  const onNextDurableWrite = (arm: () => void) => {
+    fs.onOp = (op) => {
+      if (op.kind !== "writeDurable" || !op.path.endsWith(".log")) return;
+      fs.onOp = null;
+      arm();
+    };
+  };
+  onNextDurableWrite(() => fs.failNext("write", "ENOSPC", { pathIncludes: ".log", tornBytes: 40 }));
   await assert.rejects(log.append([rec(1000)]), StorageFullError);
   assert.equal((await log.append([rec(1001)])).baseOffset, n, "no gap, no reused acknowledged offset");
-  fs.failNext("datasync", "EIO", { pathIncludes: ".log" });
+  // Two: a background fill's fdatasync (same file, tolerated when it fails) may take the first.
+  fs.failNext("datasync", "EIO", { pathIncludes: ".log", times: 2 });
   await assert.rejects(log.append([rec(1002)]), (e: unknown) => e instanceof StorageError && e.retriable);
   await assert.rejects(log.append([rec(1003)]), StorageError, "read-only until reopened");
+  fs.clearFaults();
   assert.equal((await log.read(n, 1 << 20)).records[0].value!.toString(), value(1001).toString(), "reads continue");
   await log.close();
   const log2 = await openLog(tmp.dir, { preallocate: "off" });
