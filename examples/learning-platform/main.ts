@@ -16,7 +16,7 @@ import { analyticsMember, analyticsTotals, FakeMailer, initAnalytics, Notificati
 import { COURSES, CoursesService, plannedCompletions } from "./courses.js";
 import { childMember, CHILD_FLAG, crashAndRebalance } from "./drill.js";
 import { printSummary } from "./report.js";
-import { Checks, createSchema, dataDir, dropSchema, log, namesFor, newRunId, openTheBroker, pgPool, runUntilCaughtUp, waitFor, type Names } from "./runtime.js";
+import { brokerUrl, Checks, createSchema, dataDir, dropSchema, log, namesFor, newRunId, openTheBroker, pgPool, runUntilCaughtUp, waitFor, type Names } from "./runtime.js";
 import { checksumOf, rebuildSearch, SearchProjection } from "./search.js";
 import { initCertificates, QUEUE_CONFIG, renderCertificates, renderThumbnails } from "./workers.js";
 
@@ -140,14 +140,14 @@ async function main(): Promise<number> {
   const names = namesFor(newRunId());
   const schema = `lp_${names.run}`;
   const checks = new Checks();
-  log(`learning platform, run ${names.run}: broker ${process.env.SLUICE_URL ? `server ${process.env.SLUICE_URL}` : `embedded in ${join(dataDir(), "broker")}`}; PostgreSQL schema ${schema}; SQLite in ${dataDir()}`);
+  log(`learning platform, run ${names.run}: broker ${brokerUrl() ? `server ${brokerUrl()}` : `embedded in ${join(dataDir(), "broker")}`}; PostgreSQL schema ${schema}; SQLite in ${dataDir()}`);
   await createSchema(schema);
   const pool = pgPool(schema);
   const { broker, embedded } = await openTheBroker(names);
   const held: { server: ServerHandle | null } = { server: null };
   // The crash drill's child joins the group from another process: through the server we were
   // given, or through one started on our embedded broker.
-  const childUrl = async (): Promise<string> => process.env.SLUICE_URL ?? (held.server ??= await startServer({ broker: embedded!, port: 0, httpPort: null })).url;
+  const childUrl = async (): Promise<string> => brokerUrl() ?? (held.server ??= await startServer({ broker: embedded!, port: 0, httpPort: null })).url;
   try {
     await scenario(broker, pool, names, schema, childUrl, checks);
   } catch (e) {

@@ -45,7 +45,10 @@ export const dataDir = (): string => {
   return dir;
 };
 
-export const pgUrl = (): string => process.env.SLUICE_PG_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
+/** The server to use, if any (an empty SLUICE_URL counts as unset). */
+export const brokerUrl = (): string | undefined => process.env.SLUICE_URL || undefined;
+
+export const pgUrl = (): string => process.env.SLUICE_PG_URL || "postgres://postgres@127.0.0.1:5432/postgres";
 
 /** Every CourseCompleted is checked against this before it is written (by the relay, and by a redrive). */
 export function schemasFor(names: Names): SchemaRegistry {
@@ -62,7 +65,7 @@ export function schemasFor(names: Names): SchemaRegistry {
  * The one difference between the two modes: SLUICE_URL set → a client of `sluice serve`. The
  * embedded broker is returned too, so that members in other processes can reach it.
  */
-export async function openTheBroker(names: Names, url = process.env.SLUICE_URL): Promise<{ broker: Broker; embedded: EmbeddedBroker | null }> {
+export async function openTheBroker(names: Names, url = brokerUrl()): Promise<{ broker: Broker; embedded: EmbeddedBroker | null }> {
   const schemas = schemasFor(names);
   if (url) return { broker: await connect({ url, schemas }), embedded: null };
   const embedded = await openBroker({ dataDir: join(dataDir(), "broker"), schemas });
