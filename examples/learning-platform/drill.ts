@@ -56,8 +56,12 @@ async function crashChild(url: string, names: Names, schema: string): Promise<Ch
   let exitedEarly = false;
   void exited.then(() => (exitedEarly = true));
   createInterface({ input: child.stdout! }).on("line", (line) => {
-    const e = JSON.parse(line) as { event: string; applied: number; partition: number; offset: number };
-    if (e.event === "crash-point") crash = e;
+    try {
+      const e = JSON.parse(line) as { event: string; applied: number; partition: number; offset: number };
+      if (e.event === "crash-point") crash = e;
+    } catch {
+      /* not one of the child's event lines */
+    }
   });
   try {
     await waitFor(() => crash !== null || exitedEarly, "the child member to reach its crash point");

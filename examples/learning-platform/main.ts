@@ -10,7 +10,7 @@ import Database from "better-sqlite3";
 import { rmSync } from "node:fs";
 import { join } from "node:path";
 import type pg from "pg";
-import { redriveTopic, type Broker, type OutboxRelay } from "sluice";
+import { redriveTopic, type Broker } from "sluice";
 import { startServer, type ServerHandle } from "sluice/server";
 import { analyticsMember, analyticsTotals, FakeMailer, initAnalytics, Notifications, type ConsumerCounts } from "./consumers.js";
 import { COURSES, CoursesService, plannedCompletions } from "./courses.js";
@@ -70,6 +70,35 @@ async function searchWithPoison(broker: Broker, search: SearchProjection, names:
   checks.check(r.redriven === 1 && search.counts.applied === expected && doc !== undefined, "after the fix the redriven fact was indexed", doc ? `learner-07 phys-120 terms [${doc.terms}]` : "missing");
 }
 
+/** The notifications group (inbox, effect gate, certificate requests), then the certificate worker. */
+async function notifyAndCertify(broker: Broker, pool: pg.Pool, names: Names, db: Database.Database, courses: CoursesService, expected: number, checks: Checks): Promise<Notifications> {
+  const notifications = new Notifications(db, broker, names, new FakeMailer());
+  await runUntilCaughtUp(broker, "notifications", names.completions, (s) => notifications.run(s));
+  await printSummary("after notifications ran, before the certificate worker", broker, names, courses.relay);
+  const certs = await renderCertificates(broker, names.certificates, pool, "learner-04");
+  const stats = await broker.queue(names.certificates, QUEUE_CONFIG).stats();
+  const sent = notifications.mailer.sent.size;
+  log(`notifications: ${notifications.counts.applied} recorded, ${sent} e-mails sent; certificates: ${certs.rendered} rendered, ${stats.retries} retries after renderer timeouts`);
+  checks.check(notifications.rows() === expected && sent === expected, "notifications: one notification and one e-mail per completion", `${notifications.rows()} rows, ${sent} e-mails`);
+  checks.check((await count(pool, "SELECT count(*) AS n FROM certificates")) === expected && stats.retries >= 1 && stats.deadLettered === 0, "certificates: one per completion, the timed-out one retried and rendered");
+  return notifications;
+}
+
+/** The redriven fact reached notifications and analytics too: each inbox skips it. */
+async function redrivenEverywhere(broker: Broker, pool: pg.Pool, names: Names, notifications: Notifications, search: SearchProjection, expected: number, checks: Checks): Promise<void> {
+  await runUntilCaughtUp(broker, "notifications", names.completions, (s) => notifications.run(s));
+  const analytics: ConsumerCounts = { applied: 0, duplicates: 0 };
+  await runUntilCaughtUp(broker, "analytics", names.completions, (s) => analyticsMember(broker, pool, names.completions, { name: "member-1", signal: s, counts: analytics }));
+  const certStats = await broker.queue(names.certificates, QUEUE_CONFIG).stats();
+  log(`notifications: ${notifications.counts.duplicates} duplicate skipped; analytics: ${analytics.duplicates} duplicate skipped; certificate enqueue deduplicated (queue backlog ${certStats.depth})`);
+  checks.check(notifications.counts.duplicates === 1 && notifications.rows() === expected && [...notifications.mailer.sent.values()].every((n) => n === 1), "notifications: the redriven fact was a duplicate, no second e-mail");
+  checks.check(analytics.duplicates === 1 && analytics.applied === 0 && (await analyticsTotals(pool)).completions === expected, "analytics: the redriven fact was a duplicate");
+  checks.check(certStats.depth === 0 && (await count(pool, "SELECT count(*) AS n FROM certificates")) === expected, "certificates: no second job for the redriven fact");
+  const inboxes: [string, number][] = [["notifications (SQLite)", notifications.processed()], ["search (SQLite)", search.processed()]];
+  for (const consumer of ["analytics", "certificates"]) inboxes.push([`${consumer} (PostgreSQL)`, await count(pool, `SELECT count(*) AS n FROM processed_messages WHERE consumer_name = '${consumer}'`)]);
+  for (const [name, n] of inboxes) checks.check(n === expected, `inbox ${name}: every completion processed once`, `${n} of ${expected}`);
+}
+
 async function scenario(broker: Broker, pool: pg.Pool, names: Names, schema: string, childUrl: () => Promise<string>, checks: Checks): Promise<void> {
   const dir = dataDir();
   await broker.createTopic(names.completions, { partitions: 4, retentionMs: -1 });
@@ -85,55 +114,30 @@ async function scenario(broker: Broker, pool: pg.Pool, names: Names, schema: str
     await catalog(broker, courses, names, checks);
     log("\n== 2. completions: PostgreSQL transaction + outbox, relay to the retained topic");
     const expected = await complete(broker, courses, names, checks);
-    await summary("before the consumer groups ran", broker, names, courses.relay);
+    await printSummary("before the consumer groups ran", broker, names, courses.relay);
 
     log("\n== 3. analytics: a consumer crash (SIGKILL) and a rebalance");
     await crashAndRebalance(broker, pool, names, schema, await childUrl(), expected, checks);
 
     log("\n== 4. notifications (inbox + effect gate) and certificate generation (work queue)");
-    const mailer = new FakeMailer();
-    const notifications = new Notifications(notificationsDb, broker, names, mailer);
-    await runUntilCaughtUp(broker, "notifications", names.completions, (s) => notifications.run(s));
-    await summary("after notifications ran, before the certificate worker", broker, names, courses.relay);
-    const certs = await renderCertificates(broker, names.certificates, pool, "learner-04");
-    const certStats = await broker.queue(names.certificates, QUEUE_CONFIG).stats();
-    log(`notifications: ${notifications.counts.applied} recorded, ${mailer.sent.size} e-mails sent; certificates: ${certs.rendered} rendered, ${certStats.retries} retries after renderer timeouts`);
-    checks.check(notifications.rows() === expected && mailer.sent.size === expected, "notifications: one notification and one e-mail per completion", `${notifications.rows()} rows, ${mailer.sent.size} e-mails`);
-    checks.check((await count(pool, "SELECT count(*) AS n FROM certificates")) === expected && certStats.retries >= 1 && certStats.deadLettered === 0, "certificates: one per completion, the timed-out one retried and rendered");
-
+    const notifications = await notifyAndCertify(broker, pool, names, notificationsDb, courses, expected, checks);
     log("\n== 5. search: poison fact → dead-letter topic → fix → redrive");
     const search = new SearchProjection(searchDb, broker, names);
     await searchWithPoison(broker, search, names, expected, checks);
-
     log("\n== 6. the redriven fact reaches every group again: inboxes keep it from applying twice");
-    await runUntilCaughtUp(broker, "notifications", names.completions, (s) => notifications.run(s));
-    const analytics: ConsumerCounts = { applied: 0, duplicates: 0 };
-    await runUntilCaughtUp(broker, "analytics", names.completions, (s) => analyticsMember(broker, pool, names.completions, { name: "member-1", signal: s, counts: analytics }));
-    const certStats2 = await broker.queue(names.certificates, QUEUE_CONFIG).stats();
-    log(`notifications: ${notifications.counts.duplicates} duplicate skipped; analytics: ${analytics.duplicates} duplicate skipped; certificate enqueue deduplicated (queue backlog ${certStats2.depth})`);
-    checks.check(notifications.counts.duplicates === 1 && notifications.rows() === expected && [...mailer.sent.values()].every((n) => n === 1), "notifications: the redriven fact was a duplicate, no second e-mail");
-    checks.check(analytics.duplicates === 1 && analytics.applied === 0 && (await analyticsTotals(pool)).completions === expected, "analytics: the redriven fact was a duplicate");
-    checks.check(certStats2.depth === 0 && (await count(pool, "SELECT count(*) AS n FROM certificates")) === expected, "certificates: no second job for the redriven fact");
-    const inboxes: [string, number][] = [["notifications (SQLite)", notifications.processed()], ["search (SQLite)", search.processed()]];
-    for (const consumer of ["analytics", "certificates"]) inboxes.push([`${consumer} (PostgreSQL)`, await count(pool, `SELECT count(*) AS n FROM processed_messages WHERE consumer_name = '${consumer}'`)]);
-    for (const [name, n] of inboxes) checks.check(n === expected, `inbox ${name}: every completion processed once`, `${n} of ${expected}`);
-
+    await redrivenEverywhere(broker, pool, names, notifications, search, expected, checks);
     log("\n== 7. search projection rebuilt by replaying the retained topic");
     const rebuilt = await rebuildSearch(broker, names);
     const live = checksumOf(search.liveState());
     log(`search: rebuilt from ${rebuilt.records} records, checksum ${rebuilt.checksum.slice(0, 16)}…; live projection ${live.slice(0, 16)}…`);
     checks.check(rebuilt.checksum === live, "rebuilt search projection's checksum equals the live one");
-    await summary("at the end", broker, names, courses.relay);
+    await printSummary("at the end", broker, names, courses.relay);
   } finally {
     await courses.close();
     notificationsDb.close();
     searchDb.close();
     for (const f of [`notifications-${names.run}.db`, `search-${names.run}.db`]) for (const s of ["", "-wal", "-shm"]) rmSync(join(dir, f + s), { force: true });
   }
-}
-
-async function summary(title: string, broker: Broker, names: Names, relay: OutboxRelay): Promise<void> {
-  await printSummary(title, broker, names, relay);
 }
 
 async function main(): Promise<number> {
