@@ -31,7 +31,7 @@ export interface System {
 export async function openSystem(): Promise<System> {
   const dataDir = process.env.SLUICE_DATA ?? "./data/order-fulfillment";
   mkdirSync(dataDir, { recursive: true });
-  const url = process.env.SLUICE_URL;
+  const url = process.env.SLUICE_URL || undefined; // empty counts as unset
   const broker: Broker = url ? await connect({ url }) : await openBroker({ dataDir: join(dataDir, "broker") });
   const pgUrl = process.env.SLUICE_PG_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
   // Each run gets its own schema, so runs never see each other's orders.
