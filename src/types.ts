@@ -157,6 +157,16 @@ export interface Message<T = unknown> extends ConsumedRecord<T> {
   /** Aborts when this partition is revoked from the member or the subscription closes. */
   readonly signal: AbortSignal;
   /**
+   * True when the group has delivered this message before a `resetGroup` moved its position
+   * back: the reset left a mark at the position the group had reached (the highest, after
+   * several resets), and every message below it is a replay. The mark is stored with the
+   * group's offsets (it survives restarts and moves with the partition on a rebalance) and is
+   * cleared once the group commits at or past it, or a reset moves the group there. False for
+   * every other delivery, including a redelivery of uncommitted messages after a crash or a
+   * rebalance. See docs/patterns.md, "Safe replay".
+   */
+  readonly replay: boolean;
+  /**
    * Marks "processed through this message" for the group. Commits made while an offsets write
    * is in flight share the next one; the promise resolves once a durable write covers this
    * message, and may be left un-awaited (it never rejects unhandled; a failed write is retried

@@ -8,9 +8,15 @@ import { defineConformanceSuite } from "../src/testing/conformance.js";
 
 defineConformanceSuite("embedded", async () => {
   const dir = mkdtempSync(join(process.env.SLUICE_TEST_TMP ?? tmpdir(), "sluice-conf-"));
-  const broker = await openBroker({ dataDir: dir, retentionCheckIntervalMs: 0 });
+  let broker = await openBroker({ dataDir: dir, retentionCheckIntervalMs: 0 });
   return {
     broker,
+    // A restart: the same data dir, a new broker.
+    reopen: async () => {
+      await broker.close();
+      broker = await openBroker({ dataDir: dir, retentionCheckIntervalMs: 0 });
+      return broker;
+    },
     cleanup: async () => {
       await broker.close();
       rmSync(dir, { recursive: true, force: true });

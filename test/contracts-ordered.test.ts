@@ -44,6 +44,7 @@ function world(seed: number, partitions: number, perPartition: number, keys: num
       value: i,
       headers: {},
       signal: ac.signal,
+      replay: false,
       commit: async () => void w.commits.push({ partition, offset, finished: new Set(w.finished) }),
     };
     w.msgs.push(m);

@@ -58,7 +58,7 @@ test("every conformance run went through the counting engine: appends, reads, co
   const names = [...new Set(engines.map((e) => e.name))];
   assert.equal(names.length, 4);
   for (const name of names) {
-    for (const m of ["open", "close", "createTopic", "getTopic", "read", "offsets", "getCommitted", "commitOffsets", "allocateProducer"])
+    for (const m of ["open", "close", "createTopic", "getTopic", "read", "offsets", "getCommitted", "commitOffsets", "resetOffsets", "allocateProducer"])
       assert.ok(total(name, m) > 0, `${name}: ${m} was called`);
     const appended = total(name, "append") + total(name, "encoded.appendEncoded");
     assert.ok(appended > 0, `${name}: records were appended`);

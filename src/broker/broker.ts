@@ -290,7 +290,8 @@ export class EmbeddedBroker implements Broker, BrokerHost {
       partitions.push({ partition: p, previous: prev, next: target });
       next.set(p, target);
     }
-    if (!dryRun) await this.engine.commitOffsets(group, topic, next);
+    // A reset, not a commit: partitions moved back keep a replay mark (`msg.replay`, META-4).
+    if (!dryRun) await this.engine.resetOffsets(group, topic, next);
     return { group, topic, dryRun, partitions };
   }
 

@@ -64,6 +64,7 @@ class RemoteMessage<T> implements Message<T> {
     readonly value: T,
     readonly headers: Record<string, Uint8Array>,
     readonly signal: AbortSignal,
+    readonly replay: boolean,
     member: MemberState,
     generation: number,
   ) {
@@ -90,6 +91,8 @@ class RawSegment {
     readonly generation: number,
     readonly member: MemberState,
     readonly signal: AbortSignal,
+    /** Records below this offset are replays after a reset (`msg.replay`); 0: none. */
+    readonly replayUntil: number,
   ) {}
   get left(): number {
     return this.table.count - this.next;
@@ -211,8 +214,9 @@ export class RemoteSubscription<T> implements Subscription<T> {
         const partition = f.meta.partition;
         const generation = f.meta.generation;
         const from = f.meta.from;
-        if (!Number.isSafeInteger(partition) || !Number.isSafeInteger(generation) || !Number.isSafeInteger(from)) {
-          throw new ProtocolError("PUSH_RECORD_BATCHES needs integer partition, generation and from");
+        const replayUntil = f.meta.replayUntil ?? 0; // absent: no replays (and older servers)
+        if (!Number.isSafeInteger(partition) || !Number.isSafeInteger(generation) || !Number.isSafeInteger(from) || !Number.isSafeInteger(replayUntil)) {
+          throw new ProtocolError("PUSH_RECORD_BATCHES needs integer partition, generation, from and replayUntil");
         }
         const p = partition as number;
         const gen = generation as number;
@@ -225,14 +229,16 @@ export class RemoteSubscription<T> implements Subscription<T> {
           this.maybeGrantCredit();
           break;
         }
-        if (table.count > 0) this.buffer.push(new RawSegment(table, p, gen, m, this.partitionSignal(m, p)));
+        if (table.count > 0) this.buffer.push(new RawSegment(table, p, gen, m, this.partitionSignal(m, p), replayUntil as number));
         this.wake();
         break;
       }
       case Op.PushMessages: {
         const recs = decodeConsumedRecords(this.topic, f.body);
+        const replay = new Map(Array.isArray(f.meta.replay) ? (f.meta.replay as [number, number][]) : []); // [partition, replayUntil]
         for (const r of recs) {
-          this.buffer.push(new RemoteMessage<T>(r.topic, r.partition, r.offset, r.timestamp, r.key, r.value as T, r.headers, this.partitionSignal(m, r.partition), m, -1));
+          const isReplay = r.offset < (replay.get(r.partition) ?? 0);
+          this.buffer.push(new RemoteMessage<T>(r.topic, r.partition, r.offset, r.timestamp, r.key, r.value as T, r.headers, this.partitionSignal(m, r.partition), isReplay, m, -1));
         }
         this.wake();
         break;
@@ -428,7 +434,8 @@ export class RemoteSubscription<T> implements Subscription<T> {
           while (e.next < end) {
             const i = e.next++;
             readRecordInto(scratch, t.buf, t.pos[i]);
-            out.push(new RemoteMessage<T>(this.topic, e.partition, t.offset[i], t.timestamp[i], scratch.key, scratch.value as T, scratch.headers, e.signal, e.member, e.generation));
+            const offset = t.offset[i];
+            out.push(new RemoteMessage<T>(this.topic, e.partition, offset, t.timestamp[i], scratch.key, scratch.value as T, scratch.headers, e.signal, offset < e.replayUntil, e.member, e.generation));
           }
           if (e.next >= t.count) this.head++;
         } else {

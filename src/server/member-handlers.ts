@@ -55,11 +55,18 @@ function subscribe(s: Session, f: Frame): Reply {
         ? (c) =>
             // Stored batches go out as they are: the head is encoded, the bytes are not copied.
             s.sendParts(
-              encodeFrameHead(Op.PushRecordBatches, FLAG_PUSH, 0, { sub, partition: c.partition, generation: c.generation, from: c.from, records: c.records }, c.data.length),
+              encodeFrameHead(
+                Op.PushRecordBatches,
+                FLAG_PUSH,
+                0,
+                // replayUntil only when some record of the push is a replay (older clients ignore it).
+                { sub, partition: c.partition, generation: c.generation, from: c.from, records: c.records, replayUntil: c.replayUntil > c.from ? c.replayUntil : undefined },
+                c.data.length,
+              ),
               c.data,
             )
         : undefined,
-    push: (msgs) => s.send(encodeFrame(Op.PushMessages, FLAG_PUSH, 0, { sub, topic }, encodeConsumedRecords(msgs))),
+    push: (msgs, replay) => s.send(encodeFrame(Op.PushMessages, FLAG_PUSH, 0, { sub, topic, replay }, encodeConsumedRecords(msgs))),
     pushAssignment: (generation, assigned, revoked, ack) => {
       s.send(encodeFrame(Op.PushAssignment, FLAG_PUSH, 0, { sub, generation, assigned, revoked, ack }));
     },

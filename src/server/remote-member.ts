@@ -46,8 +46,12 @@ export interface RemoteMemberOptions {
   maxPushBytes: number;
   /** Longest wait for the client to acknowledge a revocation before the partitions move anyway. */
   revokeTimeoutMs: number;
-  /** Called with a batch of messages to push; returns false when the socket is backpressured. */
-  push(messages: ConsumedRecord[]): boolean;
+  /**
+   * Called with a batch of messages to push; returns false when the socket is backpressured.
+   * `replay`: [partition, offset] pairs, the records of that partition below the offset are
+   * replays (`msg.replay`); absent when none is.
+   */
+  push(messages: ConsumedRecord[], replay?: [number, number][]): boolean;
   /** Pushes stored batches as they are (PUSH_RECORD_BATCHES); same return value as `push`.
    * Only for clients that announced it; the others get messages. */
   pushRaw?(chunk: RawChunk): boolean;
@@ -193,9 +197,14 @@ export class RemoteMember {
 
   private deliver(batch: Message[]): void {
     if (batch.length === 0 || this.endedReason !== null) return;
-    for (const m of batch) this.delivered.set(m.partition, m.offset);
+    // Replays of a partition are the records below its mark: one bound per partition says it.
+    let replay: Map<number, number> | undefined;
+    for (const m of batch) {
+      this.delivered.set(m.partition, m.offset);
+      if (m.replay) (replay ??= new Map()).set(m.partition, Math.max(replay.get(m.partition) ?? 0, m.offset + 1));
+    }
     this.credit -= batch.length;
-    if (!this.opts.push(batch)) this.pauseUntilWritable();
+    if (!this.opts.push(batch, replay && [...replay])) this.pauseUntilWritable();
   }
 
   /**
@@ -245,17 +254,18 @@ export class RemoteMember {
     let writable = true;
     let slice: ConsumedRecord[] = [];
     let bytes = 0;
+    const replay: [number, number][] | undefined = chunk.replayUntil > chunk.from ? [[chunk.partition, chunk.replayUntil]] : undefined;
     for (const r of recs) {
       const size = 64 + (r.key?.length ?? 0) + (r.value?.length ?? 0);
       if (slice.length > 0 && (bytes + size > this.opts.maxPushBytes / 2 || slice.length >= this.opts.maxBatchMessages)) {
-        writable = this.opts.push(slice) && writable;
+        writable = this.opts.push(slice, replay) && writable;
         slice = [];
         bytes = 0;
       }
       slice.push(toConsumed(this.opts.topic, chunk.partition, r));
       bytes += size;
     }
-    if (slice.length > 0) writable = this.opts.push(slice) && writable;
+    if (slice.length > 0) writable = this.opts.push(slice, replay) && writable;
     return writable;
   }
 

@@ -32,6 +32,29 @@ export interface CommittedOffset {
   offset: number;
   committedAt: number;
   metadata?: string;
+  /**
+   * Replay mark (META-4): set by a reset that moved this offset backwards, to the offset
+   * committed before it (or an earlier mark, if higher). Records below it are replays;
+   * absent once a commit (or a reset) reaches it.
+   */
+  replayUntil?: number;
+}
+
+/**
+ * The replay mark a partition has after a reset moves it from `prev` to `next` (META-4): the
+ * highest position reached before (the previous offset, or an earlier mark if higher) when
+ * `next` lies below it, else none. Shared by engines so they apply one rule.
+ */
+export function markAfterReset(prev: CommittedOffset | undefined, next: number): number | undefined {
+  if (prev === undefined) return undefined;
+  const reached = Math.max(prev.offset, prev.replayUntil ?? 0);
+  return next < reached ? reached : undefined;
+}
+
+/** The replay mark a partition keeps after a commit of `next`: cleared once `next` reaches it. */
+export function markAfterCommit(prev: CommittedOffset | undefined, next: number): number | undefined {
+  const mark = prev?.replayUntil;
+  return mark !== undefined && next < mark ? mark : undefined;
 }
 
 export interface PartitionOffsets {
@@ -101,8 +124,19 @@ export interface StorageEngine {
   // ── group offsets ──
   /** Committed offsets of a group for the current incarnation of a topic (value = next offset to read). */
   getCommitted(group: string, topic: string): Promise<Map<number, CommittedOffset>>;
-  /** Durable once resolved; refuses offsets beyond a partition's high watermark (META-3). */
+  /**
+   * Durable once resolved; refuses offsets beyond a partition's high watermark (META-3). A
+   * partition's replay mark is dropped in the same write once its offset reaches the mark.
+   */
   commitOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void>;
+  /**
+   * An administrative reset (`resetGroup`): commits `offsets` as `commitOffsets` does and, in
+   * the same durable write, keeps the replay marks (META-4): a partition moved below its
+   * committed offset gets the mark max(previous offset, existing mark); one whose new offset
+   * reaches its mark loses it; others keep theirs. Previous offsets are the engine's own at
+   * the moment of the write, so a concurrent commit cannot leave a mark inconsistent with them.
+   */
+  resetOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void>;
   /** Every (group, topic) with committed offsets for the topic's current incarnation. Reads only. */
   listCommittedGroups(): Promise<{ group: string; topic: string }[]>;
 

@@ -17,6 +17,9 @@ import { COMMIT_LINGER_MS, CommitCoalescer, maxPendingCommitsOption, type Commit
 
 interface Assigned {
   position: number | null;
+  /** The partition's replay mark when this period read its committed offset (0: none):
+   * records below it are `msg.replay` (META-4). */
+  replayUntil: number;
   ac: AbortController;
   /** Group generation in which this member got the partition (its ownership period). */
   generation: number;
@@ -38,6 +41,8 @@ export interface RawChunk {
   nextOffset: number;
   /** Records in `data` at or after `from`. */
   records: number;
+  /** Records below this offset are replays after a reset (`msg.replay`, META-4); 0: none. */
+  replayUntil: number;
   /** Aborts when the partition is revoked from this member or the subscription closes. */
   signal: AbortSignal;
 }
@@ -64,6 +69,7 @@ class LocalMessage<T> implements Message<T> {
     readonly value: T,
     readonly headers: Record<string, Uint8Array>,
     readonly signal: AbortSignal,
+    readonly replay: boolean,
     sub: GroupSubscription<unknown>,
     period: Assigned,
   ) {
@@ -194,7 +200,7 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
 
   assign(partitions: number[], generation: number): void {
     this.generationSeen = generation;
-    for (const p of partitions) this.assigned.set(p, { position: null, ac: new AbortController(), generation });
+    for (const p of partitions) this.assigned.set(p, { position: null, replayUntil: 0, ac: new AbortController(), generation });
     this.parts = null;
     this.rebalanced(generation, []);
     this.wake?.();
@@ -227,9 +233,13 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
   private async resolvePosition(p: number, a: Assigned): Promise<{ pos: number; highWatermark: number }> {
     const { logStartOffset, highWatermark } = await this.deps.engine.offsets(this.topic, p);
     let pos = a.position;
+    let replayUntil = a.replayUntil;
     if (pos === null) {
       const c = (await this.deps.engine.getCommitted(this.group, this.topic)).get(p);
       pos = c ? c.offset : (this.opts.start ?? "latest") === "earliest" ? logStartOffset : highWatermark;
+      // The mark read with the offset holds for this whole period: no reset while the group
+      // has members, and once a commit reaches it every later record lies above it anyway.
+      replayUntil = c?.replayUntil ?? 0;
     }
     if (pos < logStartOffset) {
       const policy = this.opts.offsetReset ?? "earliest";
@@ -238,7 +248,10 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
       pos = policy === "earliest" ? logStartOffset : highWatermark;
     } else if (pos > highWatermark) pos = highWatermark;
     // Still the same ownership period (not revoked while we awaited): keep the position.
-    if (this.assigned.get(p) === a) a.position = pos;
+    if (this.assigned.get(p) === a) {
+      a.position = pos;
+      a.replayUntil = replayUntil;
+    }
     return { pos, highWatermark };
   }
 
@@ -315,7 +328,7 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     );
     if (got === null) return null;
     const { p, a, pos, res } = got;
-    return { partition: p, generation: a.generation, from: pos, data: res.data, nextOffset: res.nextOffset, records: res.records, signal: a.ac.signal };
+    return { partition: p, generation: a.generation, from: pos, data: res.data, nextOffset: res.nextOffset, records: res.records, replayUntil: a.replayUntil, signal: a.ac.signal };
   }
 
   /**
@@ -340,7 +353,7 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
       headers = {};
       for (const [k, v] of r.headers) headers[k] = v;
     }
-    return new LocalMessage<T>(this.topic, p, r.offset, r.timestamp, r.key, decodeValue(r.value, r.valueKind) as T, headers, a.ac.signal, this as GroupSubscription<unknown>, a);
+    return new LocalMessage<T>(this.topic, p, r.offset, r.timestamp, r.key, decodeValue(r.value, r.valueKind) as T, headers, a.ac.signal, r.offset < a.replayUntil, this as GroupSubscription<unknown>, a);
   }
 
   /** `msg.commit()` of a message of ownership period `a` (COMMIT-1). */

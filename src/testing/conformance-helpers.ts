@@ -3,8 +3,18 @@
 import type { Job } from "../queues/types.js";
 import type { Broker, Message, Subscription } from "../types.js";
 
+/**
+ * What a test may do beyond the Broker API. `reopen` (targets with durable storage that can
+ * restart, e.g. embedded on a data dir) closes the broker and opens it again on the same
+ * storage, returning the new one; absent where the target cannot, and a test then skips the
+ * restart.
+ */
+export interface ConformanceKit {
+  reopen?: () => Promise<Broker>;
+}
+
 /** Registers one conformance test: `fn` gets a broker from the suite's factory. */
-export type DefineTest = (title: string, fn: (b: Broker) => Promise<void>, timeoutMs?: number) => void;
+export type DefineTest = (title: string, fn: (b: Broker, kit: ConformanceKit) => Promise<void>, timeoutMs?: number) => void;
 
 let seq = 0;
 /** A name no other test uses (a factory may hand out the same broker repeatedly). */

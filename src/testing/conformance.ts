@@ -5,7 +5,8 @@
  * `connect()` to a `sluice serve` process, and future engines (e.g. PostgreSQL).
  *
  * The tests live by area in conformance-topics.ts, conformance-produce.ts,
- * conformance-groups.ts and conformance-queues.ts (shared helpers: conformance-helpers.ts).
+ * conformance-groups.ts, conformance-commits.ts, conformance-replay.ts and
+ * conformance-queues.ts (shared helpers: conformance-helpers.ts).
  * Rules for them: they only use the public `Broker` interface and error classes; every test
  * uses its own topic and group names (a factory may hand out the same broker repeatedly);
  * waits are conditions with deadlines, never sleeps.
@@ -22,12 +23,18 @@ import type { Broker } from "../types.js";
 import type { DefineTest } from "./conformance-helpers.js";
 import { groupTests } from "./conformance-groups.js";
 import { commitTests } from "./conformance-commits.js";
+import { replayTests } from "./conformance-replay.js";
 import { produceTests } from "./conformance-produce.js";
 import { queueTests } from "./conformance-queues.js";
 import { topicTests } from "./conformance-topics.js";
 
 export interface ConformanceTarget {
   broker: Broker;
+  /**
+   * Optional: close the broker and open it again on the same storage (a restart), returning
+   * the new broker; `cleanup` then closes that one. Tests of durability use it when present.
+   */
+  reopen?(): Promise<Broker>;
   cleanup(): Promise<void>;
 }
 
@@ -36,7 +43,7 @@ export function defineConformanceSuite(name: string, factory: () => Promise<Conf
     test(`[${name}] ${title}`, { timeout: timeoutMs }, async () => {
       const target = await factory();
       try {
-        await fn(target.broker);
+        await fn(target.broker, { reopen: target.reopen?.bind(target) });
       } finally {
         await target.cleanup();
       }
@@ -47,5 +54,6 @@ export function defineConformanceSuite(name: string, factory: () => Promise<Conf
   produceTests(t);
   groupTests(t);
   commitTests(t);
+  replayTests(t);
   queueTests(t);
 }

@@ -95,4 +95,7 @@ export class CountingEngine implements StorageEngine {
   commitOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void> {
     return this.count("commitOffsets", () => this.inner.commitOffsets(group, topic, offsets));
   }
+  resetOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void> {
+    return this.count("resetOffsets", () => this.inner.resetOffsets(group, topic, offsets));
+  }
 }

@@ -42,6 +42,7 @@ export function defineEngineContract(name: string, factory: () => Promise<Engine
   withEngine("readRaw and appendEncoded (the optional encoded capability): whole stored batches as bytes; client batches validated, stored as sent", encodedBatches);
   withEngine("waitFor resolves when data arrives and false on timeout", waitFor);
   withEngine("group offsets are durable and per topic incarnation", groupOffsets);
+  withEngine("replay marks: a reset back sets one in the same write, a commit or reset reaching it clears it, durable across reopen", replayMarks);
   withEngine("idempotent producers: duplicates, sequence gaps, epoch fencing, across reopen", idempotentProducers);
 }
 
@@ -139,6 +140,48 @@ async function groupOffsets(f: EngineFixture): Promise<void> {
   assert.equal(c.get(0)?.offset, 5);
   assert.equal(c.get(2)?.offset, 7);
   assert.equal(c.has(1), false);
+}
+
+/** Per partition: [offset, replayUntil] (null: no mark). */
+async function marks(e: StorageEngine, group: string, topic: string): Promise<Record<number, [number, number | null]>> {
+  const out: Record<number, [number, number | null]> = {};
+  for (const [p, c] of await e.getCommitted(group, topic)) out[p] = [c.offset, c.replayUntil ?? null];
+  return out;
+}
+
+async function replayMarks(f: EngineFixture): Promise<void> {
+  let e = f.engine;
+  await e.createTopic("t", resolveTopicConfig({ partitions: 3 }));
+  for (const p of [0, 1, 2]) await e.append("t", p, Array.from({ length: 20 }, (_, i) => rec(String(i))));
+  await e.commitOffsets("g", "t", new Map([[0, 10], [1, 10]]));
+  // META-4: back -> mark at the previous offset; forward or unmoved -> none; a partition
+  // without an offset gets none; partitions not named keep theirs.
+  await e.resetOffsets("g", "t", new Map([[0, 3], [1, 12], [2, 0]]));
+  assert.deepEqual(await marks(e, "g", "t"), { 0: [3, 10], 1: [12, null], 2: [0, null] });
+  await assert.rejects(e.resetOffsets("g", "t", new Map([[0, 21]])), OffsetOutOfRangeError);
+  e = await f.reopen();
+  assert.deepEqual(await marks(e, "g", "t"), { 0: [3, 10], 1: [12, null], 2: [0, null] }, "the mark is as durable as the offset");
+  // Commits below the mark keep it; resets keep the higher of the mark and the offset.
+  await e.commitOffsets("g", "t", new Map([[0, 8]]));
+  assert.deepEqual((await marks(e, "g", "t"))[0], [8, 10]);
+  await e.resetOffsets("g", "t", new Map([[0, 5], [1, 4]]));
+  assert.deepEqual(await marks(e, "g", "t"), { 0: [5, 10], 1: [4, 12], 2: [0, null] });
+  await e.resetOffsets("g", "t", new Map([[0, 7]]));
+  assert.deepEqual((await marks(e, "g", "t"))[0], [7, 10], "a reset forward below the mark keeps it");
+  // A commit reaching the mark clears it (durably); so does a reset reaching it.
+  await e.commitOffsets("g", "t", new Map([[0, 10], [1, 11]]));
+  assert.deepEqual(await marks(e, "g", "t"), { 0: [10, null], 1: [11, 12], 2: [0, null] });
+  await e.resetOffsets("g", "t", new Map([[1, 15]]));
+  e = await f.reopen();
+  assert.deepEqual(await marks(e, "g", "t"), { 0: [10, null], 1: [15, null], 2: [0, null] });
+  // Per group and per topic incarnation.
+  assert.deepEqual(await marks(e, "other", "t"), {});
+  await e.resetOffsets("g", "t", new Map([[2, 0]]));
+  await e.commitOffsets("g", "t", new Map([[2, 6]]));
+  await e.resetOffsets("g", "t", new Map([[2, 1]]));
+  await e.deleteTopic("t");
+  await e.createTopic("t", resolveTopicConfig({ partitions: 3 }));
+  assert.deepEqual(await marks(e, "g", "t"), {}, "no resurrected marks");
 }
 
 async function idempotentProducers(f: EngineFixture): Promise<void> {

@@ -388,6 +388,17 @@ export class DiskEngine implements StorageEngine {
   }
 
   async commitOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void> {
+    const t = this.checkOffsets(topic, offsets);
+    return this.groupStore(group).commit(topic, t.topicId, offsets);
+  }
+
+  async resetOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void> {
+    const t = this.checkOffsets(topic, offsets);
+    // META-4: the offsets and the replay marks they leave go into one record.
+    return this.groupStore(group).reset(topic, t.topicId, offsets);
+  }
+
+  private checkOffsets(topic: string, offsets: Map<number, number>): Topic {
     this.check();
     const t = this.topic(topic);
     for (const [p, o] of offsets) {
@@ -398,7 +409,7 @@ export class DiskEngine implements StorageEngine {
       const l = t.logs[p];
       if (o > l.highWatermark) throw new OffsetOutOfRangeError(topic, p, o, l.logStartOffset, l.highWatermark);
     }
-    return this.groupStore(group).commit(topic, t.topicId, offsets);
+    return t;
   }
 
   async close(): Promise<void> {

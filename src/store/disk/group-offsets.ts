@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { readJsonFile, writeFileAtomic, type FileHandle, type FileSystem } from "../../log/io.js";
 import { crc32c } from "../../log/crc32c.js";
 import type { Logger } from "../../observability/telemetry.js";
-import type { CommittedOffset } from "../engine.js";
+import { markAfterCommit, markAfterReset, type CommittedOffset } from "../engine.js";
 
 interface GroupFile {
   group: string;
@@ -17,13 +17,18 @@ interface GroupFile {
   logEpoch?: number;
 }
 
-/** A commit as logged: log epoch, topic, topicId, committedAt, [partition, next offset] pairs. */
+/**
+ * A commit as logged: log epoch, topic, topicId, committedAt, [partition, next offset] pairs;
+ * a reset adds `m`, the [partition, replay mark] pairs its partitions have after it (META-4:
+ * the offsets and their marks in one record; logs written before marks have no `m`).
+ */
 interface CommitRecord {
   e: number;
   t: string;
   i: string;
   c: number;
   o: [number, number][];
+  m?: [number, number][];
 }
 
 /** The offsets log is folded into the snapshot once it is this long (bounds replay on open). */
@@ -35,7 +40,15 @@ const COMMIT_RECORD_HEAD = 8; // u32 payload length, u32 CRC-32C of the payload
 function applyCommit(data: GroupFile, r: CommitRecord): void {
   let t = data.topics[r.t];
   if (!t || t.topicId !== r.i) t = data.topics[r.t] = { topicId: r.i, offsets: {} };
-  for (const [p, o] of r.o) t.offsets[String(p)] = { offset: o, committedAt: r.c };
+  const marks = r.m ? new Map(r.m) : null;
+  for (const [p, o] of r.o) {
+    const key = String(p);
+    // META-4: a reset names its partitions' marks; a commit keeps a mark until it reaches it.
+    // A pure function of the state before the record, so replaying the log on open yields
+    // what the commit made.
+    const mark = marks ? marks.get(p) : markAfterCommit(t.offsets[key], o);
+    t.offsets[key] = mark === undefined ? { offset: o, committedAt: r.c } : { offset: o, committedAt: r.c, replayUntil: mark };
+  }
 }
 
 /**
@@ -144,7 +157,26 @@ export class GroupOffsets {
 
   /** Resolves once a write that includes these offsets is durable. */
   commit(topic: string, topicId: string, offsets: Map<number, number>): Promise<void> {
-    const r: CommitRecord = { e: 0, t: topic, i: topicId, c: Date.now(), o: [...offsets] };
+    return this.stage({ e: 0, t: topic, i: topicId, c: Date.now(), o: [...offsets] });
+  }
+
+  /**
+   * A reset (`StorageEngine.resetOffsets`): the offsets and the replay marks they leave, in one
+   * record (META-4). Marks are computed from `staged`, the state every earlier commit has
+   * already been applied to, in the order the records are written.
+   */
+  reset(topic: string, topicId: string, offsets: Map<number, number>): Promise<void> {
+    const t = this.staged.topics[topic];
+    const cur = t && t.topicId === topicId ? t.offsets : {};
+    const m: [number, number][] = [];
+    for (const [p, o] of offsets) {
+      const mark = markAfterReset(cur[String(p)], o);
+      if (mark !== undefined) m.push([p, mark]);
+    }
+    return this.stage({ e: 0, t: topic, i: topicId, c: Date.now(), o: [...offsets], m });
+  }
+
+  private stage(r: CommitRecord): Promise<void> {
     applyCommit(this.staged, r);
     this.unlogged.push(r);
     return this.flush();
