@@ -83,7 +83,7 @@ export async function runNotifications(broker: Broker, gate: EffectGate, mailbox
         run.suppressed.set(msg.partition, [...(run.suppressed.get(msg.partition) ?? []), msg.offset]);
       } else {
         const order = msg.value;
-        const r = await gate.perform(`order-confirmation:${order.orderId}`, () => mailbox.send(order.customer, order.orderId), { replay: (msg as unknown as { replay?: boolean }).replay ?? false /*TEMP*/, intent: { to: order.customer, orderId: order.orderId } });
+        const r = await gate.perform(`order-confirmation:${order.orderId}`, () => mailbox.send(order.customer, order.orderId), { replay: msg.replay, intent: { to: order.customer, orderId: order.orderId } });
         if (r.outcome === "performed") run.performed++;
         else if (r.outcome === "skipped") run.skipped++;
         else if (r.outcome === "deferred") run.deferred++;

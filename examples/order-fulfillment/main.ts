@@ -62,7 +62,14 @@ try {
   check((await topicSize(broker)) === 2 * ORDERS, "each reservation outcome published once (InventoryReserved / InventoryRejected)");
 
   console.log("\n4. the groups catch up on the reservation facts");
-  await Promise.all([runFraud(broker, db.fraud), runAnalytics(broker, db.analytics), runProjector(broker, db["order-status"]), runNotifications(broker, gate, mailbox, null)]);
+  const coordinatorDone = untilCaughtUp(broker, "fulfillment");
+  await Promise.all([
+    runFraud(broker, db.fraud),
+    runAnalytics(broker, db.analytics),
+    runProjector(broker, db["order-status"]),
+    runNotifications(broker, gate, mailbox, null),
+    runCoordinator(broker, sys.pg, { signal: coordinatorDone.signal }).then(() => coordinatorDone.done),
+  ]);
   check(sum(db["order-status"], "SELECT count(*) AS n FROM order_status WHERE version = 2") === ORDERS, "order-status shows every order reserved or rejected");
 
   console.log("\n5. repair the notifications defect: reset that group alone to the start of the range, replay, reconcile");
