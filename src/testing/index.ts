@@ -25,4 +25,19 @@ export {
   type PhaseReport,
   type Problem,
 } from "./crash-points.js";
-export { verifyConsumer, KitStore, KitEffects, KIT_CRASH_POINTS, type KitHandler, type KitWorld, type KitReport, type KitRunReport, type KitCrashPoint, type VerifyOptions } from "./consumer-kit.js";
+export {
+  verifyConsumer,
+  kitRecordSet,
+  KitStore,
+  KitEffects,
+  KIT_CRASH_POINTS,
+  type KitHandler,
+  type KitWorld,
+  type KitReport,
+  type KitRunReport,
+  type KitCrashPoint,
+  type KitRebalanceReport,
+  type KitEvent,
+  type KitRecordSetOptions,
+  type VerifyOptions,
+} from "./consumer-kit.js";
