@@ -41,3 +41,12 @@ export {
   type KitRecordSetOptions,
   type VerifyOptions,
 } from "./consumer-kit.js";
+export {
+  capacityRun,
+  formatCapacityReport,
+  CAPACITY_LIMITS,
+  type CapacityRunOptions,
+  type CapacityStep,
+  type CapacityStepResult,
+  type CapacityResult,
+} from "./capacity-run.js";
