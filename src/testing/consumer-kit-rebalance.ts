@@ -97,7 +97,7 @@ export async function rebalanceRun(handler: KitHandler, records: PublishRecord[]
     for (;;) {
       if (failure !== null) throw failure;
       if (await cond()) return;
-      if (Date.now() > deadline) throw new Error(`rebalance run: timed out after ${ms} ms waiting for ${what}` + ` (lag per partition: ${await lagSummary()})`);
+      if (Date.now() > deadline) throw new Error(`rebalance run: timed out after ${ms} ms waiting for ${what} (lag per partition: ${await lagSummary()})`);
       await new Promise((r) => setTimeout(r, 5));
     }
   };
