@@ -18,7 +18,9 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { openBroker } from "../broker/broker.js";
 import { ValidationError } from "../errors.js";
 import type { Broker, Message } from "../types.js";
-import { prng } from "./helpers.js";
+import { prng, withTimeout } from "./helpers.js";
+
+const STOP_MS = 10_000;
 
 export interface CapacityStep {
   /** Shown in the report. Default "step N". */
@@ -247,9 +249,10 @@ function startMembers(broker: Broker, topic: string, group: string, step: Requir
   return {
     consumed: () => consumed,
     redeliveries: () => redeliveries,
+    /** Ends the members; a handler still running 10 s after the step ended is an error, not a hang. */
     async stop(): Promise<void> {
       stop.abort();
-      await done;
+      await withTimeout(done, STOP_MS, `${step.name}: the handler returns after the step ended`);
     },
   };
 }

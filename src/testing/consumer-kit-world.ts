@@ -14,7 +14,8 @@ export class KitStore {
   /**
    * Runs `fn` on a copy; the copy becomes the state only if `fn` completes. Concurrent calls
    * (two members handling the same redelivered message during a rebalance) run one after the
-   * other, so neither overwrites the other's writes.
+   * other, so neither overwrites the other's writes (so a transaction started inside another
+   * waits for ever: do not nest them).
    */
   transaction<R>(fn: (tx: Map<string, unknown>) => Promise<R> | R): Promise<R> {
     const run = this.tail.then(async () => {
