@@ -217,6 +217,10 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
   }
 
   private ensureJoined(): Promise<void> {
+    // Once closed, never again: a loop that comes back after its member left (the signal's
+    // drain ended, or close() while a message was handled) would otherwise join as a new
+    // member that no loop reads and that is never closed, holding its partitions for good.
+    if (this.closed) return Promise.resolve();
     if (!this.joined) {
       this.joined = this.deps.engine
         .getTopic(this.topic)

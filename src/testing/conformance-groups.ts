@@ -21,6 +21,7 @@ export function groupTests(t: DefineTest): void {
   t("resetGroup: dry run reports without changing; a reset moves the group; active groups are refused", resetGroup);
   t("aborting the signal while a message is handled: no further message, its commit succeeds, then the member leaves (graceful drain)", drainOnAbort);
   t("graceful drain ends at drainTimeoutMs when the loop never comes back", drainTimeout);
+  t("a member that left while its loop held a message does not join again when the loop comes back", noRejoinAfterLeave);
   t("listGroups: groups with commits or members, per topic, with lag; deleted topics' groups are gone", listGroupsTest);
   t("resetGroup per partition (exact offsets, others untouched, out of range refused); a bounded replay stops at its end offsets", resetPerPartitionAndReplay);
 }
@@ -262,6 +263,28 @@ async function drainTimeout(b: Broker): Promise<void> {
   assert.ok(Date.now() - t0 >= 150, `left after ${Date.now() - t0} ms, before the 200 ms deadline`);
   await assert.rejects(held.commit(), NotAssignedError);
   await sub.close();
+}
+
+async function noRejoinAfterLeave(b: Broker): Promise<void> {
+  const name = uniq("left");
+  const group = uniq("g");
+  await b.createTopic(name);
+  await b.publishBatch(name, Array.from({ length: 3 }, (_, i) => ({ value: i })));
+  const ac = new AbortController();
+  const sub = b.subscribe<number>(name, { group, start: "earliest", signal: ac.signal, drainTimeoutMs: 0 });
+  const it = sub[Symbol.asyncIterator]();
+  const first = await it.next();
+  assert.equal(first.done, false);
+  const held = first.value as Message<number>;
+  ac.abort(); // drainTimeoutMs 0: the member leaves while the handler still holds `held`
+  await waitUntil(() => held.signal.aborted, "the member left");
+  await assert.rejects(held.commit(), NotAssignedError);
+  assert.equal((await it.next()).done, true, "the loop comes back and ends");
+  // Nobody holds the partition now: a new member gets it and every record from the start.
+  const next = b.subscribe<number>(name, { group, start: "earliest" });
+  const got = await take(next, 3, 5_000);
+  assert.deepEqual(got.map((m) => m.offset), [0, 1, 2]);
+  await next.close();
 }
 
 async function listGroupsTest(b: Broker): Promise<void> {

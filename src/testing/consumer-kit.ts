@@ -2,8 +2,9 @@
 /**
  * A test kit for users' own consumer handlers: runs a handler against a record set on an
  * embedded broker, with crashes injected at the points where at-least-once delivery bites
- * (before a side effect, after it and before the commit, after the commit), a replay from the
- * start, and compares every run with a crash-free reference run. It reports:
+ * (before a side effect, after it and before the commit, after the commit), replays from the
+ * start and from the middle, a rebalance while a handler is in flight (consumer-kit-rebalance.ts),
+ * and compares every run with a crash-free reference run. It reports:
  *
  * - lost work: the projection (the handler's database, a `KitStore`) differs from the
  *   reference, or an effect the reference performed is missing;
@@ -12,92 +13,32 @@
  *   provider does; one without a key is performed every time).
  *
  * The handler gets `(msg, world)`: `world.store` (atomic `transaction(fn)`; committed state
- * survives a crash, an interrupted transaction does not) and `world.effects`.
+ * survives a crash, an interrupted transaction does not) and `world.effects`. Without records
+ * it uses `kitRecordSet()` (duplicates, conflicting duplicates, a version gap, malformed
+ * payloads, several keys and a hot one).
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { openBroker } from "../broker/broker.js";
-import type { Message, PublishRecord } from "../types.js";
+import type { PublishRecord } from "../types.js";
 import { projectionChecksum } from "../contracts/rebuild.js";
+import { KIT_CRASH_POINTS, KitCrash, newWorld, wrapMessage, type KitCrashPoint, type KitHandler, type KitWorld } from "./consumer-kit-world.js";
+import { kitRecordSet } from "./consumer-kit-records.js";
+import { rebalanceRun, type KitRebalanceReport } from "./consumer-kit-rebalance.js";
 
-/** The application's database, in memory: rows by key; transactions are all or nothing. */
-export class KitStore {
-  private rows = new Map<string, unknown>();
-  /** Runs `fn` on a copy; the copy becomes the state only if `fn` completes. */
-  async transaction<R>(fn: (tx: Map<string, unknown>) => Promise<R> | R): Promise<R> {
-    const copy = new Map(this.rows);
-    const r = await fn(copy);
-    crashPoint(this.world, "before-commit-of-transaction");
-    this.rows = copy;
-    return r;
-  }
-  get(key: string): unknown {
-    return this.rows.get(key);
-  }
-  snapshot(): Record<string, unknown> {
-    return Object.fromEntries([...this.rows].sort(([a], [b]) => (a < b ? -1 : 1)));
-  }
-  /** @internal */
-  world: KitWorld | null = null;
-}
-
-/** The external system: performs effects; deduplicates by idempotency key when one is given. */
-export class KitEffects {
-  /** Every effect performed, by its logical id, with how many times. */
-  readonly performed = new Map<string, number>();
-  private readonly keys = new Set<string>();
-  /** @internal */
-  world: KitWorld | null = null;
-  /**
-   * Performs the effect `id` (e.g. "email:order-7"). With `idempotencyKey`, a second call with
-   * the same key is ignored by the external system.
-   */
-  async send(id: string, opts: { idempotencyKey?: string } = {}): Promise<void> {
-    crashPoint(this.world, "before-effect");
-    if (opts.idempotencyKey !== undefined && this.keys.has(opts.idempotencyKey)) return;
-    if (opts.idempotencyKey !== undefined) this.keys.add(opts.idempotencyKey);
-    this.performed.set(id, (this.performed.get(id) ?? 0) + 1);
-    crashPoint(this.world, "after-effect");
-  }
-}
-
-export type KitCrashPoint = "before-effect" | "after-effect" | "before-commit-of-transaction" | "after-commit";
-export const KIT_CRASH_POINTS: readonly KitCrashPoint[] = ["before-effect", "after-effect", "before-commit-of-transaction", "after-commit"];
-
-export interface KitWorld {
-  store: KitStore;
-  effects: KitEffects;
-  /** @internal the crash to inject: at the `nth` time `point` is reached; `fired` once it did. */
-  crash: { point: KitCrashPoint; nth: number; seen: number; fired: boolean } | null;
-  /** @internal how often each point was reached. */
-  reached: Map<KitCrashPoint, number>;
-}
-
-class KitCrash extends Error {
-  constructor(readonly point: KitCrashPoint) {
-    super(`injected crash at ${point}`);
-  }
-}
-
-function crashPoint(world: KitWorld | null, point: KitCrashPoint): void {
-  if (!world) return;
-  world.reached.set(point, (world.reached.get(point) ?? 0) + 1);
-  const c = world.crash;
-  if (!c || c.fired || c.point !== point) return;
-  if (++c.seen === c.nth) {
-    // Marked as well as thrown: a handler that catches it still "died" here.
-    c.fired = true;
-    throw new KitCrash(point);
-  }
-}
-
-export type KitHandler = (msg: Message, world: KitWorld) => Promise<void>;
+export { KitStore, KitEffects, KIT_CRASH_POINTS, type KitCrashPoint, type KitWorld, type KitHandler } from "./consumer-kit-world.js";
+export { kitRecordSet, type KitEvent, type KitRecordSetOptions } from "./consumer-kit-records.js";
+export type { KitRebalanceReport } from "./consumer-kit-rebalance.js";
 
 export interface VerifyOptions {
   handler: KitHandler;
-  records: PublishRecord[];
+  /** Default `kitRecordSet()`. */
+  records?: PublishRecord[];
+  /** Default 3. The rebalance run needs at least 2. */
   partitions?: number;
+  /** The run with partitions moving between members mid-flight (consumer-kit-rebalance.ts). Default true. */
+  rebalance?: boolean;
   /** Crash runs per crash point (at different occurrences). Default 3. */
   crashesPerPoint?: number;
   /** Seed of the occurrence choice. */
@@ -109,6 +50,8 @@ export interface KitRunReport {
   checksumMatches: boolean;
   missingEffects: string[];
   repeatedEffects: string[];
+  /** The rebalance run's moves (only on that run). */
+  rebalance?: KitRebalanceReport;
 }
 
 export interface KitReport {
@@ -120,9 +63,10 @@ export interface KitReport {
   ok: boolean;
 }
 
-/** Runs the reference, the crash runs and a replay; see the file comment. */
-export async function verifyConsumer(o: VerifyOptions): Promise<KitReport> {
-  const reference = await runOnce(o, null, false);
+/** Runs the reference, the crash runs, the replays and the rebalance run; see the file comment. */
+export async function verifyConsumer(opts: VerifyOptions): Promise<KitReport> {
+  const o = { ...opts, records: opts.records ?? kitRecordSet(), partitions: opts.partitions ?? 3 };
+  const reference = await runOnce(o, null, null);
   const expected = projectionChecksum(reference.world.store.snapshot());
   const runs: KitRunReport[] = [];
   let seed = o.seed ?? 7;
@@ -131,12 +75,18 @@ export async function verifyConsumer(o: VerifyOptions): Promise<KitReport> {
   for (const point of points) {
     for (let i = 0; i < (o.crashesPerPoint ?? 3); i++) {
       const nth = 1 + Math.floor(rnd() * reference.reached.get(point)!);
-      const r = await runOnce(o, { point, nth, seen: 0, fired: false }, false);
+      const r = await runOnce(o, { point, nth, seen: 0, fired: false }, null);
       runs.push(compare(`crash at ${point} #${nth}`, r.world, reference.world, expected));
     }
   }
-  const replayed = await runOnce(o, null, true);
-  runs.push(compare("replay from the start", replayed.world, reference.world, expected));
+  for (const from of ["start", "middle"] as const) {
+    const replayed = await runOnce(o, null, from);
+    runs.push(compare(`replay from the ${from}`, replayed.world, reference.world, expected));
+  }
+  if (o.rebalance !== false && o.partitions >= 2) {
+    const r = await rebalanceRun(o.handler, o.records, o.partitions);
+    runs.push({ ...compare("rebalance during in-flight work", r.world, reference.world, expected), rebalance: r.rebalance });
+  }
   const lostWork = runs.filter((r) => !r.checksumMatches || r.missingEffects.length > 0).map((r) => r.name);
   const repeatedEffects = runs.filter((r) => r.repeatedEffects.length > 0).map((r) => r.name);
   return { runs, lostWork, repeatedEffects, ok: lostWork.length === 0 && repeatedEffects.length === 0 };
@@ -154,20 +104,23 @@ function compare(name: string, w: KitWorld, ref: KitWorld, expected: string): Ki
 /**
  * One run on a fresh broker: consume everything (restarting the consumer after an injected
  * crash, as a process restart would: it resumes from the last durable commit), and with
- * `replay`, reset the group to the start and consume everything again.
+ * `replay`, reset the group to the start (or to the middle of each partition) and consume
+ * everything from there again.
  */
-async function runOnce(o: VerifyOptions, crash: KitWorld["crash"], replay: boolean): Promise<{ world: KitWorld; reached: Map<KitCrashPoint, number> }> {
+async function runOnce(
+  o: { handler: KitHandler; records: PublishRecord[]; partitions: number },
+  crash: KitWorld["crash"],
+  replay: "start" | "middle" | null,
+): Promise<{ world: KitWorld; reached: Map<KitCrashPoint, number> }> {
   const dir = mkdtempSync(join(tmpdir(), "sluice-kit-"));
   const broker = await openBroker({ dataDir: dir, retentionCheckIntervalMs: 0 });
-  const world: KitWorld = { store: new KitStore(), effects: new KitEffects(), crash, reached: new Map() };
-  world.store.world = world;
-  world.effects.world = world;
+  const world = newWorld(crash);
   try {
-    await broker.createTopic("kit", { partitions: o.partitions ?? 3 });
+    await broker.createTopic("kit", { partitions: o.partitions });
     await broker.publishBatch("kit", o.records);
     const passes = replay ? 2 : 1;
     for (let pass = 0; pass < passes; pass++) {
-      if (pass === 1) await broker.resetGroup("kit-consumer", "kit", "earliest");
+      if (pass === 1) await broker.resetGroup("kit-consumer", "kit", replay === "start" ? "earliest" : await middle(broker));
       for (let restarts = 0; ; restarts++) {
         if (restarts > 100) throw new Error("the handler crashed more than 100 times in a row");
         const crashed = await consumeAll(broker, o.handler, world);
@@ -179,6 +132,12 @@ async function runOnce(o: VerifyOptions, crash: KitWorld["crash"], replay: boole
     rmSync(dir, { recursive: true, force: true });
   }
   return { world, reached: world.reached };
+}
+
+/** The reset target halfway through each partition. */
+async function middle(broker: Awaited<ReturnType<typeof openBroker>>): Promise<{ partitions: Record<number, number> }> {
+  const lag = await broker.groupLag("kit-consumer", "kit");
+  return { partitions: Object.fromEntries(lag.partitions.map((p) => [p.partition, Math.floor(p.highWatermark / 2)])) };
 }
 
 /** Consumes until the group has nothing left; returns true if an injected crash ended it. */
@@ -203,20 +162,8 @@ async function consumeAll(broker: Awaited<ReturnType<typeof openBroker>>, handle
   const fired = () => world.crash?.fired === true;
   try {
     for await (const msg of sub) {
-      const wrapped: Message = Object.create(msg, {
-        commit: {
-          value: () => {
-            const p = (async () => {
-              await msg.commit(); // durable before the crash point, as after a real commit
-              crashPoint(world, "after-commit");
-            })();
-            p.catch(() => {}); // a commit left un-awaited must not become an unhandled rejection: the loop sees `fired`
-            return p;
-          },
-        },
-      });
       try {
-        await handler(wrapped, world);
+        await handler(wrapMessage(msg, world), world);
       } catch (e) {
         if (!(e instanceof KitCrash) && !fired()) throw e;
       }

@@ -25,4 +25,28 @@ export {
   type PhaseReport,
   type Problem,
 } from "./crash-points.js";
-export { verifyConsumer, KitStore, KitEffects, KIT_CRASH_POINTS, type KitHandler, type KitWorld, type KitReport, type KitRunReport, type KitCrashPoint, type VerifyOptions } from "./consumer-kit.js";
+export {
+  verifyConsumer,
+  kitRecordSet,
+  KitStore,
+  KitEffects,
+  KIT_CRASH_POINTS,
+  type KitHandler,
+  type KitWorld,
+  type KitReport,
+  type KitRunReport,
+  type KitCrashPoint,
+  type KitRebalanceReport,
+  type KitEvent,
+  type KitRecordSetOptions,
+  type VerifyOptions,
+} from "./consumer-kit.js";
+export {
+  capacityRun,
+  formatCapacityReport,
+  CAPACITY_LIMITS,
+  type CapacityRunOptions,
+  type CapacityStep,
+  type CapacityStepResult,
+  type CapacityResult,
+} from "./capacity-run.js";
