@@ -107,7 +107,8 @@ export async function requireConfirmation(yes: boolean | undefined, question: st
 /** The one line printed for an error, and the exit status that goes with it. */
 export function describeError(e: unknown): { line: string; exit: number } {
   if (e instanceof DataDirLockedError) {
-    const who = e.pid === null ? "" : ` (pid ${e.pid}${e.host ? ` on ${e.host}` : ""})`;
+    // Usually a running server; it may be another embedded process (a CLI tail, an app).
+    const who = e.pid === null ? "" : ` (pid ${e.pid}${e.host ? ` on ${e.host}` : ""}; or another process using it embedded)`;
     return { line: `error [${e.code}]: a server holds ${e.dataDir}${who}; use --url sluice://host:port to talk to it`, exit: EXIT_FAILURE };
   }
   if (e instanceof BrokerError) {
