@@ -7,11 +7,11 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { connect } from "../src/client/index.js";
-import { tempDir } from "../src/testing/helpers.js";
+import { tempDir, waitUntil } from "../src/testing/helpers.js";
 import { spawnServer } from "./fixtures/server-spawn.js";
 
 const CLI = join(fileURLToPath(new URL(".", import.meta.url)), "..", "src", "cli", "main.js");
@@ -66,11 +66,24 @@ test("sluice CLI against a running server (--url)", { timeout: 60_000 }, async (
     assert.deepEqual(tailed.map((r) => r.value), [{ id: 1 }, "plain text", 42, "quoted"]);
     assert.deepEqual(tailed.map((r) => r.offset), [0, 1, 2, 3]);
 
+    // tail --group follows until SIGINT, then leaves cleanly with what it printed committed
+    const follower = spawn(process.execPath, [CLI, "tail", "events", "--group", "auditor", "--from", "earliest", "--json", ...u], { stdio: ["ignore", "pipe", "pipe"] });
+    let followed = "";
+    let followErr = "";
+    follower.stdout.on("data", (b: Buffer) => (followed += b.toString()));
+    follower.stderr.on("data", (b: Buffer) => (followErr += b.toString()));
+    const followerExit = new Promise<number | null>((resolve) => follower.once("exit", (code) => resolve(code)));
+    await waitUntil(() => followed.trim().split("\n").length >= 4, "tail --group printed the 4 records", 20_000);
+    follower.kill("SIGINT");
+    assert.equal(await followerExit, 0, followErr);
+    assert.equal(followErr, "");
+    assert.deepEqual(committed(server.url, "auditor", "events"), [4], "what it printed is committed");
+
     // groups: consume 2 as a member (committed), an unknown group is NOT_FOUND
     ok(["tail", "events", "--group", "billing", "--from", "earliest", "--max", "2", ...u]);
     assert.deepEqual(committed(server.url, "billing", "events"), [2]);
     const groups = JSON.parse(ok(["groups", "list", "--json", ...u])) as { group: string; lagRecords: number }[];
-    assert.deepEqual(groups.map((g) => [g.group, g.lagRecords]), [["billing", 2]]);
+    assert.deepEqual(groups.map((g) => [g.group, g.lagRecords]), [["auditor", 0], ["billing", 2]]);
     assert.match(ok(["groups", "describe", "billing", ...u]), /LAG-S/);
     const unknown = cli(["groups", "describe", "nobody", ...u]);
     assert.equal(unknown.status, 1);
