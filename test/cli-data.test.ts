@@ -7,7 +7,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { tempDir } from "../src/testing/helpers.js";
@@ -83,4 +83,11 @@ test("read commands on a missing data directory fail and create nothing", () => 
     assert.match(r.stderr, /^error \[VALIDATION\]: data directory .* does not exist/);
     assert.equal(existsSync(missing), false, `${args.join(" ")} created the directory`);
   }
+  // An existing directory that is not a data directory is left as it is.
+  const other = join(tmp.dir, "elsewhere");
+  mkdirSync(other);
+  const r = cli(["topics", "list", "--data", other]);
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /^error \[VALIDATION\]: .* is not a sluice data directory/);
+  assert.deepEqual(readdirSync(other), []);
 });

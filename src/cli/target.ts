@@ -6,6 +6,7 @@
  * a missing data directory is an error, not a new empty broker.
  */
 import { existsSync, statSync } from "node:fs";
+import { join } from "node:path";
 import type { Broker } from "../types.js";
 import { ValidationError } from "../errors.js";
 import { UsageError } from "./args.js";
@@ -51,6 +52,9 @@ async function open(t: Target, readOnly: boolean): Promise<CliBroker> {
   }
   if (readOnly && !existsSync(t.dir)) throw new ValidationError(`data directory ${t.dir} does not exist (nothing to read; this command creates nothing)`);
   if (existsSync(t.dir) && !statSync(t.dir).isDirectory()) throw new ValidationError(`${t.dir} is not a directory`);
+  // Opening a directory lays out the broker's subdirectories: a read must not do that to a
+  // directory that is not a sluice data directory (a mistyped path such as the home directory).
+  if (readOnly && !existsSync(join(t.dir, "topics"))) throw new ValidationError(`${t.dir} is not a sluice data directory (no topics/ in it; this command creates nothing)`);
   const { openBroker } = await import("../broker/broker.js");
   return openBroker({ dataDir: t.dir, retentionCheckIntervalMs: 0 });
 }
