@@ -200,7 +200,10 @@ async function reset(argv: string[]): Promise<void> {
       ["PARTITION", "PREVIOUS", "NEXT", "CHANGE"],
       result.partitions.map((p) => [p.partition, p.previous, p.next, p.previous === null ? "new" : signed(p.next - p.previous)]),
     );
-    if (result.dryRun) say("add --execute to apply");
+    if (!result.dryRun) return;
+    const members = (await b.listGroups({ topic })).find((g) => g.group === group)?.members ?? 0;
+    if (members > 0) say(`note: the group has ${members} active member(s); --execute is refused (GROUP_ACTIVE) until they stop`);
+    say("add --execute to apply");
   });
 }
 
