@@ -29,8 +29,8 @@ test("sluice schema check", () => {
     assert.equal(JSON.parse(json.stdout).compatible, false);
     const broken = run("check", join(d.dir, "v1.json"), join(d.dir, "broken.json"));
     assert.equal(broken.status, 1);
-    assert.match(broken.stderr, /^sluice: .*not a JSON Schema object.*\[VALIDATION\]/);
-    assert.equal(run("check", join(d.dir, "v1.json")).status, 1, "one file: usage");
+    assert.match(broken.stderr, /^error \[VALIDATION\]: .*not a JSON Schema object/);
+    assert.equal(run("check", join(d.dir, "v1.json")).status, 2, "one file: usage");
   } finally {
     d.cleanup();
   }

@@ -6,14 +6,15 @@
  * (every earlier version): `sluice schema check v1.json v2.json v3.json` checks v3 against v1 and v2.
  */
 import { readFileSync } from "node:fs";
-import { parseArgs } from "node:util";
-import { BrokerError, ValidationError } from "../errors.js";
+import { ValidationError } from "../errors.js";
+import { UsageError, parse } from "./args.js";
 import { backwardProblems, type JsonSchema } from "../contracts/compat.js";
 
 export const SCHEMA_HELP = `Usage: sluice schema check OLD.json [OLDER.json ...] NEW.json [--json]
   Checks that NEW (the last file) is backward compatible with every earlier schema:
   new fields optional, no field retyped or reused, no enum value removed.
-  Exit status: 0 compatible, 2 incompatible (problems listed), 1 bad input.`;
+  Exit status: 0 compatible, 2 incompatible (problems listed on stdout) or a usage error
+  (one line on stderr), 1 bad input (a file missing or not a JSON Schema).`;
 
 function load(path: string): JsonSchema {
   let text: string;
@@ -32,10 +33,10 @@ function load(path: string): JsonSchema {
 }
 
 export async function schemaCommand(argv: string[]): Promise<void> {
-  const { values, positionals } = parseArgs({ args: argv, options: { json: { type: "boolean" }, help: { type: "boolean", short: "h" } }, allowPositionals: true, strict: true });
-  if (values.help) return void console.log(SCHEMA_HELP);
+  const { values, positionals } = parse(argv, { usage: SCHEMA_HELP, options: { json: { type: "boolean" } } });
   const [sub, ...files] = positionals;
-  if (sub !== "check" || files.length < 2) throw new BrokerError("USAGE", SCHEMA_HELP);
+  if (sub !== "check") throw new UsageError(`unknown schema command ${JSON.stringify(sub ?? "")}; usage: sluice schema check OLD.json NEW.json`);
+  if (files.length < 2) throw new UsageError("schema check needs at least two files: OLD.json NEW.json");
   const newer = load(files[files.length - 1]);
   const problems = files.slice(0, -1).flatMap((f) => backwardProblems(load(f), newer).map((p) => ({ against: f, problem: p })));
   if (values.json) console.log(JSON.stringify({ compatible: problems.length === 0, problems }, null, 2));

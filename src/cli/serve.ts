@@ -102,6 +102,9 @@ function intIn(what: string, min: number, max: number) {
   };
 }
 
+/** Every flag `serve` takes (the CLI checks a command line against these before starting). */
+export const SERVE_FLAGS: readonly string[] = [...FIELDS.map((f) => f.flag), "config", "help"];
+
 export const SERVE_HELP = `Usage: sluice serve --data DIR [options]
 
 ${FIELDS.map((f) => `  --${f.flag.padEnd(22)} ${f.env.padEnd(28)} ${f.help}`).join("\n")}

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * Which broker a command talks to: a running server (`--url`, or env SLUICE_URL) through
+ * `connect()`, or a data directory opened embedded (`--data`, or env SLUICE_DATA) when no server
+ * holds it. Flags beat environment variables. A command that only reads never creates anything:
+ * a missing data directory is an error, not a new empty broker.
+ */
+import { existsSync, statSync } from "node:fs";
+import { join } from "node:path";
+import type { Broker } from "../types.js";
+import { ValidationError } from "../errors.js";
+import { UsageError } from "./args.js";
+
+/** The Broker interface plus queue listing, which both implementations have. */
+export type CliBroker = Broker & { listQueues(): Promise<string[]> };
+
+export interface TargetValues {
+  url?: string;
+  data?: string;
+}
+
+export type Target = { kind: "url"; url: string } | { kind: "data"; dir: string };
+
+export function resolveTarget(v: TargetValues, env: NodeJS.ProcessEnv = process.env): Target {
+  if (v.url !== undefined && v.data !== undefined) throw new UsageError("give either --url or --data, not both");
+  if (v.url !== undefined) return { kind: "url", url: v.url };
+  if (v.data !== undefined) return { kind: "data", dir: v.data };
+  if (env.SLUICE_URL) return { kind: "url", url: env.SLUICE_URL };
+  if (env.SLUICE_DATA) return { kind: "data", dir: env.SLUICE_DATA };
+  throw new UsageError("no broker given: use --url sluice://host:port (a running server) or --data DIR (or set SLUICE_URL)");
+}
+
+/**
+ * Opens the target, runs `fn`, closes it. `readOnly` refuses a data directory that does not
+ * exist (opening one would create it).
+ */
+export async function withBroker<T>(v: TargetValues, opts: { readOnly: boolean }, fn: (b: CliBroker) => Promise<T>): Promise<T> {
+  const target = resolveTarget(v);
+  const b = await open(target, opts.readOnly);
+  try {
+    return await fn(b);
+  } finally {
+    await b.close();
+  }
+}
+
+async function open(t: Target, readOnly: boolean): Promise<CliBroker> {
+  if (t.kind === "url") {
+    const { connect } = await import("../client/index.js");
+    // A CLI run is short: fail fast on a wrong URL or a server that went away.
+    return connect({ url: t.url, connectTimeoutMs: 5000, reconnectTimeoutMs: 10_000, requestTimeoutMs: 30_000 });
+  }
+  if (readOnly && !existsSync(t.dir)) throw new ValidationError(`data directory ${t.dir} does not exist (nothing to read; this command creates nothing)`);
+  if (existsSync(t.dir) && !statSync(t.dir).isDirectory()) throw new ValidationError(`${t.dir} is not a directory`);
+  // Opening a directory lays out the broker's subdirectories: a read must not do that to a
+  // directory that is not a sluice data directory (a mistyped path such as the home directory).
+  if (readOnly && !existsSync(join(t.dir, "topics"))) throw new ValidationError(`${t.dir} is not a sluice data directory (no topics/ in it; this command creates nothing)`);
+  const { openBroker } = await import("../broker/broker.js");
+  return openBroker({ dataDir: t.dir, retentionCheckIntervalMs: 0 });
+}
