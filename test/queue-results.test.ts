@@ -32,7 +32,7 @@ test("results and dead-letter outcomes survive close and reopen", async () => {
     const job = await nextJob(iter(w));
     await job.nack({ requeue: false, reason: "no" });
     await w.close();
-    // A job acked after the last snapshot too: its result is only in the journal at the next open.
+    // A second result, acked after the dead-letter move.
     const late = await ackOne(qs, "r", { resultRetentionMs: 3_600_000 }, "c", "late");
     await qs.close();
 
