@@ -232,7 +232,7 @@ test("SIGKILL of the queue owner at random moments (25 kills): no acked enqueue 
 });
 
 /**
- * RES-1 after the kills: every confirmed ack (`A` line) has its result ({t: token}), and no job
+ * Q-9 after the kills: every confirmed ack (`A` line) has its result ({t: token}), and no job
  * has a result unless an ack with it was issued (`a` line) for that job (the final drain acks
  * without results). The retention (1 h) does not pass during the test.
  */

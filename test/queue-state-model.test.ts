@@ -7,7 +7,7 @@
  * the structural invariants: TBL-1 (rows below the floor are terminal), KEY-1 (only a key's
  * head is deliverable, at most one in flight), the per-status counts, the heaps, the leases
  * (exactly the INFLIGHT rows) and the per-consumer lease counts that cap grants, and the
- * retained outcomes (RES-1/RES-2): an acked job's result is there until its retention passes,
+ * retained outcomes (Q-9, Q-10): an acked job's result is there until its retention passes,
  * never for a job that was not acked (purged, waiting, in flight), dead-lettered jobs as dead.
  *
  * SLUICE_FUZZ_ITERATIONS scales the number of steps (npm run soak).

@@ -226,7 +226,7 @@ export interface StoredQueue {
   grant(requests: readonly GrantRequest[]): Promise<GrantedJob[][]>;
   /**
    * Completes the job. `result` (JSON text the policy validated, at most MAX_RESULT_BYTES) is
-   * kept with the completion, in the same durable write, when `resultRetentionMs` > 0 (RES-1:
+   * kept with the completion, in the same durable write, when `resultRetentionMs` > 0 (Q-9:
    * an acked job's result is never lost, and no result exists for a job not acked).
    */
   ack(lease: Lease, result?: string): Promise<void>;
@@ -248,7 +248,7 @@ export interface StoredQueue {
   stats(): Promise<QueueStats>;
   /**
    * The job `id` as far as the store knows it: live jobs, and completed or dead-lettered ones
-   * while `resultRetentionMs` runs (RES-2: never once it has passed, also after a restart).
+   * while `resultRetentionMs` runs (Q-10: never once it has passed, also after a restart).
    * Null for an id it does not know.
    */
   getJob(id: string): Promise<StoredJobInfo | null>;

@@ -371,7 +371,7 @@ export class QueueInstance {
     // The consumer's own room is its worker's business; a key's successor is ours (KEY-1).
     if (this.st.ack(l, now, mono, kept)) this.o.available();
     this.settled(l.off);
-    // RES-1: the result is in the ACK event itself (one durable write for both).
+    // the result is in the ACK event itself (one durable write for both).
     return ev === null ? this.journal.fixed(Ev.ACK, l.off, l.attempt, now) : this.journal.event(ev);
   }
 

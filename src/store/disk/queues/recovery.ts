@@ -36,7 +36,7 @@ export interface RecoveryContext {
   msgs: PartitionLog;
   journal: PartitionLog;
   dedupeWindowMs: number;
-  /** Retained outcomes older than this at `now` are not restored (RES-2). */
+  /** Retained outcomes older than this at `now` are not restored (Q-10). */
   resultRetentionMs: number;
   logger: Logger;
   now: number;
@@ -185,7 +185,7 @@ export function replay(st: JobState, ev: JournalEvent, leases: Map<number, Lease
       break;
     }
     case Ev.ACK:
-      // RES-1: the result travels in the ACK event itself.
+      // Q-9: the result travels in the ACK event itself.
       st.keepCompleted(o, ev.time, ev.attempt, ev.data === undefined ? undefined : JSON.stringify(ev.data));
       t.status[i] = St.DONE;
       leases.delete(o);

@@ -3,11 +3,11 @@
  * Retained outcomes of one queue: completed jobs (with their result, if acked with one) and
  * dead-lettered jobs, kept for `getJob` while the queue's `resultRetentionMs` runs.
  *
- * Where they live: the ACK event carries the result (events.ts, RES-1: one journal write for
+ * Where they live: the ACK event carries the result (events.ts, Q-9: one journal write for
  * the completion and its result); the DEAD event's outcome comes from the DLQ_INTENT before
  * it. The journal below a snapshot is deleted, so every snapshot holds the entries not yet
  * expired (snapshot.ts); expired ones are never written again and are skipped on replay, so
- * they are gone from disk after the next snapshot and never come back after a reopen (RES-2).
+ * they are gone from disk after the next snapshot and never come back after a reopen (Q-10).
  *
  * Memory: entries cost their result's JSON length plus RETAINED_ENTRY_BYTES; at most
  * MAX_RETAINED_BYTES per queue (src/queues/config.ts). Entries are kept in completion order (a
