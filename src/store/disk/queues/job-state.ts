@@ -356,6 +356,8 @@ export class JobState {
   /** Retains the outcome of an ack (before `finish` drops the job's history). */
   keepCompleted(off: number, at: number, attempts: number, result: string | undefined): void {
     if (this.retained.retentionMs <= 0) return;
+    // Expired outcomes leave from the front as new ones arrive (memory, Q-10).
+    this.retained.prune(at);
     const last = this.history.get(off)?.at(-1);
     this.retained.record(off, {
       state: "completed",

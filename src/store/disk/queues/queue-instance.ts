@@ -97,7 +97,7 @@ export class QueueInstance {
   get settings(): QueueSettings {
     return this._settings;
   }
-  /** New settings (the stored config changed): retention applies at once, log sizes on reopen. */
+  /** The stored config changed: retention applies at once, log sizes on reopen. */
   set settings(s: QueueSettings) {
     this._settings = s;
     if (this.st !== undefined) this.st.retained.retentionMs = s.resultRetentionMs;
@@ -363,15 +363,12 @@ export class QueueInstance {
     const mono = this.mono();
     const l = this.leaseOf(lease, mono);
     const now = this.now();
-    const keep = this.settings.resultRetentionMs > 0;
-    const kept = keep ? result : undefined;
-    // The event is encoded before the state changes: nothing is applied if it cannot be.
+    const kept = this.settings.resultRetentionMs > 0 ? result : undefined;
+    // the result travels in the ACK event (one durable write), encoded before anything changes.
     const ev = kept === undefined ? null : encodeRawEvent(Ev.ACK, l.off, l.attempt, now, kept);
-    if (keep) this.st.retained.prune(now);
     // The consumer's own room is its worker's business; a key's successor is ours (KEY-1).
     if (this.st.ack(l, now, mono, kept)) this.o.available();
     this.settled(l.off);
-    // the result is in the ACK event itself (one durable write for both).
     return ev === null ? this.journal.fixed(Ev.ACK, l.off, l.attempt, now) : this.journal.event(ev);
   }
 
