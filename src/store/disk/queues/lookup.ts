@@ -54,7 +54,7 @@ export async function lookupJob(st: JobState, cache: PayloadCache, id: string, n
   const out: StoredJobInfo = { id, state, attempts: t.attempts[i] };
   const last = st.history.get(off)?.at(-1) ?? st.moving.get(off);
   if (last !== undefined) out.lastError = last.error || last.errorClass;
-  if (t.status[i] === St.DEAD) return out;
+  if (state === "dead") return out; // the payload went to the dead-letter queue
   const rec = (await cache.fetch([off])).get(off);
   // The job may have settled while its record was read: report the state it had.
   if (rec !== undefined && !(rec instanceof Error)) out.record = { value: rec.value, valueKind: rec.valueKind };
