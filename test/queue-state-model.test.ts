@@ -6,7 +6,9 @@
  * moves and purges, checked after every step against a plain model (one record per job) and
  * the structural invariants: TBL-1 (rows below the floor are terminal), KEY-1 (only a key's
  * head is deliverable, at most one in flight), the per-status counts, the heaps, the leases
- * (exactly the INFLIGHT rows) and the per-consumer lease counts that cap grants.
+ * (exactly the INFLIGHT rows) and the per-consumer lease counts that cap grants, and the
+ * retained outcomes (Q-9, Q-10): an acked job's result is there until its retention passes,
+ * never for a job that was not acked (purged, waiting, in flight), dead-lettered jobs as dead.
  *
  * SLUICE_FUZZ_ITERATIONS scales the number of steps (npm run soak).
  */
@@ -21,6 +23,8 @@ import { rng } from "./fixtures/queue-helpers.js";
 const STEPS = Number(process.env.SLUICE_FUZZ_ITERATIONS ?? 4000);
 const MAX_ATTEMPTS = 3;
 const MAX_IN_FLIGHT = 6;
+/** Short enough that outcomes expire within a run (clock steps are up to 40 ms). */
+const RETENTION_MS = 500;
 
 type MStatus = "waiting" | "inflight" | "moving" | "done" | "dead";
 
@@ -33,6 +37,8 @@ interface MJob {
   status: MStatus;
   lease: DiskLease | null;
   consumer: Consumer | null;
+  /** Set when acked (result JSON text or null) or dead-lettered, with the time. */
+  outcome: { state: "completed" | "dead"; at: number; result: string | null } | null;
 }
 
 class Consumer implements LeaseConsumer {
@@ -115,12 +121,25 @@ function check(st: JobState, jobs: MJob[], consumers: Consumer[], now: number): 
   assert.ok(st.ready.size >= st.counts[St.READY]);
   assert.ok(st.delayed.size >= st.counts[St.DELAYED]);
   for (const j of jobs) if (j.status === "waiting" && t.status[t.idx(j.off)] === St.READY) assert.ok(j.visibleAt <= now, `job ${j.off} is READY only once visible`);
+  // Retained outcomes: exactly the acked / dead-lettered jobs within their retention.
+  for (const j of jobs) {
+    const kept = st.retained.get(j.off, now);
+    const o = j.outcome;
+    if (o === null || o.at + RETENTION_MS <= now) {
+      assert.equal(kept, undefined, `job ${j.off} (${j.status}) has no retained outcome`);
+      continue;
+    }
+    assert.ok(kept, `job ${j.off}: its ${o.state} outcome is retained`);
+    assert.equal(kept.state, o.state);
+    assert.equal(kept.result, o.result ?? undefined, `job ${j.off} result`);
+  }
 }
 
 for (const seed of [1, 2, 3]) {
   test(`job-state transitions match the model (seed ${seed}, ${STEPS} steps)`, () => {
     const r = rng(seed);
     const st = new JobState(new JobTable(0));
+    st.retained.retentionMs = RETENTION_MS;
     const jobs: MJob[] = [];
     const consumers = [new Consumer("a", 100, 2), new Consumer("b", 250, 4), new Consumer("c", 50, 1)];
     let now = 1_000_000;
@@ -136,7 +155,7 @@ for (const seed of [1, 2, 3]) {
         const delay = r() < 0.3 ? Math.floor(r() * 50) + 1 : 0;
         const size = 1 + Math.floor(r() * 100);
         st.addJob(next, key, now + delay, now, size, now);
-        jobs.push({ off: next, key, visibleAt: now + delay, size, attempts: 0, status: "waiting", lease: null, consumer: null });
+        jobs.push({ off: next, key, visibleAt: now + delay, size, attempts: 0, status: "waiting", lease: null, consumer: null, outcome: null });
         next++;
       } else if (op < 0.35) {
         const dt = Math.floor(r() * 40);
@@ -172,8 +191,10 @@ for (const seed of [1, 2, 3]) {
         assert.ok(l, "the current lease is found by its object");
         const kind = r();
         if (kind < 0.4) {
-          st.ack(l, now, mono);
+          const result = r() < 0.5 ? JSON.stringify({ off: j.off, step }) : null;
+          st.ack(l, now, mono, result ?? undefined);
           j.status = "done";
+          j.outcome = { state: "completed", at: now, result };
         } else if (kind < 0.6) {
           const delay = Math.floor(r() * 30);
           st.retry(l, now + delay, record(l, now), now);
@@ -207,6 +228,7 @@ for (const seed of [1, 2, 3]) {
         const j = pick(moving);
         assert.equal(st.finishMove(j.off, now), true);
         j.status = "dead";
+        j.outcome = { state: "dead", at: now, result: null };
       } else if (op < 0.96) {
         const { purged, leases } = st.purge();
         let n = 0;
@@ -230,15 +252,18 @@ for (const seed of [1, 2, 3]) {
       for (const j of live("moving")) {
         st.finishMove(j.off, now);
         j.status = "dead";
+        j.outcome = { state: "dead", at: now, result: null };
       }
       for (const l of st.grant(consumers.map((c) => ({ consumer: c, upTo: 10 })), 1000, now, mono).flat()) {
         jobs[l.off].attempts++;
         st.ack(l, now, mono);
         jobs[l.off].status = "done";
+        jobs[l.off].outcome = { state: "completed", at: now, result: null };
       }
       for (const j of live("inflight")) {
         st.ack(st.current(j.lease!)!, now, mono);
         j.status = "done";
+        j.outcome = { state: "completed", at: now, result: null };
       }
       check(st, jobs, consumers, now);
     }

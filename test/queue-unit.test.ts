@@ -137,5 +137,9 @@ describe("config", () => {
     assert.throws(() => resolveQueueConfig("q", { overflow: "drop" as never }), ValidationError);
     assert.throws(() => resolveQueueConfig("q", { backoff: { minDelayMs: 10, maxDelayMs: 5 } }), ValidationError);
     assert.throws(() => resolveQueueConfig("q", { deadLetter: "../x" }), ValidationError);
+    assert.equal(c.resultRetentionMs, 0, "results are not kept by default");
+    assert.equal(resolveQueueConfig("q", { resultRetentionMs: 30 * 86_400_000 }).resultRetentionMs, 30 * 86_400_000);
+    for (const bad of [-1, 1.5, 30 * 86_400_000 + 1, Number.NaN, "1000" as never])
+      assert.throws(() => resolveQueueConfig("q", { resultRetentionMs: bad }), ValidationError, `resultRetentionMs ${String(bad)}`);
   });
 });

@@ -119,6 +119,11 @@ test("HTTP: health, readiness, admin, JSON produce/consume, body limit; SIGTERM 
     assert.equal(enq.status, 200);
     assert.equal(enq.json.results.length, 2);
     assert.equal((await http(hp, "GET", "/v1/queues/web-jobs/stats")).json.waiting, 2);
+    const job = await http(hp, "GET", `/v1/queues/web-jobs/jobs/${enq.json.results[0].id}`);
+    assert.deepEqual(job.json, { id: enq.json.results[0].id, state: "waiting", attempts: 0, data: { a: 1 } });
+    assert.equal((await http(hp, "GET", "/v1/queues/web-jobs/jobs/424242")).status, 404);
+    assert.equal((await http(hp, "GET", "/v1/queues/no-such-queue/jobs/0")).status, 404);
+    assert.equal((await http(hp, "GET", "/v1/queues")).json.queues.includes("no-such-queue"), false, "reading a job creates no queue");
     assert.equal((await http(hp, "POST", "/v1/queues/web-jobs/purge")).json.purged, 2);
     // A body larger than the limit is refused while streaming (no Content-Length).
     const big = await http(hp, "POST", "/v1/topics/web/records", undefined, { chunks: 64, chunkBytes: 16 * 1024 });

@@ -150,6 +150,37 @@ test("batched settle: a stale receipt fails with LeaseExpiredError alone; the re
   });
 });
 
+test("ack with a result on the wire: PUSH_JOB_BATCH says results, an oversized result fails its item with VALIDATION and keeps the lease", { timeout: 60_000 }, async () => {
+  await withQueueServer(async (url) => {
+    const producer = await connect({ url });
+    const raw = await RawClient.open(url);
+    try {
+      const q = producer.queue<string>("wire-results", { resultRetentionMs: 60_000 });
+      const { id } = await q.enqueue("a");
+      await raw.request(Op.QueueWork, { queue: "wire-results", worker: 3, prefetch: 1, batch: true });
+      const f = await raw.take((x) => x.op === Op.PushJobBatch && x.meta.worker === 3, "the job");
+      assert.equal(f.meta.results, true, "the queue keeps results");
+      const [job] = decodeJobBatch(f.body, 10);
+      // A client that skips the check: the server checks before spending the tag.
+      const big = JSON.stringify("x".repeat(64 * 1024));
+      const bad = await raw.request(Op.QueueSettleBatch, { worker: 3 }, encodeSettleItems([{ tag: job.tag, action: "ack", arg: { result: big } }]));
+      assert.deepEqual((bad.meta.errors as [number, { code: string }][]).map(([i, e]) => [i, e.code]), [[0, "VALIDATION"]]);
+      const notJson = await raw.request(Op.QueueSettleBatch, { worker: 3 }, encodeSettleItems([{ tag: job.tag, action: "ack", arg: { result: "{nope" } }]));
+      assert.deepEqual((notJson.meta.errors as [number, { code: string }][]).map(([i, e]) => [i, e.code]), [[0, "VALIDATION"]]);
+      assert.equal((await q.getJob(id))?.state, "active", "still leased");
+      const ok = await raw.request(Op.QueueSettleBatch, { worker: 3 }, encodeSettleItems([{ tag: job.tag, action: "ack", arg: { result: '{"n":1}' } }]));
+      assert.equal((ok.meta as { errors?: unknown } | null)?.errors, undefined, "the same tag acks");
+      assert.deepEqual((await q.getJob(id))?.result, { n: 1 });
+      const got = await raw.request(Op.QueueGetJob, { queue: "wire-results", id });
+      assert.deepEqual(got.meta.job, { id, state: "completed", attempts: 1, result: { n: 1 }, completedAt: (got.meta.job as { completedAt: number }).completedAt });
+      assert.deepEqual((await raw.request(Op.QueueGetJob, { queue: "no-such-queue", id: "0" })).meta, { job: null });
+    } finally {
+      raw.close();
+      await producer.close();
+    }
+  });
+});
+
 test("QUEUE_SETTLE_BATCH on the wire: per-tag results, PUSH_JOB_BATCH jobs, lease-lost by tag", { timeout: 60_000 }, async () => {
   await withQueueServer(async (url) => {
     const producer = await connect({ url });
@@ -523,6 +554,7 @@ test("queue-wire codecs round-trip jobs and settle items", () => {
     { tag: 0, action: "ack", arg: {} },
     { tag: 0xffffffff, action: "extend", arg: { ms: 1500 } },
     { tag: 5, action: "nack", arg: { delayMs: 10, requeue: false, reason: "r", errorClass: "E", errorMessage: "m" } },
+    { tag: 6, action: "ack", arg: { result: '{"ok":[1,"é"]}' } },
   ];
   assert.deepEqual(decodeSettleItems(encodeSettleItems(items), 10), items);
   assert.throws(() => decodeSettleItems(encodeSettleItems(items), 2), ProtocolError, "over the item limit");

@@ -5,14 +5,23 @@
  * (queue.ts); admin calls (stats, purge, redrive) are QUEUE_ADMIN requests.
  */
 import type { SchemaRegistry } from "../contracts/schemas.js";
-import { AbortedError, ValidationError } from "../errors.js";
+import { AbortedError, ProtocolError, ValidationError } from "../errors.js";
 import { processWorkerOptions, runProcess } from "../queues/process.js";
-import type { EnqueueItem, EnqueueOptions, EnqueueResult, Job, ProcessOptions, Queue, QueueConfig, QueueStats, RedriveOptions, RedriveResult, WorkOptions, Worker } from "../queues/types.js";
+import type { EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, Queue, QueueConfig, QueueStats, RedriveOptions, RedriveResult, WorkOptions, Worker } from "../queues/types.js";
 import type { PublishValue } from "../value-types.js";
-import { Op, encodePublishRecords } from "../wire/index.js";
+import { Op, encodePublishRecords, parseJobJson } from "../wire/index.js";
 import type { Transport } from "./transport.js";
 import { ENQUEUE_DELIVERY_TIMEOUT_MS, enqueuerFor } from "./queue-enqueuer.js";
 import { RemoteWorker } from "./queue.js";
+
+/** A QUEUE_GET_JOB payload (kinds as in PUSH_JOB_BATCH: 0 bytes, 1 UTF-8, 2 JSON, 3 null). */
+function decodeJobData(kind: number, body: Buffer | null): unknown {
+  if (kind === 3 || body === null) return null;
+  if (kind === 0) return Buffer.from(body);
+  if (kind === 1) return body.toString("utf8");
+  if (kind === 2) return parseJobJson(body.toString("utf8"));
+  throw new ProtocolError(`unknown value kind ${kind}`);
+}
 
 export class RemoteQueue<T> implements Queue<T> {
   constructor(
@@ -105,5 +114,16 @@ export class RemoteQueue<T> implements Queue<T> {
   }
   redrive(opts: RedriveOptions = {}): Promise<RedriveResult> {
     return this.admin("redrive", "result", opts);
+  }
+
+  /** QUEUE_GET_JOB (a read: re-sent after a reconnect; never creates the queue). */
+  async getJob(id: string): Promise<JobInfo<T> | null> {
+    if (typeof id !== "string") throw new ValidationError("getJob(id) needs the job's id (a string)");
+    const f = await this.transport.request(Op.QueueGetJob, { queue: this.name, id }, null, { retry: true });
+    const job = f.meta.job as (JobInfo<T> & { valueKind?: number }) | null;
+    if (job === null || job === undefined) return null;
+    const { valueKind, ...info } = job;
+    if (valueKind !== undefined) info.data = decodeJobData(valueKind, f.body) as T;
+    return info;
   }
 }

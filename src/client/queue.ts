@@ -72,6 +72,8 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
   private error: Error | null = null;
   /** The server speaks the batch frames (and QUEUE_STOP drain, settle "release"). */
   private batchServer = false;
+  /** The queue keeps acks' results (PUSH_JOB_BATCH `results`): only then are they sent. */
+  keepsResults = false;
   /** Delivered, unsettled jobs by delivery tag. */
   private readonly live = new Map<number, RemoteJob<T>>();
   /** Tags for jobs of an older server (PUSH_JOBS carries none): negative, never a server tag. */
@@ -264,6 +266,8 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
     switch (f.op) {
       case Op.PushJobBatch: {
         this.batchServer = true;
+        // Each batch says whether the queue keeps results (its config may change meanwhile).
+        this.keepsResults = f.meta.results === true;
         const id = this.id;
         const decoded = decodeJobBatch(f.body, 100_000, true);
         const jobs: RemoteJob<T>[] = new Array(decoded.length);

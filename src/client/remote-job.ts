@@ -4,6 +4,8 @@
  * settlements, which the worker sends in batches (QUEUE_SETTLE_BATCH).
  */
 import { ValidationError } from "../errors.js";
+import { handledRejection } from "../queues/job.js";
+import { encodeResult } from "../queues/results.js";
 import type { DeadLetterInfo, Job, NackOptions } from "../queues/types.js";
 import { parseJobJson } from "../wire/queue.js";
 
@@ -23,6 +25,8 @@ export type SettleAction = "ack" | "nack" | "extend" | "release";
 
 /** What a job needs from the worker that received it. */
 export interface JobSettler<T> {
+  /** Whether the queue keeps acks' results (else a result is dropped, as embedded). */
+  readonly keepsResults: boolean;
   settle(job: RemoteJob<T>, action: SettleAction, arg: Record<string, unknown>): Promise<void>;
 }
 
@@ -94,8 +98,16 @@ export class RemoteJob<T> implements Job<T> {
     this.#abortReason = reason;
     this.#ac?.abort(reason);
   }
-  ack(): Promise<void> {
-    return this.worker.settle(this, "ack", NO_ARG);
+  ack(result?: unknown): Promise<void> {
+    if (result === undefined || !this.worker.keepsResults) return this.worker.settle(this, "ack", NO_ARG);
+    let json: string;
+    try {
+      // Checked here, before anything is sent: a refused result leaves the job leased.
+      json = encodeResult(result);
+    } catch (e) {
+      return handledRejection(e);
+    }
+    return this.worker.settle(this, "ack", { result: json });
   }
   nack(opts: NackOptions = {}): Promise<void> {
     const arg: Record<string, unknown> = {};

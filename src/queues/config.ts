@@ -32,6 +32,19 @@ export const MAX_DELAY_MS = 366 * 86_400_000;
 /** Longest lease (`visibilityTimeoutMs`, `extend(ms)`). */
 export const MAX_LEASE_MS = 12 * 3_600_000;
 export const MIN_LEASE_MS = 10;
+/** A job's result (`job.ack(result)`) as JSON, UTF-8 bytes: at most 64 KiB. */
+export const MAX_RESULT_BYTES = 64 * 1024;
+/** Longest `resultRetentionMs`: 30 days. */
+export const MAX_RESULT_RETENTION_MS = 30 * 86_400_000;
+/**
+ * Memory a queue spends on retained outcomes (completed and dead-lettered jobs, kept for
+ * `getJob` while `resultRetentionMs` runs): each costs its result's JSON length plus
+ * RETAINED_ENTRY_BYTES; beyond this bound the oldest are forgotten before their retention ends.
+ * The same entries are in every snapshot of the queue, so this also bounds the snapshot's share.
+ */
+export const MAX_RETAINED_BYTES = 32 * 1024 * 1024;
+/** What a retained outcome costs besides its result text (map entry, object, numbers), roughly. */
+export const RETAINED_ENTRY_BYTES = 128;
 /** Names of redacted headers per queue. */
 const MAX_REDACT_HEADERS = 256;
 
@@ -42,6 +55,13 @@ function num(v: unknown, name: string, min: number, max: number, dflt: number): 
   if (v === undefined) return dflt;
   if (typeof v !== "number" || !Number.isFinite(v) || v < min || v > max)
     throw new ValidationError(`${name} must be a number in [${min}, ${max}], got ${String(v)}`);
+  return v;
+}
+
+/** An option that must be an integer within bounds (not floored), or its default. */
+function strictInt(v: unknown, name: string, min: number, max: number, dflt: number): number {
+  if (v === undefined) return dflt;
+  if (typeof v !== "number" || !Number.isInteger(v) || v < min || v > max) throw new ValidationError(`${name} must be an integer in [${min}, ${max}], got ${String(v)}`);
   return v;
 }
 
@@ -95,6 +115,7 @@ export function resolveQueueConfig(name: string, c: QueueConfig = {}): ResolvedQ
     durability,
     maxInFlight: intOption(c.maxInFlight, "maxInFlight", 1, 10_000_000, 100_000),
     segmentBytes: intOption(c.segmentBytes, "segmentBytes", 16 * 1024, 1024 ** 3, 64 * 1024 * 1024),
+    resultRetentionMs: strictInt(c.resultRetentionMs, "resultRetentionMs", 0, MAX_RESULT_RETENTION_MS, 0),
   };
 }
 

@@ -73,6 +73,8 @@ export interface PushWorkerOptions extends Omit<WorkOptions, "signal"> {
 export interface PushWorker {
   /** The lease length of this worker's jobs. Known once the queue is open (`whenOpen`). */
   readonly visibilityTimeoutMs: number;
+  /** Whether the queue keeps acks' results (`resultRetentionMs`); false until it is open. */
+  readonly keepsResults: boolean;
   /** Resolves once the queue is open (or failed to open: see `openError`). */
   whenOpen(): Promise<void>;
   /** Changes how many unsettled jobs it may hold (more: granted on the next round; 0: none). */

@@ -11,7 +11,8 @@ import type { DeadLetterInfo, NackOptions } from "./types.js";
 
 /** What a job needs from the worker that holds it. */
 export interface JobOwner {
-  ack(job: LeasedJob<unknown>): Promise<void>;
+  /** `result`: as the user passed it (undefined: none). */
+  ack(job: LeasedJob<unknown>, result: unknown): Promise<void>;
   nack(job: LeasedJob<unknown>, opts: NackOptions): Promise<void>;
   extend(job: LeasedJob<unknown>, ms: number): Promise<void>;
   /** Gives the job back without a failure record (`counted` false: not an attempt). */
@@ -120,9 +121,9 @@ export class LeasedJob<T> implements DeliveredJob {
   // Errors known at once (a stale lease, a bad argument) are thrown synchronously by the
   // engine; users get them as rejections. A settlement may be left un-awaited (docs/queues.md,
   // "Settling without awaiting"): its promise never causes an unhandled rejection.
-  ack(): Promise<void> {
+  ack(result?: unknown): Promise<void> {
     try {
-      return this.owner.ack(this);
+      return this.owner.ack(this, result);
     } catch (e) {
       return handledRejection(e);
     }

@@ -13,13 +13,14 @@ import type { EnqueueCallsOutcome, HostQueue, PushWorker, PushWorkerOptions, Que
 import type { EnqueueIdentity } from "./idempotence.js";
 import { prepareItem, prepareRaw } from "./prepare.js";
 import { processWorkerOptions, runProcess } from "./process.js";
+import { toJobInfo } from "./results.js";
 import { QueueRuntime } from "./runtime.js";
 import { QueueWorker } from "./worker.js";
 import { TurnYield } from "../turn-yield.js";
 
 /** `stats()` completes without waiting for I/O: a polling loop over it must still yield (turn-yield.ts). */
 const statsYield = new TurnYield();
-import type { EnqueueItem, EnqueueOptions, EnqueueResult, Job, ProcessOptions, QueueConfig, QueueStats, RedriveOptions, RedriveResult, WorkOptions, Worker } from "./types.js";
+import type { EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, QueueConfig, QueueStats, RedriveOptions, RedriveResult, WorkOptions, Worker } from "./types.js";
 import type { PublishValue } from "../value-types.js";
 import type { NewJob } from "../store/queue-store.js";
 import type { SchemaRegistry } from "../contracts/schemas.js";
@@ -82,6 +83,13 @@ export class QueueManager implements QueueHostApi {
       if (this.runtimes.get(name) === p) this.runtimes.delete(name);
     });
     return p;
+  }
+
+  /** @internal The runtime of `name` if the queue exists (opened, never created), else null. */
+  async existingRuntime(name: string): Promise<QueueRuntime | null> {
+    if (this.closed) throw new BrokerClosedError();
+    if (!this.runtimes.has(name) && !(await this.store.list()).includes(name)) return null;
+    return this.runtime(name);
   }
 
   /** Dead-letter and redrive targets, for the engine's moves (created implicitly). */
@@ -226,6 +234,15 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
     if (opts.target !== undefined) validateQueueName(opts.target);
     // Targets are opened by the engine through `peer` (created implicitly when missing).
     return (await this.runtime()).stored.redrive(opts);
+  }
+
+  async getJob(id: string): Promise<JobInfo<T> | null> {
+    if (typeof id !== "string") throw new ValidationError("getJob(id) needs the job's id (a string)");
+    // A read: a queue that does not exist is not created (nor is this handle's config applied).
+    const rt = await this.mgr.existingRuntime(this.name);
+    if (rt === null) return null;
+    const s = await rt.stored.getJob(id);
+    return s === null ? null : toJobInfo<T>(s);
   }
 
   /** Waits for background recovery (resumed dead-letter moves / redrive) to finish. Embedded only. */

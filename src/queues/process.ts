@@ -17,7 +17,7 @@
  * the queue was deleted), running handlers' signals abort, and `process()` rejects with that
  * error (BrokerClosedError when none was given) once they are done.
  */
-import { AbortedError, BrokerClosedError, PermanentError } from "../errors.js";
+import { AbortedError, BrokerClosedError, PermanentError, ValidationError } from "../errors.js";
 import { DEFAULT_PROCESS_CONCURRENCY, prefetchOption } from "./config.js";
 import type { Job, ProcessOptions, WorkOptions } from "./types.js";
 
@@ -35,6 +35,8 @@ export interface ProcessWorker<T> {
   close(): Promise<void>;
   /** The error that ended the worker, if any. */
   takeError(): Error | null;
+  /** Whether the queue keeps results: only then does a handler's return value go with the ack. */
+  readonly keepsResults: boolean;
 }
 
 export type Handler<T> = (job: Job<T>) => Promise<unknown> | unknown;
@@ -65,9 +67,19 @@ export async function runProcess<T>(worker: ProcessWorker<T>, fn: Handler<T>, si
   // issued: `worker.close()` (step 4) waits until every settlement issued through the worker is
   // durable or failed, so no reaction per job is needed here (one promise and one microtask
   // less per job); `maxPendingSettlements` bounds those not yet durable meanwhile.
-  const ok = (job: Job<T>): void => {
-    void job.ack();
-    finish();
+  const ok = (job: Job<T>, result: unknown): void => {
+    if (result === undefined || !worker.keepsResults) {
+      void job.ack();
+      finish();
+      return;
+    }
+    // A return value the queue cannot keep (not JSON, too large) fails the attempt: the ack is
+    // refused before anything is written, and the job is nacked with that error (its history
+    // shows why), rather than completed with its result silently dropped.
+    job.ack(result).then(finish, (e: unknown) => {
+      if (e instanceof ValidationError) void job.nack({ error: e });
+      finish();
+    });
   };
   const fail = (job: Job<T>, e: unknown): void => {
     if (e instanceof PermanentError) void job.nack({ requeue: false, error: e });
@@ -86,10 +98,10 @@ export async function runProcess<T>(worker: ProcessWorker<T>, fn: Handler<T>, si
     }
     if (isThenable(r))
       r.then(
-        () => ok(job),
+        (v) => ok(job, v),
         (e) => fail(job, e),
       );
-    else ok(job);
+    else ok(job, r);
   };
   const onAbort = (): void => {
     stopping = true;

@@ -11,6 +11,7 @@ import type { GrantedJob, GrantRequest, LeaseConsumer, QueueListener, QueueSetti
 import { retryDelayMs } from "./backoff.js";
 import { MAX_DELAY_MS, MAX_ERROR_CHARS, MAX_LEASE_MS } from "./config.js";
 import type { LeasedJob } from "./job.js";
+import { encodeResult } from "./results.js";
 
 /** Settlements since the last grant round that make it worth granting before a journal write. */
 const EARLY_GRANT_MIN = 4;
@@ -139,6 +140,21 @@ export class QueueRuntime implements QueueListener {
   }
 
   // ─────────────────────────────── settlement policy ───────────────────────────────
+
+  /** Whether acks' results are kept (the queue's `resultRetentionMs`). */
+  get keepsResults(): boolean {
+    return this.settings.resultRetentionMs > 0;
+  }
+
+  /**
+   * Completes the job. A result is encoded and checked only when the queue keeps results (a
+   * queue without `resultRetentionMs` ignores it, as before results existed); a bad one throws
+   * ValidationError before anything is written, so the job stays leased.
+   */
+  ack(job: LeasedJob<unknown>, result: unknown): Promise<void> {
+    if (result === undefined || !this.keepsResults) return this.stored.ack(job.lease);
+    return this.stored.ack(job.lease, encodeResult(result));
+  }
 
   /** A failed attempt: retry with backoff (or `delayMs`), or the dead-letter queue when it is permanent or the last attempt. */
   nack(job: LeasedJob<unknown>, opts: NackOptions, consumer: LeaseConsumer): Promise<void> {

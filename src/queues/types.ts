@@ -51,6 +51,12 @@ export interface QueueConfig {
   maxInFlight?: number;
   /** Segment size of the queue's message log; settled segments are deleted whole. Default 64 MiB. */
   segmentBytes?: number;
+  /**
+   * How long a completed job's result (`job.ack(result)`, the return value of a `process()`
+   * handler) and a dead-lettered job's outcome stay readable through `getJob(id)`, in ms.
+   * Default 0: nothing is kept (results are ignored). At most 30 days.
+   */
+  resultRetentionMs?: number;
 }
 
 export interface EnqueueOptions {
@@ -146,8 +152,14 @@ export interface Job<T = unknown> {
    * Completes the job; resolves once durable. May be left un-awaited (the worker bounds how
    * many are pending: `maxPendingSettlements`); its promise never causes an unhandled
    * rejection. A failed ack means the lease was lost: the job is delivered again.
+   *
+   * `result`: a JSON-serialisable value kept with the completion (the same durable write) when
+   * the queue's `resultRetentionMs` is above 0, readable through `queue.getJob(id)`; ignored
+   * otherwise. A result that is not JSON-serialisable or larger than 64 KiB as JSON rejects
+   * with ValidationError before anything is written: the job stays leased (ack again without
+   * it, or nack).
    */
-  ack(): Promise<void>;
+  ack(result?: unknown): Promise<void>;
   /** Fails this attempt: retry with backoff (or `delayMs`), or `requeue: false` to dead-letter. */
   nack(opts?: NackOptions): Promise<void>;
   /** Pushes the lease out to `ms` from now. */
@@ -250,16 +262,51 @@ export interface RedriveResult {
   skippedRepeats: number;
 }
 
+/** Where a job is, as `Queue.getJob` reports it. */
+export type JobStatus = "waiting" | "delayed" | "active" | "completed" | "dead";
+
+/** A job as `Queue.getJob` reports it. */
+export interface JobInfo<T = unknown> {
+  id: string;
+  /**
+   * `waiting` (deliverable, or held behind an earlier job of its key), `delayed` (a delay or
+   * retry backoff), `active` (leased to a worker), `completed` (acked; reported only while the
+   * queue keeps results, `resultRetentionMs`), `dead` (dead-lettered: while the queue keeps
+   * results, or until the queue forgets the job).
+   */
+  state: JobStatus;
+  /** Deliveries so far. */
+  attempts: number;
+  /** The payload, for jobs not yet completed or dead-lettered. */
+  data?: T;
+  /** What the job was acked with (completed jobs acked with a result). */
+  result?: unknown;
+  /** The last failure's message, when an attempt failed. */
+  lastError?: string;
+  /** Wall-clock ms of the ack (completed) or of the dead-letter move (dead). */
+  completedAt?: number;
+}
+
 export interface Queue<T = unknown> {
   readonly name: string;
   enqueue(data: T & PublishValue, opts?: EnqueueOptions): Promise<EnqueueResult>;
   enqueueBatch(items: EnqueueItem[], opts?: { signal?: AbortSignal }): Promise<EnqueueResult[]>;
   work(opts?: WorkOptions): Worker<T>;
-  /** Runs `fn` per job: return = ack, throw = nack with backoff, throw PermanentError = DLQ. Resolves when `signal` aborts (after in-flight handlers finish). */
+  /**
+   * Runs `fn` per job: return = ack (the return value, when not undefined, is the job's result,
+   * kept when the queue has `resultRetentionMs`), throw = nack with backoff, throw
+   * PermanentError = DLQ. Resolves when `signal` aborts (after in-flight handlers finish).
+   */
   process(fn: (job: Job<T>) => Promise<unknown> | unknown, opts?: ProcessOptions): Promise<void>;
   stats(): Promise<QueueStats>;
   /** Durably drops every job enqueued before this call (waiting, delayed, in flight). Returns how many. */
   purge(): Promise<number>;
   /** Treats this queue as a dead-letter queue and moves matching entries back. Resumable after a crash. */
   redrive(opts?: RedriveOptions): Promise<RedriveResult>;
+  /**
+   * The job with this id (`job.id`, the enqueue result's `id`), or null when the queue does not
+   * know it (never enqueued, purged, completed and no longer retained) or the queue does not
+   * exist. Never creates the queue.
+   */
+  getJob(id: string): Promise<JobInfo<T> | null>;
 }

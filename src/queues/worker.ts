@@ -96,6 +96,11 @@ export class QueueWorker<T> implements Worker<T>, RuntimeWorker, PushWorker, Pro
     }
   }
 
+  /** Whether the queue keeps acks' results (known once it is open; jobs arrive after that). */
+  get keepsResults(): boolean {
+    return this.runtime?.keepsResults ?? false;
+  }
+
   /** Lease length of this worker's grants (its option, else the queue's visibilityTimeoutMs). */
   get leaseMs(): number {
     return this.leaseMsOption ?? this.runtime?.settings.visibilityTimeoutMs ?? 0;
@@ -248,8 +253,9 @@ export class QueueWorker<T> implements Worker<T>, RuntimeWorker, PushWorker, Pro
 
   // ─────────────────────────────── JobOwner ───────────────────────────────
 
-  ack(job: LeasedJob<unknown>): Promise<void> {
-    const p = this.runtime!.stored.ack(job.lease);
+  ack(job: LeasedJob<unknown>, result: unknown): Promise<void> {
+    // Throws (before anything changes) for a result the queue cannot keep: the job stays leased.
+    const p = this.runtime!.ack(job, result);
     this.forget(job);
     return this.onJobs === null ? this.track(p) : p;
   }

@@ -160,6 +160,7 @@ const ROUTES: Route[] = [
   { method: "DELETE", path: "/v1/queues/:queue", handler: deleteQueue },
   { method: "GET", path: "/v1/queues/:queue/stats", handler: async (c) => [200, await c.broker.queue(c.params.queue).stats()] },
   { method: "POST", path: "/v1/queues/:queue/jobs", handler: enqueueJobs },
+  { method: "GET", path: "/v1/queues/:queue/jobs/:id", handler: getJob },
   { method: "POST", path: "/v1/queues/:queue/purge", handler: async (c) => [200, { purged: await c.broker.queue(c.params.queue).purge() }] },
   // Redrive from a dead-letter queue (e.g. /v1/queues/emails.dlq/redrive).
   { method: "POST", path: "/v1/queues/:queue/redrive", handler: redrive },
@@ -172,6 +173,14 @@ async function createTopic(c: RouteContext): Promise<Reply> {
   const b = await body(c);
   if (typeof b.name !== "string") throw new ValidationError("name is required");
   return [201, await c.broker.createTopic(b.name, (b.config ?? {}) as object)];
+}
+
+/** A job by id (`Queue.getJob`): 404 when the queue does not know it; never creates the queue. */
+async function getJob(c: RouteContext): Promise<Reply> {
+  const job = await c.broker.queue(c.params.queue).getJob(c.params.id);
+  if (job === null) throw new NotFoundError(`queue ${JSON.stringify(c.params.queue)} has no job ${JSON.stringify(c.params.id)}`);
+  // Byte payloads as in fetched records: {base64}.
+  return [200, job.data instanceof Uint8Array ? { ...job, data: { base64: Buffer.from(job.data).toString("base64") } } : job];
 }
 
 async function deleteTopic(c: RouteContext): Promise<Reply> {

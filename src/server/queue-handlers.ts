@@ -66,7 +66,8 @@ function work(s: Session, f: Frame): Reply {
     onUnsettled: m.onUnsettled === "error" ? "error" : "nack",
     byReceipt: !batch,
     push: (jobs, firstTag) => {
-      if (batch) return s.send(encodeJobBatchFrame(Op.PushJobBatch, FLAG_PUSH, { worker: id }, firstTag, jobs.map(toWireJob)));
+      // `results`: the queue keeps acks' results, so the client sends them (else it drops them).
+      if (batch) return s.send(encodeJobBatchFrame(Op.PushJobBatch, FLAG_PUSH, worker.keepsResults ? { worker: id, results: true } : { worker: id }, firstTag, jobs.map(toWireJob)));
       const metaJobs = jobs.map((j) => ({
         id: j.id,
         key: j.key,
@@ -172,6 +173,30 @@ async function admin(s: Session, f: Frame): Promise<Reply> {
   }
 }
 
+/**
+ * QUEUE_GET_JOB: a job by id. Never creates the queue (a handle without config, and getJob
+ * itself only reads). The payload travels as the body, its kind in `valueKind` (as in
+ * PUSH_JOB_BATCH: 0 bytes, 1 UTF-8, 2 JSON, 3 null; absent when there is no payload); the
+ * result travels in the meta as the JSON value it is.
+ */
+async function getJob(s: Session, f: Frame): Promise<Reply> {
+  const q = s.queueFor({ queue: f.meta.queue });
+  const info = await q.getJob(str(f.meta, "id", 64));
+  if (info === null) return { meta: { job: null } };
+  const { data, ...job } = info;
+  if (!("data" in info)) return { meta: { job } };
+  const [valueKind, body] = encodeJobData(data);
+  return { meta: { job: { ...job, valueKind } }, body };
+}
+
+/** A decoded payload back to its wire kind and bytes (strings were stored as UTF-8, buffers as bytes, the rest as JSON). */
+function encodeJobData(data: unknown): [number, Buffer | null] {
+  if (data === null || data === undefined) return [3, null];
+  if (typeof data === "string") return [1, Buffer.from(data, "utf8")];
+  if (data instanceof Uint8Array) return [0, Buffer.from(data.buffer, data.byteOffset, data.byteLength)];
+  return [2, Buffer.from(JSON.stringify(data), "utf8")];
+}
+
 export const QUEUE_HANDLERS: {
   readonly QueueEnqueue: RequestHandler;
   readonly QueueWork: RequestHandler;
@@ -179,6 +204,7 @@ export const QUEUE_HANDLERS: {
   readonly QueueSettleBatch: RequestHandler;
   readonly QueueStop: RequestHandler;
   readonly QueueAdmin: RequestHandler;
+  readonly QueueGetJob: RequestHandler;
 } = {
   QueueEnqueue: enqueue,
   QueueWork: work,
@@ -186,4 +212,5 @@ export const QUEUE_HANDLERS: {
   QueueSettleBatch: settleBatch,
   QueueStop: stop,
   QueueAdmin: admin,
+  QueueGetJob: getJob,
 };

@@ -22,6 +22,17 @@ import type { DeliveredJob, HostQueue, PushWorker, RawEnqueueItem } from "../que
 import type { EnqueueIdentity } from "../queues/idempotence.js";
 import type { EnqueueItem, EnqueueResult, NackOptions } from "../queues/types.js";
 import { decodeEnqueueRecords, errorToWire, type WireError, type WireJob } from "../wire/index.js";
+import { checkResultText } from "../queues/results.js";
+
+/** A result as a client sent it (JSON text): checked as embedded checks it (ValidationError). */
+function parseResultText(json: string): unknown {
+  checkResultText(json);
+  try {
+    return JSON.parse(json);
+  } catch {
+    throw new ValidationError("job result is not valid JSON");
+  }
+}
 
 export interface RemoteWorkerOptions {
   id: number;
@@ -139,6 +150,11 @@ export class RemoteWorker {
       if (err !== null) this.finish("error", err);
       else this.finish("closed");
     });
+  }
+
+  /** Whether the queue keeps acks' results (told to the client with each job batch). */
+  get keepsResults(): boolean {
+    return this.worker.keepsResults;
   }
 
   /** Jobs the client accepts unsettled: `prefetch` plus its lookahead. */
@@ -302,10 +318,13 @@ export class RemoteWorker {
     const arg = it.arg;
     switch (it.action) {
       case "ack": {
+        // A result is checked before the tag is spent: a refused one leaves the lease (and the
+        // tag) in place, as embedded, so the client can ack again without it or nack.
+        const result = typeof arg.result === "string" ? parseResultText(arg.result) : undefined;
         // The tag is spent whatever the outcome: a stale lease fails, a durable ack ends it.
         this.forget(tag!, job);
         this.settledCount++;
-        return job.ack();
+        return result === undefined ? job.ack() : job.ack(result);
       }
       case "nack": {
         const o: NackOptions = {};

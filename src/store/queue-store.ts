@@ -32,6 +32,7 @@ import type {
   AttemptRecord,
   DeadLetterInfo,
   EnqueueResult,
+  JobStatus,
   QueueConfig,
   QueueStats,
   RedriveOptions,
@@ -83,6 +84,8 @@ export interface QueueSettings {
   durability: "always" | "interval" | "never";
   maxInFlight: number;
   segmentBytes: number;
+  /** Completed and dead-lettered jobs stay readable (`getJob`) this long; 0 keeps none. */
+  resultRetentionMs: number;
 }
 
 /** Where a job came from when it is a copy made by the broker (a dead-letter move, a redrive). */
@@ -181,6 +184,19 @@ export interface EnqueueRequestOptions {
 
 export type EnqueueOutcome = EnqueueResult[] | { first: number; count: number };
 
+/** A job as `getJob` reports it (the policy decodes the payload and the result). */
+export interface StoredJobInfo {
+  id: string;
+  state: JobStatus;
+  attempts: number;
+  /** The stored payload, for jobs not yet completed or dead-lettered. */
+  record?: { value: Buffer | null; valueKind: ValueKind };
+  /** The result as JSON text (completed jobs acked with one). */
+  result?: string;
+  lastError?: string;
+  completedAt?: number;
+}
+
 /** Notifications from a stored queue to the policy layer. */
 export interface QueueListener {
   /** Jobs may have become grantable (enqueued, due, unblocked, released, queue recovered). */
@@ -208,7 +224,12 @@ export interface StoredQueue {
    * lease ended meanwhile are left out.
    */
   grant(requests: readonly GrantRequest[]): Promise<GrantedJob[][]>;
-  ack(lease: Lease): Promise<void>;
+  /**
+   * Completes the job. `result` (JSON text the policy validated, at most MAX_RESULT_BYTES) is
+   * kept with the completion, in the same durable write, when `resultRetentionMs` > 0 (Q-9:
+   * an acked job's result is never lost, and no result exists for a job not acked).
+   */
+  ack(lease: Lease, result?: string): Promise<void>;
   /** A failed attempt: visible again at `visibleAt` (`failure` joins the job's history). */
   retry(lease: Lease, visibleAt: number, failure: AttemptRecord): Promise<void>;
   /** Moves the job to the dead-letter queue (or drops it without one), Q-4. */
@@ -225,6 +246,12 @@ export interface StoredQueue {
   restartLease(lease: Lease): void;
 
   stats(): Promise<QueueStats>;
+  /**
+   * The job `id` as far as the store knows it: live jobs, and completed or dead-lettered ones
+   * while `resultRetentionMs` runs (Q-10: never once it has passed, also after a restart).
+   * Null for an id it does not know.
+   */
+  getJob(id: string): Promise<StoredJobInfo | null>;
   /** Durably drops every job enqueued before the call; returns how many. */
   purge(): Promise<number>;
   /** Treats this queue as a dead-letter queue and moves matching entries back (Q-5). */

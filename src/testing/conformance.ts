@@ -5,8 +5,8 @@
  * `connect()` to a `sluice serve` process, and future engines (e.g. PostgreSQL).
  *
  * The tests live by area in conformance-topics.ts, conformance-produce.ts,
- * conformance-groups.ts, conformance-commits.ts, conformance-replay.ts and
- * conformance-queues.ts (shared helpers: conformance-helpers.ts).
+ * conformance-groups.ts, conformance-commits.ts, conformance-replay.ts, conformance-queues.ts
+ * and conformance-queue-results.ts (shared helpers: conformance-helpers.ts).
  * Rules for them: they only use the public `Broker` interface and error classes; every test
  * uses its own topic and group names (a factory may hand out the same broker repeatedly);
  * waits are conditions with deadlines, never sleeps.
@@ -25,6 +25,7 @@ import { groupTests } from "./conformance-groups.js";
 import { commitTests } from "./conformance-commits.js";
 import { replayTests } from "./conformance-replay.js";
 import { produceTests } from "./conformance-produce.js";
+import { queueResultTests } from "./conformance-queue-results.js";
 import { queueTests } from "./conformance-queues.js";
 import { topicTests } from "./conformance-topics.js";
 
@@ -56,4 +57,5 @@ export function defineConformanceSuite(name: string, factory: () => Promise<Conf
   commitTests(t);
   replayTests(t);
   queueTests(t);
+  queueResultTests(t);
 }

@@ -18,6 +18,7 @@ import type {
   QueueListener,
   QueueSettings,
   QueueStore,
+  StoredJobInfo,
   StoredQueue,
 } from "../store/queue-store.js";
 
@@ -65,8 +66,8 @@ class CountingStoredQueue implements StoredQueue {
   grant(requests: readonly GrantRequest[]): Promise<GrantedJob[][]> {
     return this.count("queues.grant", () => this.inner.grant(requests));
   }
-  ack(lease: Lease): Promise<void> {
-    return this.count("queues.ack", () => this.inner.ack(lease));
+  ack(lease: Lease, result?: string): Promise<void> {
+    return this.count("queues.ack", () => this.inner.ack(lease, result));
   }
   retry(lease: Lease, visibleAt: number, failure: AttemptRecord): Promise<void> {
     return this.count("queues.retry", () => this.inner.retry(lease, visibleAt, failure));
@@ -85,6 +86,9 @@ class CountingStoredQueue implements StoredQueue {
   }
   stats(): Promise<QueueStats> {
     return this.count("queues.stats", () => this.inner.stats());
+  }
+  getJob(id: string): Promise<StoredJobInfo | null> {
+    return this.count("queues.getJob", () => this.inner.getJob(id));
   }
   purge(): Promise<number> {
     return this.count("queues.purge", () => this.inner.purge());

@@ -183,7 +183,15 @@ export const OPS = {
     request: "{worker, lookahead?} + settle items (§7)",
     response: "{} or {errors: [[index, WireError], ...]}",
   },
-  PushJobBatch: { code: 69, wireName: "PUSH_JOB_BATCH", kind: "push", retry: false, request: "{worker} + job batch (§7)", response: NONE },
+  PushJobBatch: { code: 69, wireName: "PUSH_JOB_BATCH", kind: "push", retry: false, request: "{worker, results?} + job batch (§7)", response: NONE },
+  QueueGetJob: {
+    code: 70,
+    wireName: "QUEUE_GET_JOB",
+    kind: "request",
+    retry: true,
+    request: "{queue, id}",
+    response: "{job: {id, state, attempts, valueKind?, result?, lastError?, completedAt?} | null} + the job's value bytes",
+  },
 } as const satisfies Record<string, OpSpec>;
 
 export type OpName = keyof typeof OPS;

@@ -25,12 +25,15 @@ export const enum SettleAction {
   Extend = 2,
   /** Give a job back that was never handed to application code: no attempt is counted. */
   Release = 3,
+  /** An ack with the job's result (JSON text); sent only to a server that keeps results. */
+  AckResult = 4,
 }
 
 export interface SettleItem {
   tag: number;
   action: "ack" | "nack" | "extend" | "release";
-  /** nack: {delayMs?, requeue?, reason?, errorClass?, errorMessage?}; extend: {ms}. */
+  /** nack: {delayMs?, requeue?, reason?, errorClass?, errorMessage?}; extend: {ms}; ack:
+   * {result?} (the result as JSON text). */
   arg: Record<string, unknown>;
 }
 
@@ -40,7 +43,7 @@ const MIN_SETTLE_ITEM_BYTES = 5;
 /**
  * Settle items: u32 count, then per item action u8 | tag u32 | argument:
  * ack (0) none; nack (1) i32 length + UTF-8 JSON object (failures only: rare); extend (2)
- * ms f64; release (3) none.
+ * ms f64; release (3) none; ack with a result (4) i32 length + the result as UTF-8 JSON.
  */
 export function encodeSettleItems(items: readonly SettleItem[]): Buffer {
   const w = new Writer(8 + items.length * 5);
@@ -48,6 +51,12 @@ export function encodeSettleItems(items: readonly SettleItem[]): Buffer {
   for (const it of items) {
     switch (it.action) {
       case "ack":
+        if (typeof it.arg.result === "string") {
+          w.u8(SettleAction.AckResult);
+          w.u32(it.tag);
+          w.utf8(it.arg.result);
+          break;
+        }
         w.u8(SettleAction.Ack);
         w.u32(it.tag);
         break;
@@ -92,6 +101,10 @@ export function decodeSettleItems(buf: Buffer, maxItems: number): SettleItem[] {
         break;
       case SettleAction.Release:
         out[i] = { tag, action: "release", arg: ACK_ARG };
+        break;
+      case SettleAction.AckResult:
+        // Checked (JSON, size) where it is applied, as an embedded ack checks it.
+        out[i] = { tag, action: "ack", arg: { result: r.utf8("ack result") } };
         break;
       case SettleAction.Nack: {
         const json = r.utf8("nack options");

@@ -22,6 +22,7 @@ import type {
   NewJob,
   QueueListener,
   QueueSettings,
+  StoredJobInfo,
   StoredQueue,
 } from "../../queue-store.js";
 import { nextRecoveryDelay, RECOVERY_MIN_DELAY_MS } from "../recovery-backoff.js";
@@ -142,8 +143,8 @@ export class DiskQueue implements StoredQueue {
   grant(requests: readonly GrantRequest[]): Promise<GrantedJob[][]> {
     return this.live().grant(requests);
   }
-  ack(lease: Lease): Promise<void> {
-    return this.live().ack(lease);
+  ack(lease: Lease, result?: string): Promise<void> {
+    return this.live().ack(lease, result);
   }
   retry(lease: Lease, visibleAt: number, failure: AttemptRecord): Promise<void> {
     return this.live().retry(lease, visibleAt, failure);
@@ -162,6 +163,9 @@ export class DiskQueue implements StoredQueue {
   }
   async stats(): Promise<QueueStats> {
     return this.live().stats();
+  }
+  async getJob(id: string): Promise<StoredJobInfo | null> {
+    return this.live().getJob(id);
   }
   async purge(): Promise<number> {
     return this.live().purge();

@@ -11,6 +11,7 @@
 export const enum Ev {
   /** Lease granted: attempt = delivery number, time = wall-clock lease deadline. */
   DELIVER = 1,
+  /** Job completed; var = its result as JSON (only when the queue retains results). */
   ACK = 2,
   /** Attempt failed or released: time = wall-clock visibleAt; var = AttemptRecord or empty. */
   NACK = 3,
@@ -48,6 +49,20 @@ export function encodeEvent(type: Ev, offset: number, attempt: number, time: num
   b.writeDoubleLE(time, 13);
   b.writeUInt32LE(v?.length ?? 0, 21);
   if (v !== null) v.copy(b, EVENT_FIXED_BYTES);
+  return b;
+}
+
+/** An event whose variable part is JSON text already (an ack's result, validated by the policy). */
+export function encodeRawEvent(type: Ev, offset: number, attempt: number, time: number, json: string): Buffer {
+  const len = Buffer.byteLength(json, "utf8");
+  if (len > MAX_EVENT_VAR_BYTES) throw new Error(`journal event payload too large (${len} bytes)`);
+  const b = Buffer.allocUnsafe(EVENT_FIXED_BYTES + len);
+  b.writeUInt8(type, 0);
+  b.writeDoubleLE(offset, 1);
+  b.writeUInt32LE(attempt, 9);
+  b.writeDoubleLE(time, 13);
+  b.writeUInt32LE(len, 21);
+  b.write(json, EVENT_FIXED_BYTES, "utf8");
   return b;
 }
 

@@ -15,6 +15,7 @@ import type { GrantedJob, GrantRequest, Lease, LeaseConsumer, PreparedRecord, Va
 import { decodeJobFields, type DecodedJobFields } from "./records.js";
 import { KeyChains } from "./chains.js";
 import { OffsetHeap } from "./heap.js";
+import { RetainedJobs } from "./retained.js";
 import { isTerminal, JobTable, St } from "./table.js";
 
 /** History entries kept per job (the most recent); bounds memory of repeatedly failing jobs. */
@@ -123,6 +124,9 @@ export class JobState {
   readonly leases = new Map<number, DiskLease>();
   readonly history = new Map<number, AttemptRecord[]>();
   readonly moving = new Map<number, DlqIntent>();
+  /** Completed and dead-lettered jobs kept for `getJob` (retained.ts; off unless the queue has
+   * `resultRetentionMs`). */
+  readonly retained = new RetainedJobs();
   /** Leases held per consumer (granted and not ended): `GrantRequest.upTo` caps it. Each lease
    * points at its consumer's counter, so ending one costs no lookup. */
   private readonly held = new Map<LeaseConsumer, HeldCount>();
@@ -339,12 +343,36 @@ export class JobState {
     if (h !== null && --h.n === 0) this.held.delete(h.consumer);
   }
 
-  /** Returns true when the ack made the key's next job grantable (KEY-1). */
-  ack(l: DiskLease, now: number, mono: number): boolean {
+  /** Returns true when the ack made the key's next job grantable (KEY-1). `result`: JSON text
+   * kept with the completion (when the queue retains results). */
+  ack(l: DiskLease, now: number, mono: number, result?: string): boolean {
     this.endLease(l);
+    this.keepCompleted(l.off, now, l.attempt, result);
     const unblocked = this.finish(l.off, St.DONE, now);
     this.countAck(mono);
     return unblocked;
+  }
+
+  /** Retains the outcome of an ack (before `finish` drops the job's history). */
+  keepCompleted(off: number, at: number, attempts: number, result: string | undefined): void {
+    if (this.retained.retentionMs <= 0) return;
+    // Expired outcomes leave from the front as new ones arrive (memory, Q-10).
+    this.retained.prune(at);
+    const last = this.history.get(off)?.at(-1);
+    this.retained.record(off, {
+      state: "completed",
+      at,
+      attempts,
+      ...(result !== undefined ? { result } : {}),
+      ...(last !== undefined ? { lastError: last.error || last.errorClass } : {}),
+    });
+  }
+
+  /** Retains the outcome of a finished dead-letter move (before `finish` drops its intent). */
+  keepDead(off: number, at: number): void {
+    const intent = this.moving.get(off);
+    if (this.retained.retentionMs <= 0 || intent === undefined) return;
+    this.retained.record(off, { state: "dead", at, attempts: intent.attempts, lastError: intent.error || intent.errorClass });
   }
 
   /** A failed attempt: history, then visible again at `visibleAt`. */
@@ -391,6 +419,7 @@ export class JobState {
   /** The move landed (or the job is dropped without a dead-letter queue). */
   finishMove(off: number, now: number): boolean {
     if (this.statusOf(off) !== St.MOVING) return false;
+    this.keepDead(off, now);
     this.finish(off, St.DEAD, now);
     this.deadLettered++;
     return true;

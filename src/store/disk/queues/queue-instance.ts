@@ -19,12 +19,13 @@ import type { FileSystem } from "../../../log/io.js";
 import { PartitionLog, type LogConfig } from "../../../log/partition-log.js";
 import type { Clock, Telemetry } from "../../../observability/telemetry.js";
 import type { AttemptRecord, QueueStats, RedriveOptions, RedriveResult } from "../../../queues/types.js";
-import type { EnqueueOutcome, EnqueueRequestOptions, GrantedJob, GrantRequest, Lease, NewJob, PreparedRecord, QueueSettings, StoredQueue } from "../../queue-store.js";
+import type { EnqueueOutcome, EnqueueRequestOptions, GrantedJob, GrantRequest, Lease, NewJob, PreparedRecord, QueueSettings, StoredJobInfo, StoredQueue } from "../../queue-store.js";
 import { Mover } from "./dead-letters.js";
-import { encodeEvent, Ev } from "./events.js";
+import { encodeEvent, encodeRawEvent, Ev } from "./events.js";
 import { Enqueuer, storedJobSize } from "./enqueuer.js";
 import { JobState, type DiskLease } from "./job-state.js";
 import { Journal, MAX_JOURNAL_RECORD_BYTES } from "./journal.js";
+import { lookupJob } from "./lookup.js";
 import { PayloadCache } from "./payload-cache.js";
 import { recoverQueue } from "./recovery.js";
 import { RESERVED_HEADER_ROOM } from "./records.js";
@@ -66,7 +67,7 @@ export interface InstanceOptions extends QueueFiles {  /** Grantable jobs may ex
 export class QueueInstance {
   readonly name: string;
   readonly incarnation: string;
-  settings: QueueSettings;
+  private _settings: QueueSettings;
   private readonly o: InstanceOptions;
   private readonly clock: Clock;
   private st!: JobState;
@@ -90,7 +91,16 @@ export class QueueInstance {
     this.clock = o.telemetry.clock;
     this.name = o.name;
     this.incarnation = o.incarnation;
-    this.settings = o.settings;
+    this._settings = o.settings;
+  }
+
+  get settings(): QueueSettings {
+    return this._settings;
+  }
+  /** The stored config changed: retention applies at once, log sizes on reopen. */
+  set settings(s: QueueSettings) {
+    this._settings = s;
+    if (this.st !== undefined) this.st.retained.retentionMs = s.resultRetentionMs;
   }
 
   static async open(o: InstanceOptions): Promise<QueueInstance> {
@@ -132,7 +142,7 @@ export class QueueInstance {
       throw e;
     }
     try {
-      const r = await recoverQueue({ fs: this.o.fs, dir: this.o.dir, queue: this.name, msgs: this.msgs, journal: journalLog, dedupeWindowMs: s.dedupeWindowMs, logger: this.logger, now: this.now(), monoNow: this.mono() });
+      const r = await recoverQueue({ fs: this.o.fs, dir: this.o.dir, queue: this.name, msgs: this.msgs, journal: journalLog, dedupeWindowMs: s.dedupeWindowMs, resultRetentionMs: s.resultRetentionMs, logger: this.logger, now: this.now(), monoNow: this.mono() });
       this.st = r.state;
       this.journal = new Journal(journalLog, {
         check: () => this.check(),
@@ -349,14 +359,17 @@ export class QueueInstance {
     this.enqueuer.room();
   }
 
-  ack(lease: Lease): Promise<void> {
+  ack(lease: Lease, result?: string): Promise<void> {
     const mono = this.mono();
     const l = this.leaseOf(lease, mono);
     const now = this.now();
+    const kept = this.settings.resultRetentionMs > 0 ? result : undefined;
+    // Q-9: the result travels in the ACK event (one durable write), encoded before anything changes.
+    const ev = kept === undefined ? null : encodeRawEvent(Ev.ACK, l.off, l.attempt, now, kept);
     // The consumer's own room is its worker's business; a key's successor is ours (KEY-1).
-    if (this.st.ack(l, now, mono)) this.o.available();
+    if (this.st.ack(l, now, mono, kept)) this.o.available();
     this.settled(l.off);
-    return this.journal.fixed(Ev.ACK, l.off, l.attempt, now);
+    return ev === null ? this.journal.fixed(Ev.ACK, l.off, l.attempt, now) : this.journal.event(ev);
   }
 
   retry(lease: Lease, visibleAt: number, failure: AttemptRecord): Promise<void> {
@@ -484,6 +497,11 @@ export class QueueInstance {
     return this.mover.redrive(opts);
   }
 
+  getJob(id: string): Promise<StoredJobInfo | null> {
+    this.check();
+    return lookupJob(this.st, this.cache, id, this.now());
+  }
+
   stats(): QueueStats {
     this.check();
     const st = this.st;
@@ -523,7 +541,7 @@ export class QueueInstance {
 
   /** Memory held by the job table, heaps and tail cache (docs and the memory benchmark). */
   memoryBytes(): number {
-    return this.st.table.capacityBytes + this.st.ready.capacityBytes + this.st.delayed.capacityBytes + this.cache.heldBytes;
+    return this.st.table.capacityBytes + this.st.ready.capacityBytes + this.st.delayed.capacityBytes + this.cache.heldBytes + this.st.retained.heldBytes;
   }
 
   // ─────────────────────────────── snapshots ───────────────────────────────
@@ -541,6 +559,7 @@ export class QueueInstance {
       // Completed requests only: their jobs lie below `rows` (completed where rows are added);
       // pending ones append after it and are found by the recovery scan.
       idem: this.enqueuer.producers.snapshot(),
+      now,
     });
     this.journal.snapshotTaken();
     this.msgBytesSinceSnapshot = 0;

@@ -36,6 +36,8 @@ export interface RecoveryContext {
   msgs: PartitionLog;
   journal: PartitionLog;
   dedupeWindowMs: number;
+  /** Retained outcomes older than this at `now` are not restored (Q-10). */
+  resultRetentionMs: number;
   logger: Logger;
   now: number;
   monoNow: number;
@@ -58,6 +60,8 @@ export async function recoverQueue(c: RecoveryContext): Promise<Recovered> {
   if (snap !== null) {
     const { meta } = snap;
     state = new JobState(snap.table);
+    state.retained.retentionMs = c.resultRetentionMs;
+    if (meta.retained !== undefined) state.retained.load(meta.retained);
     for (const [id, key] of meta.chains) keyIds.set(key, id);
     for (const [off, attempt, deadlineWall, consumer] of meta.leases) leases.set(off, { attempt, deadlineWall, consumer });
     for (const [off, h] of meta.history) state.history.set(off, h);
@@ -71,6 +75,7 @@ export async function recoverQueue(c: RecoveryContext): Promise<Recovered> {
     journalFrom = Math.max(journalFrom, meta.journalOffset);
   } else {
     state = new JobState(new JobTable(c.msgs.logStartOffset));
+    state.retained.retentionMs = c.resultRetentionMs;
   }
   if (state.table.end > c.msgs.highWatermark) {
     // Only possible with durability "interval"/"never": the log lost an unsynced tail the snapshot had seen.
@@ -81,6 +86,7 @@ export async function recoverQueue(c: RecoveryContext): Promise<Recovered> {
   await scanJobs(c, state, keyIds, dedupe, producers);
   await replayJournal(c, state, leases, journalFrom);
   state.rebuild(keyIds, leases, c.now, c.monoNow);
+  state.retained.prune(c.now);
   return { state, dedupe, producers };
 }
 
@@ -179,6 +185,8 @@ export function replay(st: JobState, ev: JournalEvent, leases: Map<number, Lease
       break;
     }
     case Ev.ACK:
+      // Q-9: the result travels in the ACK event itself.
+      st.keepCompleted(o, ev.time, ev.attempt, ev.data === undefined ? undefined : JSON.stringify(ev.data));
       t.status[i] = St.DONE;
       leases.delete(o);
       break;
@@ -196,6 +204,7 @@ export function replay(st: JobState, ev: JournalEvent, leases: Map<number, Lease
       st.moving.set(o, ev.data as DlqIntent);
       break;
     case Ev.DEAD:
+      st.keepDead(o, ev.time);
       t.status[i] = St.DEAD;
       leases.delete(o);
       st.moving.delete(o);

@@ -16,6 +16,7 @@ import { writeFileAtomic, type FileSystem } from "../../../log/io.js";
 import type { AttemptRecord } from "../../../queues/types.js";
 import type { DlqIntent, JobState } from "./job-state.js";
 import type { IdemSnapshot } from "./producers.js";
+import type { RetainedRow } from "./retained.js";
 import { JobTable } from "./table.js";
 
 const SNAP_MAGIC = Buffer.from("SLQSNAP1");
@@ -35,6 +36,8 @@ export interface SnapshotMeta {
   counters: { redeliveries: number; retries: number; completed: number; deadLettered: number };
   /** Idempotent enqueue requests of jobs below `rows` (absent in snapshots of older versions). */
   idem?: IdemSnapshot;
+  /** Completed and dead-lettered jobs not yet expired (retained.ts; absent in older versions). */
+  retained?: RetainedRow[];
 }
 
 /** Everything a snapshot holds besides the state (dedupe ids and idempotent requests). */
@@ -43,6 +46,8 @@ export interface SnapshotExtras {
   journalOffset: number;
   dedupe: [string, number, number][];
   idem: IdemSnapshot;
+  /** Wall-clock ms: retained outcomes expired by then are left out. */
+  now: number;
 }
 
 /** Serialises the state (its floor advanced first). */
@@ -67,6 +72,7 @@ export function encodeSnapshot(st: JobState, x: SnapshotExtras): { body: Buffer;
     dedupe: x.dedupe,
     counters: { redeliveries: st.redeliveries, retries: st.retries, completed: st.completed, deadLettered: st.deadLettered },
     idem: x.idem,
+    ...(st.retained.size > 0 ? { retained: st.retained.rows(x.now) } : {}),
   };
   const json = Buffer.from(JSON.stringify(meta), "utf8");
   const head = Buffer.alloc(12);
