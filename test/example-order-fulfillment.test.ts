@@ -14,7 +14,7 @@ import { tempDir } from "../src/testing/helpers.js";
 import { spawnServer } from "./fixtures/server-spawn.js";
 
 const MAIN = fileURLToPath(new URL("../examples/order-fulfillment/main.js", import.meta.url));
-const CHECKS = 16;
+const CHECKS = 17;
 
 function runSystem(env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {

@@ -13,7 +13,7 @@
 import { addToOutbox, causedBy, Inbox, OutboxRelay, PgInboxStore, readEnvelope, SQLITE_OUTBOX_SCHEMA, SqliteOutboxStore, type Broker, type Job, type Queue } from "sluice";
 import type Database from "better-sqlite3";
 import type pg from "pg";
-import { INVENTORY_QUEUE, TOPIC, type OrderAccepted, type OrderFact } from "./setup.js";
+import { INVENTORY_CONFIG, INVENTORY_QUEUE, TOPIC, type OrderAccepted, type OrderFact } from "./setup.js";
 
 export interface ReserveInventory {
   commandId: string;
@@ -36,12 +36,13 @@ export async function createFulfillmentSchema(pool: pg.Pool): Promise<void> {
  * this many (a crash between the command send and the commit); the next member gets them again.
  * Returns the commands sent.
  */
-export async function runCoordinator(broker: Broker, pool: pg.Pool, opts: { crashAfter?: number; signal?: AbortSignal }): Promise<number> {
+export async function runCoordinator(broker: Broker, pool: pg.Pool, opts: { crashAfter?: number; signal?: AbortSignal }): Promise<{ sent: number; jobIds: string[] }> {
   const inbox = new Inbox(new PgInboxStore(pool), { consumer: "fulfillment" });
-  const inventory = broker.queue<ReserveInventory>(INVENTORY_QUEUE);
+  const inventory = broker.queue<ReserveInventory>(INVENTORY_QUEUE, INVENTORY_CONFIG);
   const sub = broker.subscribe<OrderFact>(TOPIC, { group: "fulfillment", start: "earliest", signal: opts.signal });
   let sent = 0;
   let handled = 0;
+  const jobIds: string[] = [];
   for await (const msg of sub) {
     const env = readEnvelope(msg.headers);
     if (env?.type === "OrderAccepted") {
@@ -49,7 +50,8 @@ export async function runCoordinator(broker: Broker, pool: pg.Pool, opts: { cras
       const commandId = `reserve:${order.orderId}`;
       await inbox.handle(msg, (tx) => tx.query("INSERT INTO fulfillment_decisions (order_id, command_id, decided_at) VALUES ($1, $2, $3)", [order.orderId, commandId, Date.now()]));
       const cmd: ReserveInventory = { commandId, orderId: order.orderId, sku: order.sku, quantity: order.quantity };
-      await inventory.enqueue(cmd, { key: order.sku, headers: causedBy(env, { type: "ReserveInventory", kind: "command", messageId: commandId }) });
+      const job = await inventory.enqueue(cmd, { key: order.sku, headers: causedBy(env, { type: "ReserveInventory", kind: "command", messageId: commandId }) });
+      jobIds.push(job.id);
       sent++;
     }
     handled++;
@@ -58,7 +60,7 @@ export async function runCoordinator(broker: Broker, pool: pg.Pool, opts: { cras
     if (opts.crashAfter === undefined || handled < opts.crashAfter - 3) await msg.commit();
   }
   await sub.close();
-  return sent;
+  return { sent, jobIds };
 }
 
 export function createInventory(db: Database.Database, stock: Record<string, number>): void {
@@ -97,10 +99,10 @@ export function inventoryHandler(db: Database.Database, counters: InventoryCount
   };
 }
 
-/** Competing workers until the queue is empty, then the inventory outbox relayed to the topic. */
+/** Competing workers until the queue is empty (each handler's return value is kept as the job's result), then the inventory outbox relayed to the topic. */
 export async function runInventoryWorkers(broker: Broker, db: Database.Database, workers: number): Promise<InventoryCounters> {
   const counters: InventoryCounters = { handled: 0, duplicates: 0 };
-  const q: Queue<ReserveInventory> = broker.queue<ReserveInventory>(INVENTORY_QUEUE);
+  const q: Queue<ReserveInventory> = broker.queue<ReserveInventory>(INVENTORY_QUEUE, INVENTORY_CONFIG);
   const ac = new AbortController();
   const running = Array.from({ length: workers }, (_, i) => q.process(inventoryHandler(db, counters), { concurrency: 2, signal: ac.signal, consumerId: `inventory-${i}` }));
   try {

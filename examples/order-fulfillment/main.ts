@@ -7,7 +7,7 @@
  */
 import { existsSync, rmSync } from "node:fs";
 import type { Broker } from "sluice";
-import { check, INVENTORY_QUEUE, openSystem, TOPIC, untilCaughtUp, type System } from "./setup.js";
+import { check, INVENTORY_CONFIG, INVENTORY_QUEUE, openSystem, TOPIC, untilCaughtUp, type System } from "./setup.js";
 import { createOrdersSchema, orderSet, placeOrder, relayUntilEmpty } from "./checkout.js";
 import { notificationsGate, openMailbox, runAnalytics, runFraud, runNotifications } from "./consumers.js";
 import { createFulfillmentSchema, createInventory, runCoordinator, runInventoryWorkers } from "./fulfillment.js";
@@ -49,15 +49,20 @@ try {
   console.log("\n3. fulfillment: decisions, ReserveInventory commands, competing inventory workers");
   await createFulfillmentSchema(sys.pg);
   createInventory(db.inventory, { book: 40, lamp: 8, chair: 40 });
-  let commands = await runCoordinator(broker, sys.pg, { crashAfter: 12 }); // stops without committing its last 4
+  const crashed = await runCoordinator(broker, sys.pg, { crashAfter: 12 }); // stops without committing its last 4
   const caughtUp = untilCaughtUp(broker, "fulfillment");
-  commands += await runCoordinator(broker, sys.pg, { signal: caughtUp.signal });
+  const resumed = await runCoordinator(broker, sys.pg, { signal: caughtUp.signal });
   await caughtUp.done;
+  const commands = crashed.sent + resumed.sent;
   const inv = await runInventoryWorkers(broker, db.inventory, 3);
   const decisions = Number((await sys.pg.query("SELECT count(*) AS n FROM fulfillment_decisions")).rows[0].n);
   check(decisions === ORDERS, `coordinator recorded ${decisions} decisions (once each, though ${commands - ORDERS} orders came again after its crash)`);
   check(commands > ORDERS && inv.duplicates === commands - ORDERS, `workers handled ${inv.handled} commands; ${inv.duplicates} duplicates got the stored result`);
   check(count(db.inventory, "reservations") === ORDERS, "one reservation per order");
+  const lastJob = await broker.queue(INVENTORY_QUEUE, INVENTORY_CONFIG).getJob(resumed.jobIds.at(-1)!);
+  const kept = lastJob?.result as { commandId: string; reserved: boolean } | undefined;
+  const stored = kept && (db.inventory.prepare("SELECT result FROM reservations WHERE command_id = ?").get(kept.commandId) as { result: string } | undefined);
+  check(lastJob?.state === "completed" && stored?.result === JSON.stringify(kept), `job ${lastJob?.id} completed; its result (${kept?.commandId}, reserved: ${kept?.reserved}) is readable by id`);
   check(stockConsistent(db.inventory, orders), "stock fell by exactly the reserved quantities");
   check((await topicSize(broker)) === 2 * ORDERS, "each reservation outcome published once (InventoryReserved / InventoryRejected)");
 
@@ -110,7 +115,7 @@ try {
 async function freshStart(s: System): Promise<void> {
   if ((await s.broker.listTopics()).includes(TOPIC)) await s.broker.deleteTopic(TOPIC);
   await s.broker.createTopic(TOPIC, { partitions: 4 });
-  await s.broker.queue(INVENTORY_QUEUE).purge();
+  await s.broker.queue(INVENTORY_QUEUE, INVENTORY_CONFIG).purge();
   for (const n of SQLITE) for (const suffix of ["", "-wal", "-shm"]) if (existsSync(s.sqlitePath(n) + suffix)) rmSync(s.sqlitePath(n) + suffix);
 }
 
@@ -149,6 +154,6 @@ async function printSummary(broker: Broker): Promise<void> {
     const lag = await broker.groupLag(g, TOPIC);
     console.log(`  ${g.padEnd(15)} ${String(lag.totalRecords).padStart(11)}  ${String(lag.maxLagMs).padStart(6)}`);
   }
-  const s = await broker.queue(INVENTORY_QUEUE).stats();
+  const s = await broker.queue(INVENTORY_QUEUE, INVENTORY_CONFIG).stats();
   console.log(`  queue ${INVENTORY_QUEUE}: depth ${s.depth}, completed ${s.completed}, dead-lettered ${s.deadLettered}, oldest waiting ${s.oldestWaitingAgeMs} ms`);
 }

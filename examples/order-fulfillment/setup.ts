@@ -14,6 +14,8 @@ import { connect, openBroker, type Broker } from "sluice";
 
 export const TOPIC = "orders";
 export const INVENTORY_QUEUE = "inventory";
+/** The inventory queue keeps each command's result for an hour, readable by job id (`getJob`). */
+export const INVENTORY_CONFIG = { resultRetentionMs: 3_600_000, maxAttempts: 5 } as const;
 
 export interface System {
   broker: Broker;
