@@ -9,11 +9,16 @@ const emails = broker.queue<{ to: string; template: string }>("emails", {
   maxAttempts: 5,
   backoff: { type: "exponential", minDelayMs: 1_000, maxDelayMs: 60_000 },
   deadLetter: "emails.dlq",
+  dedupeWindowMs: 3_600_000, // a dedupeId repeated within an hour returns the first job's id
 });
 
-await emails.enqueue({ to: "ada@example.com", template: "welcome" }, { key: "ada", dedupeId: "welcome:ada" });
-await emails.enqueue({ to: "bob@example.com", template: "welcome" }, { key: "bob" });
-await emails.enqueue({ to: "nobody", template: "welcome" });
+const enqueued = [
+  await emails.enqueue({ to: "ada@example.com", template: "welcome" }, { key: "ada", dedupeId: "welcome:ada" }),
+  await emails.enqueue({ to: "bob@example.com", template: "welcome" }, { key: "bob" }),
+  await emails.enqueue({ to: "nobody", template: "welcome" }),
+];
+// Within the dedupe window a repeated dedupeId stores nothing: `duplicate`, with the first job's id.
+const fresh = enqueued.filter((r) => !r.duplicate).length;
 
 // Iterator form: leases, explicit settlement. At most `prefetch` unsettled jobs reach the loop.
 // An ack need not be awaited: the worker keeps at most `maxPendingSettlements` (default 1000)
@@ -29,7 +34,7 @@ for await (const job of emails.work({ prefetch: 8, signal: ac.signal })) {
     console.log(`sent ${job.data.template} to ${job.data.to} (attempt ${job.attempt})`);
     void job.ack(); // made durable in the background, many acks per fdatasync
   }
-  if (++handled === 3) ac.abort();
+  if (++handled === fresh) ac.abort();
 }
 
 // Callback form: return = ack, throw = retry with backoff, throw PermanentError = dead-letter.

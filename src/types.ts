@@ -262,8 +262,14 @@ export interface Broker {
   offsetForTimestamp(topic: string, partition: number, timestamp: number): Promise<number>;
   subscribe<T = unknown>(topic: string, opts: SubscribeOptions): Subscription<T>;
   resetGroup(group: string, topic: string, to: ResetTarget, opts?: { dryRun?: boolean }): Promise<ResetResult>;
-  /** A durable work queue (leases, ack/nack, retries, DLQ): see docs/queues.md. Created on first use. */
+  /**
+   * A durable work queue (leases, ack/nack, retries, DLQ): see docs/queues.md. With `config`
+   * the queue is declared: created if missing, its config stored at once. Without, it is
+   * created by its first write; reading one that does not exist raises QueueNotFoundError.
+   */
   queue<T = unknown>(name: string, config?: QueueConfig): Queue<T>;
+  /** Names of every queue (dead-letter queues included). */
+  listQueues(): Promise<string[]>;
   groupLag(group: string, topic: string): Promise<GroupLag>;
   /** Every consumer group with committed offsets or members now, per topic; `topic` narrows it. */
   listGroups(opts?: { topic?: string }): Promise<GroupListing[]>;

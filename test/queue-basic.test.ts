@@ -2,7 +2,7 @@
 import { FaultyFileSystem } from "../src/testing/faulty-fs.js";
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
-import { LeaseExpiredError, PermanentError, QueueFullError, ValidationError } from "../src/errors.js";
+import { LeaseExpiredError, PermanentError, QueueFullError, QueueNotFoundError, ValidationError } from "../src/errors.js";
 import type { Job } from "../src/queues/index.js";
 import { iter, nextJob, openManager, tempDir, waitFor } from "./fixtures/queue-helpers.js";
 
@@ -312,14 +312,15 @@ describe("dead letters, redrive, purge, delete", () => {
     let m = await openManager(dir);
     const q = m.queue("gone");
     await q.enqueue("old");
-    assert.deepEqual(await m.listQueues(), ["gone"]);
+    assert.deepEqual((await m.listQueues()).sort(), ["gone", "gone.dlq"], "a queue's dead-letter queue is created with it");
     await m.deleteQueue("gone");
-    assert.deepEqual(await m.listQueues(), []);
+    assert.deepEqual(await m.listQueues(), ["gone.dlq"]);
     await m.close();
     m = await openManager(dir);
     const q2 = m.queue("gone");
-    assert.equal((await q2.stats()).depth, 0);
+    await assert.rejects(q2.stats(), (e: unknown) => e instanceof QueueNotFoundError, "a deleted queue is not re-created by a read");
     await q2.enqueue("new");
+    assert.equal((await q2.stats()).depth, 1);
     const j = await nextJob(iter(q2.work()));
     assert.equal(j.data, "new");
     await m.close();

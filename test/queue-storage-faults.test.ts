@@ -114,7 +114,7 @@ for (const where of ["message log write", "journal fdatasync"] as const) {
 /** Flips one byte of the record holding `marker` in the queue's message log segment. */
 function damage(dir: string, marker: string): void {
   const root = join(dir, "queues");
-  const inc = readdirSync(root).find((n) => n.startsWith("q."))!;
+  const inc = readdirSync(root).find((n) => n.startsWith("q.") && !n.startsWith("q.dlq."))!; // not its dead-letter queue's
   const msgs = join(root, inc, "msgs");
   const seg = readdirSync(msgs).find((n) => n.endsWith(".log"))!;
   const path = join(msgs, seg);

@@ -124,6 +124,11 @@ test("HTTP: health, readiness, admin, JSON produce/consume, body limit; SIGTERM 
     assert.equal((await http(hp, "GET", "/v1/queues/web-jobs/jobs/424242")).status, 404);
     assert.equal((await http(hp, "GET", "/v1/queues/no-such-queue/jobs/0")).status, 404);
     assert.equal((await http(hp, "GET", "/v1/queues")).json.queues.includes("no-such-queue"), false, "reading a job creates no queue");
+    const typo = await http(hp, "GET", "/v1/queues/web-jbos/stats");
+    assert.equal(typo.status, 404);
+    assert.equal(typo.json.error.code, "QUEUE_NOT_FOUND");
+    assert.equal((await http(hp, "POST", "/v1/queues/web-jbos/purge")).status, 404);
+    assert.equal((await http(hp, "GET", "/v1/queues")).json.queues.includes("web-jbos"), false, "reading stats creates no queue");
     assert.equal((await http(hp, "POST", "/v1/queues/web-jobs/purge")).json.purged, 2);
     // A body larger than the limit is refused while streaming (no Content-Length).
     const big = await http(hp, "POST", "/v1/topics/web/records", undefined, { chunks: 64, chunkBytes: 16 * 1024 });

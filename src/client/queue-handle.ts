@@ -2,7 +2,7 @@
 /**
  * `broker.queue(name, config)` through a client: a `Queue<T>` with the embedded API. Enqueues
  * are idempotent requests (queue-enqueuer.ts); `work()` and `process()` run a `RemoteWorker`
- * (queue.ts); admin calls (stats, purge, redrive) are QUEUE_ADMIN requests.
+ * (queue.ts); admin calls (declare, stats, purge, redrive) are QUEUE_ADMIN requests.
  */
 import type { SchemaRegistry } from "../contracts/schemas.js";
 import { AbortedError, ProtocolError, ValidationError } from "../errors.js";
@@ -31,7 +31,12 @@ export class RemoteQueue<T> implements Queue<T> {
     private readonly config: QueueConfig | undefined,
     /** `deliveryTimeoutMs`: how long an enqueue is retried (default ENQUEUE_DELIVERY_TIMEOUT_MS); `schemas` checked before sending. */
     private readonly opts: { deliveryTimeoutMs?: number; schemas?: SchemaRegistry } = {},
-  ) {}
+  ) {
+    // A handle with a config declares the queue now, as the embedded one does. Every request of
+    // this handle carries the config too, so a declaration that fails here (connection lost,
+    // invalid config) is reported by the handle's next operation, and this one is not awaited.
+    if (config !== undefined) this.transport.request(Op.QueueAdmin, { ...this.meta(), action: "declare" }, null, { retry: true }).catch(() => {});
+  }
 
   private meta(): { queue: string; config?: QueueConfig } {
     return this.config === undefined ? { queue: this.name } : { queue: this.name, config: this.config };

@@ -5,7 +5,7 @@
  * (policy: workers, dispatch, the failure rules) per open queue, and hands out `Queue<T>`
  * handles (`EmbeddedQueue`) that open their queue lazily.
  */
-import { BrokerClosedError, ValidationError } from "../errors.js";
+import { BrokerClosedError, QueueNotFoundError, ValidationError } from "../errors.js";
 import { systemClock, type Clock } from "../observability/telemetry.js";
 import type { EnqueueOutcome, QueueStore, StoredQueue } from "../store/queue-store.js";
 import { MAX_BATCH_ITEMS, resolveQueueConfig, validateQueueName } from "./config.js";
@@ -53,8 +53,11 @@ export class QueueManager implements QueueHostApi {
   readonly schemas: SchemaRegistry | null;
 
   /**
-   * Returns a handle; nothing is opened or created until its first operation. `config`, when
-   * given, is validated now (ValidationError) and stored as the queue's config on first use.
+   * Returns a handle. With `config` the queue is declared: validated now (ValidationError),
+   * then created if missing and its config stored at once, in the background (a storage
+   * failure surfaces at the handle's first operation). Without `config` nothing is created
+   * until the first write (enqueue, work, process); reads (stats, purge, redrive, getJob) of a
+   * queue that does not exist create nothing.
    */
   queue<T = unknown>(name: string, config?: QueueConfig): EmbeddedQueue<T> {
     validateQueueName(name);
@@ -77,7 +80,14 @@ export class QueueManager implements QueueHostApi {
     const p: Promise<QueueRuntime> =
       cached !== undefined
         ? opened.then(() => cached)
-        : opened.then((stored) => new QueueRuntime(stored, this.random, () => this.clock.now()));
+        : opened.then(async (stored) => {
+            const rt = new QueueRuntime(stored, this.random, () => this.clock.now());
+            // A queue's dead-letter queue exists with it: its stats (and alerts on its depth)
+            // read 0 before the first failure instead of "not found".
+            const dl = rt.settings.deadLetter;
+            if (!implicit && dl !== null) await this.runtime(dl, undefined, true);
+            return rt;
+          });
     this.runtimes.set(name, p);
     p.catch(() => {
       if (this.runtimes.get(name) === p) this.runtimes.delete(name);
@@ -122,19 +132,46 @@ export class QueueManager implements QueueHostApi {
 
 /** The embedded `Queue<T>`: a thin handle resolving its runtime lazily. */
 export class EmbeddedQueue<T> implements HostQueue<T> {
-  private configApplied = false;
+  /** The declaration with `config` while pending (null once stored, or when there is no config). */
+  private declared: Promise<QueueRuntime> | null = null;
+  private configStored: boolean;
   constructor(
     private readonly mgr: QueueManager,
     readonly name: string,
     private readonly config: QueueConfig | undefined,
-  ) {}
+  ) {
+    this.configStored = config === undefined;
+    // A declared queue exists, with its config, from now on: not from its first operation.
+    if (config !== undefined) this.declared = this.declare();
+  }
+
+  private declare(): Promise<QueueRuntime> {
+    const p = this.mgr.runtime(this.name, this.config);
+    // Handled here so that a handle never used cannot raise an unhandled rejection; a failed
+    // declaration is tried again by the next operation, which reports its error.
+    p.then(
+      () => {
+        this.configStored = true;
+        this.declared = null;
+      },
+      () => {
+        if (this.declared === p) this.declared = null;
+      },
+    );
+    return p;
+  }
 
   private runtime(): Promise<QueueRuntime> {
-    if (!this.configApplied && this.config !== undefined) {
-      this.configApplied = true;
-      return this.mgr.runtime(this.name, this.config);
-    }
-    return this.mgr.runtime(this.name);
+    if (this.configStored) return this.mgr.runtime(this.name);
+    return this.declared ?? (this.declared = this.declare());
+  }
+
+  /** For reads: the runtime if the queue exists (or this handle declared it), never creating one. */
+  private async existing(): Promise<QueueRuntime> {
+    if (this.config !== undefined) return this.runtime();
+    const rt = await this.mgr.existingRuntime(this.name);
+    if (rt === null) throw new QueueNotFoundError(this.name);
+    return rt;
   }
 
   async enqueue(data: T & PublishValue, opts: EnqueueOptions = {}): Promise<EnqueueResult> {
@@ -152,7 +189,7 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
     const max = rt.settings.maxMessageBytes;
     const now = rt.now();
     const r = await rt.stored.enqueue(
-      items.map((it) => prepareItem(it, max, now)),
+      items.map((it) => prepareItem(it, max, rt.settings.dedupeWindowMs, now)),
       { signal: opts.signal },
     );
     return results(r);
@@ -180,7 +217,7 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
       try {
         for (let k = 0; k < counts[c]; k++) {
           const it = items[i + k];
-          jobs.push(prepareRaw(it.value, it.valueKind, it.opts, max, now));
+          jobs.push(prepareRaw(it.value, it.valueKind, it.opts, max, rt.settings.dedupeWindowMs, now));
         }
         starts[c] = from;
       } catch (e) {
@@ -223,23 +260,23 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
   async stats(): Promise<QueueStats> {
     const y = statsYield.turn();
     if (y !== null) await y;
-    return (await this.runtime()).stored.stats();
+    return (await this.existing()).stored.stats();
   }
 
   async purge(): Promise<number> {
-    return (await this.runtime()).stored.purge();
+    return (await this.existing()).stored.purge();
   }
 
   async redrive(opts: RedriveOptions = {}): Promise<RedriveResult> {
     if (opts.target !== undefined) validateQueueName(opts.target);
     // Targets are opened by the engine through `peer` (created implicitly when missing).
-    return (await this.runtime()).stored.redrive(opts);
+    return (await this.existing()).stored.redrive(opts);
   }
 
   async getJob(id: string): Promise<JobInfo<T> | null> {
     if (typeof id !== "string") throw new ValidationError("getJob(id) needs the job's id (a string)");
-    // A read: a queue that does not exist is not created (nor is this handle's config applied).
-    const rt = await this.mgr.existingRuntime(this.name);
+    // A read: a queue that does not exist is not created (a declaring handle created it already).
+    const rt = this.config !== undefined ? await this.runtime() : await this.mgr.existingRuntime(this.name);
     if (rt === null) return null;
     const s = await rt.stored.getJob(id);
     return s === null ? null : toJobInfo<T>(s);

@@ -15,13 +15,13 @@ import type { EnqueueItem } from "./types.js";
 export type EnqueueItemOptions = Omit<EnqueueItem, "data">;
 
 /** A user's enqueue item (value of any kind). */
-export function prepareItem(item: EnqueueItem, maxMessageBytes: number, now: number): NewJob {
+export function prepareItem(item: EnqueueItem, maxMessageBytes: number, dedupeWindowMs: number, now: number): NewJob {
   const { value, valueKind } = prepareValue(item.data);
-  return prepareRaw(value, valueKind, item, maxMessageBytes, now);
+  return prepareRaw(value, valueKind, item, maxMessageBytes, dedupeWindowMs, now);
 }
 
 /** A job whose value is already bytes of a known kind (the network server stores the client's encoding as is). */
-export function prepareRaw(value: Buffer | null, valueKind: ValueKind, item: EnqueueItemOptions, maxMessageBytes: number, now: number): NewJob {
+export function prepareRaw(value: Buffer | null, valueKind: ValueKind, item: EnqueueItemOptions, maxMessageBytes: number, dedupeWindowMs: number, now: number): NewJob {
   let key: string | null = null;
   if (item.key !== undefined && item.key !== null) {
     if (typeof item.key !== "string") throw new ValidationError("key must be a string");
@@ -44,6 +44,8 @@ export function prepareRaw(value: Buffer | null, valueKind: ValueKind, item: Enq
     if (typeof item.dedupeId !== "string" || item.dedupeId.length === 0 || Buffer.byteLength(item.dedupeId) > MAX_DEDUPE_ID_BYTES)
       throw new ValidationError(`dedupeId must be a non-empty string of at most ${MAX_DEDUPE_ID_BYTES} bytes`);
     if (item.dedupeId.startsWith(SYSTEM_DEDUPE_PREFIX)) throw new ValidationError(`dedupeId prefix "${SYSTEM_DEDUPE_PREFIX}" is reserved`);
+    // Without a window a dedupeId would be silently ignored and the job stored twice.
+    if (dedupeWindowMs <= 0) throw new ValidationError("dedupeId needs the queue's dedupeWindowMs > 0 (declare the queue with it: broker.queue(name, { dedupeWindowMs }))");
     dedupeId = item.dedupeId;
   }
   const record: PreparedRecord = { key: key === null ? null : Buffer.from(key, "utf8"), value, valueKind, timestamp: now, headers: prepareHeaders(item.headers) };

@@ -162,6 +162,12 @@ async function admin(s: Session, f: Frame): Promise<Reply> {
   }
   const q = s.queueFor(m);
   switch (m.action) {
+    case "declare":
+      // A handle with a config was created: the queue exists with that config from now on
+      // (a declaring handle's stats wait for its config to be stored).
+      if (m.config === undefined || m.config === null) throw new ValidationError("declare needs a config");
+      await q.stats();
+      return EMPTY;
     case "stats":
       return { meta: { stats: await q.stats() } };
     case "purge":

@@ -6,7 +6,8 @@
  *
  * The tests live by area in conformance-topics.ts, conformance-produce.ts,
  * conformance-groups.ts, conformance-commits.ts, conformance-replay.ts, conformance-queues.ts
- * and conformance-queue-results.ts (shared helpers: conformance-helpers.ts).
+ * conformance-queue-results.ts and conformance-queue-declare.ts (shared helpers:
+ * conformance-helpers.ts).
  * Rules for them: they only use the public `Broker` interface and error classes; every test
  * uses its own topic and group names (a factory may hand out the same broker repeatedly);
  * waits are conditions with deadlines, never sleeps.
@@ -26,6 +27,7 @@ import { commitTests } from "./conformance-commits.js";
 import { replayTests } from "./conformance-replay.js";
 import { produceTests } from "./conformance-produce.js";
 import { queueResultTests } from "./conformance-queue-results.js";
+import { queueDeclareTests } from "./conformance-queue-declare.js";
 import { queueTests } from "./conformance-queues.js";
 import { topicTests } from "./conformance-topics.js";
 
@@ -58,4 +60,5 @@ export function defineConformanceSuite(name: string, factory: () => Promise<Conf
   replayTests(t);
   queueTests(t);
   queueResultTests(t);
+  queueDeclareTests(t);
 }

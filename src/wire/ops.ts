@@ -161,7 +161,7 @@ export const OPS = {
     wireName: "QUEUE_ADMIN",
     kind: "request",
     retry: "caller",
-    request: "{queue, config?, action: stats|purge|redrive|delete, opts?} or {action: list}",
+    request: "{queue, config?, action: declare|stats|purge|redrive|delete, opts?} or {action: list}",
     response: "{stats} | {purged} | {result} | {} | {queues}",
   },
   PushJobs: {

@@ -97,10 +97,12 @@ export class QueueInstance {
   get settings(): QueueSettings {
     return this._settings;
   }
-  /** The stored config changed: retention applies at once, log sizes on reopen. */
+  /** The stored config changed: retention and the dedupe window apply at once, log sizes on reopen. */
   set settings(s: QueueSettings) {
     this._settings = s;
     if (this.st !== undefined) this.st.retained.retentionMs = s.resultRetentionMs;
+    // A window set on an open queue must dedupe the very next enqueue, as it would after a reopen.
+    if (this.enqueuer !== undefined) this.enqueuer.dedupe.setWindow(s.dedupeWindowMs);
   }
 
   static async open(o: InstanceOptions): Promise<QueueInstance> {
