@@ -217,6 +217,18 @@ test("hot-path counters per partition, skew, retained bytes, disk space, rebalan
     } finally {
       await sub.close();
     }
+    // A subscription commits through the counting view of the engine like through the engine.
+    {
+      await using readers = b.subscribe<string>("hot", { group: "readers", start: "earliest" });
+      let n = 0;
+      for await (const msg of readers) {
+        await msg.commit();
+        if (++n === 12) break;
+      }
+    }
+    const m = await scrape(registry);
+    for (const p of [0, 1, 2, 3]) assert.equal(get(m, METRICS.groupLagRecords, { group: "readers", topic: "hot", partition: p }), 0);
+    assert.equal(m.get(key(METRICS.commitFailures, { group: "readers", topic: "hot" })), undefined);
   } finally {
     await b.close();
   }
@@ -259,6 +271,23 @@ test("label sets are capped: groups x partitions and queues beyond the caps are 
   }
 });
 
+test("past the collection budget a scrape starts no further group or queue, and counts them as dropped", async () => {
+  using tmp = tempDir();
+  const { b, registry } = await open(tmp.dir, new ManualClock(), { collectBudgetMs: 0 });
+  try {
+    await b.createTopic("t", { partitions: 3 });
+    await b.resetGroup("g1", "t", "earliest");
+    await b.resetGroup("g2", "t", "earliest");
+    await b.queue("q1").enqueue("j");
+    const m = await scrape(registry);
+    assert.equal([...m.keys()].filter((k) => k.startsWith(METRICS.groupLagRecords.name) || k.startsWith(METRICS.queueDepth.name)).length, 0);
+    assert.equal(get(m, METRICS.seriesDropped), 2 * 3 + 1);
+    assert.equal(get(m, METRICS.retainedBytes, { topic: "t", partition: 2 }), 0, "topics are still described");
+  } finally {
+    await b.close();
+  }
+});
+
 test("scrape time stays bounded with many groups and queues", async () => {
   using tmp = tempDir();
   const clock = new ManualClock();
@@ -275,6 +304,7 @@ test("scrape time stays bounded with many groups and queues", async () => {
     assert.equal(get(m, METRICS.groupLagRecords, { group: "group-7", topic: "t", partition: 3 }), 93);
     assert.equal(get(m, METRICS.seriesDropped), 0, "1600 group x partition sets are within the default cap");
     assert.ok(tookMs < 3000, `scrape of 200 groups x 8 partitions and 50 queues took ${tookMs.toFixed(0)} ms`);
+    assert.ok(get(m, METRICS.collectDuration) < 3);
   } finally {
     await b.close();
   }

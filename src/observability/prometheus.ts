@@ -9,7 +9,7 @@
  * Embedded: `openBroker({ dataDir, metrics: { registry } })`; server: `sluice serve` serves the
  * registry on `GET /metrics` of its HTTP port. See docs/metrics.md.
  */
-import { Counter, Gauge, Histogram, type Registry } from "prom-client";
+import { Counter, Gauge, Histogram, type LabelValues, type Registry } from "prom-client";
 import { ValidationError } from "../errors.js";
 import { METRICS, type MetricDef } from "./metrics.js";
 import type { Logger, MetricLabels, MetricsSink } from "./telemetry.js";
@@ -27,12 +27,8 @@ export interface PrometheusOptions extends CollectorLimits {
 
 type AnyMetric = Counter<string> | Gauge<string> | Histogram<string>;
 
-/** prom-client wants string label values. */
-function labelValues(labels: MetricLabels): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const k in labels) out[k] = String(labels[k]);
-  return out;
-}
+/** prom-client takes string and number label values as they are (no copy on the hot path). */
+const labelValues = (labels: MetricLabels): LabelValues<string> => labels as LabelValues<string>;
 
 /**
  * A MetricsSink writing to prom-client metrics, built from METRICS. Created unregistered;
