@@ -125,7 +125,14 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     const exporter = opts.metrics ? (await import("../observability/prometheus.js")).brokerExporter(opts.metrics, opts.telemetry?.metrics) : null;
     const b = new EmbeddedBroker(exporter ? { ...opts, telemetry: { ...opts.telemetry, metrics: exporter.sink } } : opts);
     await b.engine.open();
-    if (exporter) b.detachMetrics = exporter.attach(b, b.logger);
+    if (exporter) {
+      try {
+        b.detachMetrics = exporter.attach(b, b.logger);
+      } catch (e) {
+        await b.engine.close(); // another broker took the registry meanwhile
+        throw e;
+      }
+    }
     // Queues reach storage only through the engine's queue store.
     b.queues = new QueueManager({ store: b.engine.queues, clock: b.telemetry.clock, schemas: opts.schemas });
     const every = opts.retentionCheckIntervalMs ?? 5 * 60_000;
