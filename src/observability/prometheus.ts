@@ -7,7 +7,8 @@
  * collect callback per scrape (broker-collector.ts), so nothing polls on a timer.
  *
  * Embedded: `openBroker({ dataDir, metrics: { registry } })`; server: `sluice serve` serves the
- * registry on `GET /metrics` of its HTTP port. See docs/metrics.md.
+ * registry on `GET /metrics` of its HTTP port. Published as `sluice/metrics` (loaded only by
+ * those who use it, with prom-client). See docs/metrics.md.
  */
 import { Counter, Gauge, Histogram, type LabelValues, type Registry } from "prom-client";
 import { ValidationError } from "../errors.js";
@@ -19,6 +20,9 @@ import { BrokerCollector, type CollectorLimits, type CollectSource, type Sample 
 export const SECONDS_BUCKETS: readonly number[] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 /** Sizes: 64 B to 64 MiB, by powers of 4. */
 export const BYTES_BUCKETS: readonly number[] = [64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864];
+
+export { METRICS, type MetricDef } from "./metrics.js";
+export type { CollectorLimits } from "./broker-collector.js";
 
 export interface PrometheusOptions extends CollectorLimits {
   /** The prom-client registry to register the broker's metrics on (one broker per registry). */
