@@ -6,7 +6,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -84,13 +84,32 @@ function http(
   });
 }
 
+function httpText(port: number, path: string): Promise<{ status: number; contentType: string; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: "127.0.0.1", port, method: "GET", path }, (res) => {
+      let text = "";
+      res.setEncoding("utf8");
+      res.on("data", (c: string) => (text += c));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, contentType: String(res.headers["content-type"] ?? ""), text }));
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
 test("HTTP: health, readiness, admin, JSON produce/consume, body limit; SIGTERM shuts down gracefully", { timeout: 60_000 }, async () => {
   const dir = tmp();
   let server = await spawnServer(["--data", dir, "--port", "0", "--http-port", "0", "--log-level", "warn", "--max-body-bytes", "65536"]);
   try {
     const hp = server.httpPort!;
-    assert.deepEqual(await http(hp, "GET", "/healthz"), { status: 200, json: { status: "ok" } });
-    assert.equal((await http(hp, "GET", "/readyz")).status, 200);
+    const health = await http(hp, "GET", "/healthz");
+    assert.equal(health.status, 200);
+    const version = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")).version;
+    assert.deepEqual({ ...health.json, uptimeSeconds: 0 }, { status: "ok", version, pid: server.proc.pid, dataDir: dir, uptimeSeconds: 0 });
+    assert.ok(Number.isInteger(health.json.uptimeSeconds) && health.json.uptimeSeconds >= 0);
+    const ready = await http(hp, "GET", "/readyz");
+    assert.equal(ready.status, 200);
+    assert.equal(ready.json.version, version);
     assert.equal((await http(hp, "POST", "/v1/topics", { name: "web", config: { partitions: 2 } })).status, 201);
     assert.equal((await http(hp, "POST", "/v1/topics", { name: "web" })).json.error.code, "TOPIC_EXISTS");
     assert.equal((await http(hp, "POST", "/v1/topics", { name: "../evil" })).status, 400);
@@ -111,6 +130,13 @@ test("HTTP: health, readiness, admin, JSON produce/consume, body limit; SIGTERM 
     assert.equal(cons.json.records[0].headers.src, "http");
     assert.deepEqual(cons.json.records[1].value, { base64: Buffer.from("raw").toString("base64") });
     assert.equal(cons.json.nextOffset, 2);
+    // sluice serve exposes Prometheus metrics: the broker's and the process's.
+    const scrape = await httpText(hp, "/metrics");
+    assert.equal(scrape.status, 200);
+    assert.match(scrape.contentType, /^text\/plain/);
+    assert.match(scrape.text, /^sluice_records_appended_total\{topic="web",partition="1"\} 2$/m);
+    assert.match(scrape.text, /^sluice_partition_high_watermark\{topic="web",partition="1"\} 2$/m);
+    assert.match(scrape.text, /^process_cpu_user_seconds_total /m);
     assert.equal((await http(hp, "GET", "/v1/topics/nope")).status, 404);
     assert.equal((await http(hp, "GET", "/v1/groups/g/topics/web/lag")).json.totalRecords, 2);
     assert.equal((await http(hp, "POST", "/v1/groups/g/topics/web/reset", { to: "latest", dryRun: true })).json.dryRun, true);

@@ -46,7 +46,7 @@ test("metrics reach the sink: appended records, append and fdatasync durations, 
   try {
     await b.createTopic("m", { partitions: 1 });
     await b.publishBatch("m", [{ value: "a" }, { value: "b" }, { value: "c" }]);
-    assert.equal(metrics.counts.get(`${METRICS.appendedRecords.name}{"topic":"m"}`), 3);
+    assert.equal(metrics.counts.get(`${METRICS.appendedRecords.name}{"topic":"m","partition":0}`), 3);
     const appendLat = metrics.observations.get(METRICS.appendDuration.name) ?? [];
     assert.equal(appendLat.length, 1, "one append, one observation");
     assert.ok(appendLat[0] >= 0 && appendLat[0] < 60, `append latency in seconds: ${appendLat[0]}`);

@@ -17,6 +17,9 @@ import { GroupCoordinator } from "../streams/group-coordinator.js";
 import { QueueManager } from "../queues/index.js";
 import type { QueueConfig } from "../queues/types.js";
 import type { HostQueue } from "../queues/host-api.js";
+import type { QueueStats } from "../queues/types.js";
+import type { PrometheusOptions } from "../observability/prometheus.js";
+import { countCommitFailures } from "../observability/commit-failures.js";
 import { toConsumed } from "../streams/records.js";
 import { GroupSubscription } from "../streams/subscription.js";
 import type { BrokerHost, EncodedAppend, MemberListener, MemberSubscription } from "./host.js";
@@ -72,6 +75,13 @@ export interface BrokerOptions {
    * value before anything is written, and refuse with `SchemaViolationError` naming the field.
    */
   schemas?: SchemaRegistry;
+  /**
+   * Prometheus metrics (docs/metrics.md): every broker metric is registered on
+   * `metrics.registry` (a prom-client Registry, one broker per registry), the scrape-time ones
+   * (lag, headroom, queue depth, disk space...) computed when it is read. Caps on the exported
+   * label sets can be given here too. Removed from the registry on close().
+   */
+  metrics?: PrometheusOptions;
 }
 
 const MAX_FETCH_BYTES = 64 * 1024 * 1024;
@@ -93,6 +103,9 @@ export class EmbeddedBroker implements Broker, BrokerHost {
   /** Makes calls that may complete without waiting yield now and then (turn-yield.ts). */
   private readonly yielder = new TurnYield();
   private readonly schemas: SchemaRegistry | null;
+  /** What subscriptions commit through: the engine, counting failed commits per group. */
+  private readonly groupEngine: StorageEngine;
+  private detachMetrics: (() => void) | null = null;
 
   private constructor(opts: BrokerOptions) {
     this.telemetry = telemetry({ ...opts.telemetry, logger: opts.logger ?? opts.telemetry?.logger });
@@ -102,13 +115,24 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     this.engine = opts.engine ?? new DiskEngine({ dataDir: this.dataDir, fs: this.fs, telemetry: this.telemetry });
     this.publisher = new Publisher(this.engine, () => this.closed);
     this.schemas = opts.schemas ?? null;
+    this.groupEngine = countCommitFailures(this.engine, this.telemetry.metrics);
   }
 
   static async open(opts: BrokerOptions): Promise<EmbeddedBroker> {
     if (!opts || (opts.engine === undefined && (typeof opts.dataDir !== "string" || opts.dataDir.length === 0)))
       throw new ValidationError("openBroker needs a dataDir (or an engine)");
-    const b = new EmbeddedBroker(opts);
+    // prom-client is loaded only when metrics are asked for.
+    const exporter = opts.metrics ? (await import("../observability/prometheus.js")).brokerExporter(opts.metrics, opts.telemetry?.metrics) : null;
+    const b = new EmbeddedBroker(exporter ? { ...opts, telemetry: { ...opts.telemetry, metrics: exporter.sink } } : opts);
     await b.engine.open();
+    if (exporter) {
+      try {
+        b.detachMetrics = exporter.attach(b, b.logger);
+      } catch (e) {
+        await b.engine.close(); // another broker took the registry meanwhile
+        throw e;
+      }
+    }
     // Queues reach storage only through the engine's queue store.
     b.queues = new QueueManager({ store: b.engine.queues, clock: b.telemetry.clock, schemas: opts.schemas });
     const every = opts.retentionCheckIntervalMs ?? 5 * 60_000;
@@ -249,7 +273,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
   private join<T>(topic: string, opts: SubscribeOptions, listener?: MemberListener): GroupSubscription<T> {
     this.check();
     if (!opts || typeof opts.group !== "string") throw new ValidationError("subscribe needs { group }");
-    const sub = new GroupSubscription<T>({ engine: this.engine, coordinator: this.coordinator, logger: this.logger, onClose: (s) => this.subs.delete(s) }, topic, opts, listener);
+    const sub = new GroupSubscription<T>({ engine: this.groupEngine, coordinator: this.coordinator, logger: this.logger, onClose: (s) => this.subs.delete(s) }, topic, opts, listener);
     this.subs.add(sub as GroupSubscription<unknown>);
     return sub;
   }
@@ -358,6 +382,13 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     return this.queues.queue<T>(name, config);
   }
 
+  /** @internal For scrape-time metrics: a queue's stats and its dead-letter queue. */
+  async queueMetrics(name: string): Promise<{ stats: QueueStats; deadLetter: string | null }> {
+    this.check();
+    const rt = await this.queues.runtime(name);
+    return { stats: await rt.stored.stats(), deadLetter: rt.settings.deadLetter };
+  }
+
   async listQueues(): Promise<string[]> {
     this.check();
     await this.yielder.turn();
@@ -379,6 +410,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     if (!this.closing) {
       this.closing = (async () => {
         if (this.retentionTimer) clearInterval(this.retentionTimer);
+        this.detachMetrics?.();
         for (const s of [...this.subs]) await s.close();
         this.closed = true;
         // Publishes accepted before close() are appended and answered first.

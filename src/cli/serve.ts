@@ -184,7 +184,11 @@ export async function serveCommand(argv: string[]): Promise<void> {
   process.on("unhandledRejection", (err: unknown) => {
     logger.error({ err, stack: (err as Error)?.stack }, "unhandled promise rejection (a bug); the server keeps running");
   });
-  const broker = await openBroker({ dataDir: cfg.data, logger });
+  // Prometheus metrics on GET /metrics: the broker's (docs/metrics.md) and the process's.
+  const { Registry, collectDefaultMetrics } = await import("prom-client");
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  const broker = await openBroker({ dataDir: cfg.data, logger, metrics: { registry } });
   let server;
   try {
     server = await startServer({
@@ -196,6 +200,8 @@ export async function serveCommand(argv: string[]): Promise<void> {
       maxBodyBytes: cfg.maxBodyBytes,
       limits: { maxFrameBytes: cfg.maxFrameBytes, defaultSessionTimeoutMs: cfg.sessionTimeoutMs },
       logger,
+      metrics: registry,
+      dataDir: cfg.data,
     });
   } catch (err) {
     await broker.close();

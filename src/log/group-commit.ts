@@ -96,7 +96,7 @@ export class LogWriter {
   ) {
     this.clock = st.ctx.telemetry.clock;
     this.slots = new SyncSlots(st.ctx.fs, MAX_CONCURRENT_SYNCS);
-    this.labels = { topic: st.ctx.topic };
+    this.labels = { topic: st.ctx.topic, partition: st.ctx.partition };
   }
 
   /**
@@ -475,12 +475,15 @@ export class LogWriter {
     const metrics = this.st.ctx.telemetry.metrics;
     const now = this.st.publishedAtMs;
     let records = 0;
+    let bytes = 0;
     for (const it of items) {
       records += it.count;
+      bytes += it.buf.length;
       metrics.observe(METRICS.appendDuration.name, (now - it.queuedAt) / 1000, this.labels);
       it.resolve({ baseOffset: it.baseOffset, duplicate: false, synced });
     }
     metrics.count(METRICS.appendedRecords.name, records, this.labels);
+    metrics.count(METRICS.appendedBytes.name, bytes, this.labels);
     this.st.wakeWaiters();
   }
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * HTTP port: health (`/healthz` liveness, `/readyz` readiness), admin and simple JSON
+ * HTTP port: health (`/healthz` liveness, `/readyz` readiness), Prometheus `/metrics`, admin and simple JSON
  * produce/consume for callers without the client. Request bodies are limited while they
  * stream in (Content-Length is checked first; a body that grows past `maxBodyBytes` is cut off
  * with 413), so a large or endless upload never sits in memory. Every route is one entry of
@@ -18,6 +18,24 @@ export interface HttpOptions {
   maxBodyBytes: number;
   isReady(): boolean;
   stats(): Record<string, unknown>;
+  /** What the probes report besides their status: version, pid, data dir, uptime. */
+  info(): Record<string, unknown>;
+  /** `GET /metrics` in the Prometheus text format (a prom-client Registry); absent: 404. */
+  metrics?: MetricsEndpoint;
+}
+
+/** The part of a prom-client Registry the `/metrics` route needs. */
+export interface MetricsEndpoint {
+  readonly contentType: string;
+  metrics(): Promise<string>;
+}
+
+/** A reply that is not JSON (the Prometheus exposition). */
+class TextReply {
+  constructor(
+    readonly contentType: string,
+    readonly text: string,
+  ) {}
 }
 
 /** The status of a failed request: the error class's (src/errors.ts); a non-sluice error is
@@ -147,8 +165,9 @@ interface Route {
 const body = async (c: RouteContext): Promise<Record<string, unknown>> => (await readBody(c.req, c.opts.maxBodyBytes)) as Record<string, unknown>;
 
 const ROUTES: Route[] = [
-  { method: "*", path: "/healthz", handler: () => [200, { status: "ok" }] },
-  { method: "*", path: "/readyz", handler: (c) => (c.opts.isReady() ? [200, { status: "ready" }] : [503, { status: "not ready" }]) },
+  { method: "*", path: "/healthz", handler: (c) => [200, { status: "ok", ...c.opts.info() }] },
+  { method: "*", path: "/readyz", handler: (c) => (c.opts.isReady() ? [200, { status: "ready", ...c.opts.info() }] : [503, { status: "not ready", ...c.opts.info() }]) },
+  { method: "*", path: "/metrics", handler: metricsText },
   { method: "*", path: "/v1/stats", handler: (c) => [200, c.opts.stats()] },
   { method: "GET", path: "/v1/topics", handler: async (c) => [200, { topics: await c.broker.listTopics() }] },
   { method: "POST", path: "/v1/topics", handler: createTopic },
@@ -168,6 +187,12 @@ const ROUTES: Route[] = [
   { method: "GET", path: "/v1/groups", handler: async (c) => [200, { groups: await c.broker.listGroups() }] },
   { method: "POST", path: "/v1/groups/:group/topics/:topic/reset", handler: resetGroup },
 ];
+
+async function metricsText(c: RouteContext): Promise<Reply> {
+  const m = c.opts.metrics;
+  if (m === undefined) throw new NotFoundError("metrics are not enabled on this server");
+  return [200, new TextReply(m.contentType, await m.metrics())];
+}
 
 async function createTopic(c: RouteContext): Promise<Reply> {
   const b = await body(c);
@@ -291,7 +316,10 @@ export function createHttpServer(opts: HttpOptions): Server {
       const found = findRoute(method, url);
       if (found === null) throw new NotFoundError(`no route for ${method} ${url.pathname}`);
       const [status, reply] = await found.route.handler({ broker, opts, req, url, params: found.params });
-      send(res, status, reply);
+      if (reply instanceof TextReply) {
+        res.writeHead(status, { "content-type": reply.contentType, "content-length": Buffer.byteLength(reply.text) });
+        res.end(reply.text);
+      } else send(res, status, reply);
     } catch (err) {
       const status = statusFor(err);
       const wire = errorToWire(err);

@@ -11,11 +11,13 @@ import { Connection, type SharedBudget } from "./connection.js";
 import { telemetry as makeTelemetry, type Logger, type Telemetry } from "../observability/telemetry.js";
 import { DEFAULT_HOST, DEFAULT_LIMITS, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS } from "./limits.js";
 import type { ConnectionLimits } from "./session.js";
-import { createHttpServer } from "./http.js";
+import { createHttpServer, type MetricsEndpoint } from "./http.js";
+import { sluiceVersion } from "../observability/build-info.js";
 
 export { DEFAULT_LIMITS } from "./limits.js";
 export type { Logger } from "../observability/telemetry.js";
 export type { ConnectionLimits } from "./session.js";
+export type { MetricsEndpoint } from "./http.js";
 export type { BrokerHost, StreamHost, MemberListener, MemberSubscription, EncodedAppend } from "../broker/host.js";
 
 export interface ServerOptions {
@@ -34,6 +36,13 @@ export interface ServerOptions {
   logger?: Logger;
   /** Logger, metrics sink and clock for the server's connections (no-op defaults). */
   telemetry?: Partial<Telemetry>;
+  /**
+   * Served on `GET /metrics` of the HTTP port in the Prometheus text format: a prom-client
+   * Registry (e.g. the one given to `openBroker({ metrics: { registry } })`). Absent: 404.
+   */
+  metrics?: MetricsEndpoint;
+  /** The broker's data directory, reported by `/healthz` and `/readyz` (default: not reported). */
+  dataDir?: string;
 }
 
 export interface ServerHandle {
@@ -64,6 +73,7 @@ function listen(server: NetServer | HttpServer, port: number, host: string): Pro
 }
 
 export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
+  const startedAt = performance.now();
   const tel = makeTelemetry({ ...opts.telemetry, logger: opts.logger ?? opts.telemetry?.logger });
   const logger = tel.logger;
   const host = opts.host ?? DEFAULT_HOST;
@@ -93,6 +103,8 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
       maxBodyBytes: opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES,
       isReady: () => !closing,
       stats: () => ({ connections: connections.size }),
+      info: () => ({ version: sluiceVersion(), pid: process.pid, dataDir: opts.dataDir ?? null, uptimeSeconds: Math.round((performance.now() - startedAt) / 1000) }),
+      metrics: opts.metrics,
     });
     try {
       httpPort = await listen(http, opts.httpPort ?? 7071, host);
