@@ -87,11 +87,7 @@ async function records(cache: PayloadCache, log: PartitionLog, offs: readonly nu
 
 export async function browseJobs(st: JobState, cache: PayloadCache, log: PartitionLog, req: StoredBrowseRequest): Promise<StoredBrowsePage> {
   const { picked, next } = pick(st, req);
-  const recs = await records(
-    cache,
-    log,
-    picked.map((p) => p.off),
-  );
+  const recs = await records(cache, log, picked.map((p) => p.off));
   const jobs: StoredBrowsedJob[] = [];
   for (const p of picked) {
     const r = recs.get(p.off);
