@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // SPDX-License-Identifier: Apache-2.0
 /**
- * `sluice <command>`: one module per command group (topics.ts, groups.ts, queues.ts, pub.ts,
+ * `sluice <command>`: one module per command group (topics.ts, groups.ts, queues.ts, dlq.ts, explain.ts, pub.ts,
  * tail.ts, doctor.ts, serve.ts, schema.ts, demo.ts), sharing args.ts (parsing, usage errors)
  * and output.ts (tables, --json, one-line errors). Exit status: 0 success, 1 failure, 2 usage.
  */
@@ -17,6 +17,8 @@ Commands:
   topics  list | describe NAME | create NAME | delete NAME
   groups  list | describe GROUP | reset GROUP TOPIC --to-... [--execute]
   queues  list | stats NAME | purge NAME
+  dlq     list | show | redrive | purge QUEUE       a queue's dead-letter queue (browsing counts no attempt)
+  explain queue | group | topic NAME                troubleshooting walk: one ok/warn line per step
   pub     TOPIC [VALUE ...]                         publish values (or stdin lines)
   tail    TOPIC [--from ...] [--group G] [--max N]  print records as they arrive
   doctor  --data DIR                                verify every stored batch
@@ -35,6 +37,8 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   groups: async () => (await import("./groups.js")).groupsCommand,
   group: async () => (await import("./groups.js")).legacyGroupCommand,
   queues: async () => (await import("./queues.js")).queuesCommand,
+  dlq: async () => (await import("./dlq.js")).dlqCommand,
+  explain: async () => (await import("./explain.js")).explainCommand,
   pub: async () => (await import("./pub.js")).pubCommand,
   tail: async () => (await import("./tail.js")).tailCommand,
   doctor: async () => (await import("./doctor.js")).doctorCommand,
