@@ -17,6 +17,7 @@ Commands:
   topics  list | describe NAME | create NAME | delete NAME
   groups  list | describe GROUP | reset GROUP TOPIC --to-... [--execute]
   queues  list | stats NAME | purge NAME
+  apply   -f FILE [--dry-run]                       make the broker match a topology file (YAML)
   pub     TOPIC [VALUE ...]                         publish values (or stdin lines)
   tail    TOPIC [--from ...] [--group G] [--max N]  print records as they arrive
   doctor  --data DIR                                verify every stored batch
@@ -35,6 +36,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   groups: async () => (await import("./groups.js")).groupsCommand,
   group: async () => (await import("./groups.js")).legacyGroupCommand,
   queues: async () => (await import("./queues.js")).queuesCommand,
+  apply: async () => (await import("./apply.js")).applyCommand,
   pub: async () => (await import("./pub.js")).pubCommand,
   tail: async () => (await import("./tail.js")).tailCommand,
   doctor: async () => (await import("./doctor.js")).doctorCommand,
