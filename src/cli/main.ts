@@ -19,6 +19,7 @@ Commands:
   queues  list | stats NAME | purge NAME
   dlq     list | show | redrive | purge QUEUE       a queue's dead-letter queue (browsing counts no attempt)
   explain queue | group | topic NAME                troubleshooting walk: one ok/warn line per step
+  apply   -f FILE [--dry-run]                       make the broker match a topology file (YAML)
   pub     TOPIC [VALUE ...]                         publish values (or stdin lines)
   tail    TOPIC [--from ...] [--group G] [--max N]  print records as they arrive
   doctor  --data DIR                                verify every stored batch
@@ -39,6 +40,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   queues: async () => (await import("./queues.js")).queuesCommand,
   dlq: async () => (await import("./dlq.js")).dlqCommand,
   explain: async () => (await import("./explain.js")).explainCommand,
+  apply: async () => (await import("./apply.js")).applyCommand,
   pub: async () => (await import("./pub.js")).pubCommand,
   tail: async () => (await import("./tail.js")).tailCommand,
   doctor: async () => (await import("./doctor.js")).doctorCommand,

@@ -20,7 +20,9 @@ import type { Logger } from "../observability/telemetry.js";
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { openBroker } from "../broker/broker.js";
-import { ValidationError } from "../errors.js";
+import { BrokerError, ValidationError } from "../errors.js";
+import { applyTopology, formatPlan, loadTopology, planTopology, type Topology } from "../topology/index.js";
+import type { Broker } from "../types.js";
 import { startServer } from "../server/index.js";
 import {
   DEFAULT_HOST,
@@ -44,6 +46,8 @@ export interface ServeConfig {
   sessionTimeoutMs: number;
   shutdownTimeoutMs: number;
   logLevel: "debug" | "info" | "warn" | "error" | "silent";
+  /** A topology file (YAML) applied after the broker opens, before listening. */
+  topology?: string;
 }
 
 const DEFAULTS: Omit<ServeConfig, "data"> = {
@@ -86,6 +90,7 @@ const FIELDS: { key: Key; flag: string; env: string; parse(v: unknown, src: stri
     },
     help: "debug|info|warn|error|silent (default info)",
   },
+  { key: "topology", flag: "topology", env: "SLUICE_TOPOLOGY", parse: str("topology"), help: "topology file (YAML) applied at startup (docs/topology.md)" },
 ];
 
 function str(what: string) {
@@ -166,6 +171,18 @@ function jsonLogger(level: ServeConfig["logLevel"]): Logger {
   return pino({ level, base: { pid: process.pid }, formatters: { level: (label) => ({ level: label }) } });
 }
 
+/** Applies the topology before the server listens; refuses to start (closing the broker) when it cannot. */
+async function applyAtStartup(broker: Broker, topology: Topology, file: string, logger: ReturnType<typeof jsonLogger>): Promise<void> {
+  try {
+    const plan = await planTopology(broker, topology);
+    for (const line of formatPlan(plan, "applied")) logger.info({ event: "topology", file }, line);
+    await applyTopology(broker, plan);
+  } catch (err) {
+    await broker.close();
+    throw err instanceof BrokerError ? new ValidationError(`topology ${file}: ${err.message}`) : err;
+  }
+}
+
 export async function serveCommand(argv: string[]): Promise<void> {
   const cfg = resolveServeConfig(argv);
   const logger = jsonLogger(cfg.logLevel);
@@ -175,11 +192,14 @@ export async function serveCommand(argv: string[]): Promise<void> {
   process.on("unhandledRejection", (err: unknown) => {
     logger.error({ err, stack: (err as Error)?.stack }, "unhandled promise rejection (a bug); the server keeps running");
   });
+  // A bad topology file stops the start before the data directory is even opened.
+  const topology = cfg.topology === undefined ? null : await loadTopology(cfg.topology);
   // Prometheus metrics on GET /metrics: the broker's (docs/metrics.md) and the process's.
   const { Registry, collectDefaultMetrics } = await import("prom-client");
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
   const broker = await openBroker({ dataDir: cfg.data, logger, metrics: { registry } });
+  if (topology !== null) await applyAtStartup(broker, topology, cfg.topology!, logger);
   let server;
   try {
     server = await startServer({

@@ -8,6 +8,7 @@ import type { SchemaRegistry } from "../contracts/schemas.js";
 import { AbortedError, ProtocolError, ValidationError } from "../errors.js";
 import { processWorkerOptions, runProcess } from "../queues/process.js";
 import { browseRequest, readableHeaders } from "../queues/results.js";
+import type { ResolvedQueueConfig } from "../queues/config.js";
 import type { BrowsedJob, BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, Queue, QueueConfig, QueueStats, RedriveOptions, RedriveResult, WorkOptions, Worker } from "../queues/types.js";
 import type { PublishValue } from "../value-types.js";
 import { Op, decodePublishRecords, encodePublishRecords, parseJobJson } from "../wire/index.js";
@@ -108,12 +109,16 @@ export class RemoteQueue<T> implements Queue<T> {
   }
 
   private async admin<R>(action: string, key: string, opts?: unknown): Promise<R> {
-    const f = await this.transport.request(Op.QueueAdmin, { ...this.meta(), action, opts }, null, { retry: action === "stats" });
+    const f = await this.transport.request(Op.QueueAdmin, { ...this.meta(), action, opts }, null, { retry: action === "stats" || action === "settings" });
     return f.meta[key] as R;
   }
 
   stats(): Promise<QueueStats> {
     return this.admin("stats", "stats");
+  }
+  /** The queue's stored config, defaults filled in (QueueNotFoundError when missing); not part of `Queue`. */
+  settings(): Promise<ResolvedQueueConfig> {
+    return this.admin("settings", "settings");
   }
   purge(): Promise<number> {
     return this.admin("purge", "purged");

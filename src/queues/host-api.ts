@@ -14,6 +14,7 @@ import type { ValueKind } from "../log/record-batch.js";
 import type { EnqueueIdentity } from "./idempotence.js";
 import type { EnqueueItemOptions } from "./prepare.js";
 import type { EnqueueResult, Job, Queue, QueueConfig, WorkOptions } from "./types.js";
+import type { QueueSettings } from "../store/queue-store.js";
 
 export interface QueueHostApi {
   /** A handle on a queue, created on first use. */
@@ -47,6 +48,8 @@ export interface HostQueue<T = unknown> extends Queue<T> {
   enqueueCalls(items: readonly RawEnqueueItem[], calls: readonly number[] | undefined, opts: { signal?: AbortSignal; identity?: EnqueueIdentity }): Promise<EnqueueCallsOutcome>;
   /** A worker that pushes jobs to `opts.onJobs` in whole hand-out rounds. */
   pushWorker(opts: PushWorkerOptions): PushWorker;
+  /** The queue's stored config, defaults filled in (QueueNotFoundError when it does not exist). */
+  settings(): Promise<QueueSettings>;
 }
 
 /** A delivered job as the server handles it. */

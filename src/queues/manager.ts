@@ -7,7 +7,7 @@
  */
 import { BrokerClosedError, QueueNotFoundError, ValidationError } from "../errors.js";
 import { systemClock, type Clock } from "../observability/telemetry.js";
-import type { EnqueueOutcome, QueueStore, StoredQueue } from "../store/queue-store.js";
+import type { EnqueueOutcome, QueueSettings, QueueStore, StoredQueue } from "../store/queue-store.js";
 import { MAX_BATCH_ITEMS, resolveQueueConfig, validateQueueName } from "./config.js";
 import type { EnqueueCallsOutcome, HostQueue, PushWorker, PushWorkerOptions, QueueHostApi, RawEnqueueItem } from "./host-api.js";
 import type { EnqueueIdentity } from "./idempotence.js";
@@ -287,6 +287,11 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
     // A read: QueueNotFoundError for a queue that does not exist, nothing created or leased.
     const page = await (await this.existing()).stored.browse(req);
     return { jobs: page.jobs.map((j) => toBrowsedJob<T>(j)), next: page.next };
+  }
+
+  /** The stored config, defaults filled in (a read: never creates the queue). Topology plans compare it. */
+  async settings(): Promise<QueueSettings> {
+    return structuredClone((await this.existing()).stored.settings);
   }
 
   /** Waits for background recovery (resumed dead-letter moves / redrive) to finish. Embedded only. */

@@ -172,6 +172,8 @@ async function admin(s: Session, f: Frame): Promise<Reply> {
       return EMPTY;
     case "stats":
       return { meta: { stats: await q.stats() } };
+    case "settings":
+      return { meta: { settings: await q.settings() } };
     case "purge":
       return { meta: { purged: await q.purge() } };
     case "redrive":

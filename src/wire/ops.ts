@@ -161,8 +161,8 @@ export const OPS = {
     wireName: "QUEUE_ADMIN",
     kind: "request",
     retry: "caller",
-    request: "{queue, config?, action: declare|stats|purge|redrive|delete, opts?} or {action: list}",
-    response: "{stats} | {purged} | {result} | {} | {queues}",
+    request: "{queue, config?, action: declare|stats|settings|purge|redrive|delete, opts?} or {action: list}",
+    response: "{stats} | {settings} | {purged} | {result} | {} | {queues}",
   },
   PushJobs: {
     code: 65,
