@@ -80,6 +80,13 @@ const HELPS: string[][] = [
   ["doctor", "--help"],
   ["schema", "--help"],
   ["demo", "--help"],
+  ["apply", "--help"],
+  ["dlq", "--help"],
+  ["dlq", "list", "--help"],
+  ["dlq", "show", "--help"],
+  ["dlq", "redrive", "--help"],
+  ["dlq", "purge", "--help"],
+  ["explain", "--help"],
 ];
 
 test("--help on every command and subcommand prints usage and exits 0", async () => {
