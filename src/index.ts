@@ -25,3 +25,4 @@ export { sqliteDatabase, pgDatabase, type SqlDatabase, type SqlRunner } from "./
 export { replay, type ReplayOptions } from "./contracts/replay.js";
 export { EffectGate, EFFECTS_SCHEMA, type EffectOutcome, type PerformOptions, type ReviewEntry } from "./contracts/effects.js";
 export { rebuildProjection, projectionChecksum, type ProjectionSnapshot, type RebuildOptions, type RebuildResult } from "./contracts/rebuild.js";
+export { loadTopology, parseTopology, validateTopology, planTopology, applyTopology, planIsEmpty, formatPlan, TopologyValidationError, type Topology, type TopologyPlan, type PlanEntry, type ApplyResult } from "./topology/index.js";
