@@ -150,6 +150,16 @@ test("HTTP: health, readiness, admin, JSON produce/consume, body limit; SIGTERM 
     assert.equal((await http(hp, "GET", "/v1/queues/web-jobs/jobs/424242")).status, 404);
     assert.equal((await http(hp, "GET", "/v1/queues/no-such-queue/jobs/0")).status, 404);
     assert.equal((await http(hp, "GET", "/v1/queues")).json.queues.includes("no-such-queue"), false, "reading a job creates no queue");
+    // Browsing lists jobs without leasing them, a page at a time.
+    const page1 = await http(hp, "GET", "/v1/queues/web-jobs/browse?limit=1");
+    assert.equal(page1.status, 200);
+    assert.equal(page1.json.jobs.length, 1);
+    assert.deepEqual([page1.json.jobs[0].data, page1.json.jobs[0].dataEncoding, page1.json.jobs[0].attempts], [{ a: 1 }, "json", 0]);
+    assert.equal(page1.json.next, enq.json.results[0].id);
+    const page2 = await http(hp, "GET", `/v1/queues/web-jobs/browse?limit=1&after=${page1.json.next}`);
+    assert.deepEqual([page2.json.jobs[0].data, page2.json.jobs[0].dataEncoding, page2.json.jobs[0].key, page2.json.next], ["two", "utf8", "k", null]);
+    const noQueue = await http(hp, "GET", "/v1/queues/no-such-queue/browse");
+    assert.deepEqual([noQueue.status, noQueue.json.error.code], [404, "QUEUE_NOT_FOUND"]);
     const typo = await http(hp, "GET", "/v1/queues/web-jbos/stats");
     assert.equal(typo.status, 404);
     assert.equal(typo.json.error.code, "QUEUE_NOT_FOUND");

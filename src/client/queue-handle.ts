@@ -7,9 +7,10 @@
 import type { SchemaRegistry } from "../contracts/schemas.js";
 import { AbortedError, ProtocolError, ValidationError } from "../errors.js";
 import { processWorkerOptions, runProcess } from "../queues/process.js";
-import type { EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, Queue, QueueConfig, QueueStats, RedriveOptions, RedriveResult, WorkOptions, Worker } from "../queues/types.js";
+import { browseRequest, readableHeaders } from "../queues/results.js";
+import type { BrowsedJob, BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, Queue, QueueConfig, QueueStats, RedriveOptions, RedriveResult, WorkOptions, Worker } from "../queues/types.js";
 import type { PublishValue } from "../value-types.js";
-import { Op, encodePublishRecords, parseJobJson } from "../wire/index.js";
+import { Op, decodePublishRecords, encodePublishRecords, parseJobJson } from "../wire/index.js";
 import type { Transport } from "./transport.js";
 import { ENQUEUE_DELIVERY_TIMEOUT_MS, enqueuerFor } from "./queue-enqueuer.js";
 import { RemoteWorker } from "./queue.js";
@@ -130,5 +131,16 @@ export class RemoteQueue<T> implements Queue<T> {
     const { valueKind, ...info } = job;
     if (valueKind !== undefined) info.data = decodeJobData(valueKind, f.body) as T;
     return info;
+  }
+
+  /** QUEUE_BROWSE (a read: re-sent after a reconnect; never leases, never creates the queue). */
+  async browse(opts: BrowseOptions = {}): Promise<BrowsePage<T>> {
+    const req = browseRequest(opts);
+    const f = await this.transport.request(Op.QueueBrowse, { queue: this.name, limit: req.limit, after: req.after, state: req.state }, null, { retry: true });
+    const metas = (f.meta.jobs ?? []) as Omit<BrowsedJob<T>, "data" | "headers">[];
+    const recs = f.body === null || metas.length === 0 ? [] : decodePublishRecords(f.body, metas.length, true);
+    if (recs.length !== metas.length) throw new ProtocolError(`QUEUE_BROWSE: ${metas.length} jobs but ${recs.length} records`);
+    const jobs = metas.map((m, i) => ({ ...m, data: recs[i].value as T, headers: readableHeaders(Object.entries(recs[i].headers ?? {})) }));
+    return { jobs, next: (f.meta.next as string | null) ?? null };
   }
 }

@@ -45,6 +45,11 @@ export const MAX_RESULT_RETENTION_MS = 30 * 86_400_000;
 export const MAX_RETAINED_BYTES = 32 * 1024 * 1024;
 /** What a retained outcome costs besides its result text (map entry, object, numbers), roughly. */
 export const RETAINED_ENTRY_BYTES = 128;
+/** `queue.browse()`: jobs per page by default, and at most. */
+export const DEFAULT_BROWSE_LIMIT = 50;
+export const MAX_BROWSE_LIMIT = 1000;
+/** `queue.browse()`: payload bytes per page (a page ends early above it; at least one job). */
+export const MAX_BROWSE_BYTES = 4 * 1024 * 1024;
 /** Names of redacted headers per queue. */
 const MAX_REDACT_HEADERS = 256;
 

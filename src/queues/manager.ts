@@ -13,14 +13,14 @@ import type { EnqueueCallsOutcome, HostQueue, PushWorker, PushWorkerOptions, Que
 import type { EnqueueIdentity } from "./idempotence.js";
 import { prepareItem, prepareRaw } from "./prepare.js";
 import { processWorkerOptions, runProcess } from "./process.js";
-import { toJobInfo } from "./results.js";
+import { browseRequest, toBrowsedJob, toJobInfo } from "./results.js";
 import { QueueRuntime } from "./runtime.js";
 import { QueueWorker } from "./worker.js";
 import { TurnYield } from "../turn-yield.js";
 
 /** `stats()` completes without waiting for I/O: a polling loop over it must still yield (turn-yield.ts). */
 const statsYield = new TurnYield();
-import type { EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, QueueConfig, QueueStats, RedriveOptions, RedriveResult, WorkOptions, Worker } from "./types.js";
+import type { BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, QueueConfig, QueueStats, RedriveOptions, RedriveResult, WorkOptions, Worker } from "./types.js";
 import type { PublishValue } from "../value-types.js";
 import type { NewJob } from "../store/queue-store.js";
 import type { SchemaRegistry } from "../contracts/schemas.js";
@@ -56,7 +56,7 @@ export class QueueManager implements QueueHostApi {
    * Returns a handle. With `config` the queue is declared: validated now (ValidationError),
    * then created if missing and its config stored at once, in the background (a storage
    * failure surfaces at the handle's first operation). Without `config` nothing is created
-   * until the first write (enqueue, work, process); reads (stats, purge, redrive, getJob) of a
+   * until the first write (enqueue, work, process); reads (stats, purge, redrive, getJob, browse) of a
    * queue that does not exist create nothing.
    */
   queue<T = unknown>(name: string, config?: QueueConfig): EmbeddedQueue<T> {
@@ -280,6 +280,13 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
     if (rt === null) return null;
     const s = await rt.stored.getJob(id);
     return s === null ? null : toJobInfo<T>(s);
+  }
+
+  async browse(opts?: BrowseOptions): Promise<BrowsePage<T>> {
+    const req = browseRequest(opts);
+    // A read: QueueNotFoundError for a queue that does not exist, nothing created or leased.
+    const page = await (await this.existing()).stored.browse(req);
+    return { jobs: page.jobs.map((j) => toBrowsedJob<T>(j)), next: page.next };
   }
 
   /** Waits for background recovery (resumed dead-letter moves / redrive) to finish. Embedded only. */

@@ -6,9 +6,9 @@
  */
 import { decodeValue, type ValueKind } from "../log/record-batch.js";
 import { ValidationError } from "../errors.js";
-import type { StoredJobInfo } from "../store/queue-store.js";
-import { MAX_RESULT_BYTES } from "./config.js";
-import type { JobInfo } from "./types.js";
+import type { StoredBrowsedJob, StoredBrowseRequest, StoredJobInfo } from "../store/queue-store.js";
+import { DEFAULT_BROWSE_LIMIT, MAX_BROWSE_BYTES, MAX_BROWSE_LIMIT, MAX_RESULT_BYTES } from "./config.js";
+import type { BrowsedJob, BrowseOptions, JobInfo } from "./types.js";
 
 /** `result` as JSON text; ValidationError when it is not JSON-serialisable or too large. */
 export function encodeResult(result: unknown): string {
@@ -44,4 +44,57 @@ export function toJobInfo<T>(s: StoredJobInfo): JobInfo<T> {
   if (s.lastError !== undefined) out.lastError = s.lastError;
   if (s.completedAt !== undefined) out.completedAt = s.completedAt;
   return out;
+}
+
+/** `browse()` options checked and bounded for the store (ValidationError when bad). */
+export function browseRequest(opts: BrowseOptions | undefined): StoredBrowseRequest {
+  const o = opts ?? {};
+  if (typeof o !== "object") throw new ValidationError("browse options must be an object");
+  const limit = o.limit ?? DEFAULT_BROWSE_LIMIT;
+  if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > MAX_BROWSE_LIMIT)
+    throw new ValidationError(`browse: limit must be an integer in [1, ${MAX_BROWSE_LIMIT}], got ${String(limit)}`);
+  if (o.after !== undefined && o.after !== null && typeof o.after !== "string") throw new ValidationError("browse: after must be a job id (a string)");
+  const state = o.state ?? "all";
+  if (state !== "waiting" && state !== "delayed" && state !== "all") throw new ValidationError(`browse: state must be waiting, delayed or all, got ${JSON.stringify(state)}`);
+  return { after: o.after ?? null, limit, maxBytes: MAX_BROWSE_BYTES, state };
+}
+
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+
+/** Header values as strings where they are valid UTF-8 (what people read), else their bytes. */
+export function readableHeaders(h: Iterable<[string, string | Uint8Array]> | null): Record<string, string | Uint8Array> {
+  const out: Record<string, string | Uint8Array> = {};
+  if (h === null) return out;
+  for (const [k, v] of h) {
+    if (typeof v === "string") out[k] = v;
+    else {
+      try {
+        out[k] = strictUtf8.decode(v);
+      } catch {
+        out[k] = v;
+      }
+    }
+  }
+  return out;
+}
+
+/** What `browse` lists, from what the store reports (payload decoded, headers readable). */
+export function toBrowsedJob<T>(s: StoredBrowsedJob): BrowsedJob<T> {
+  let data: T;
+  try {
+    data = decodeValue(s.value, s.valueKind) as T;
+  } catch {
+    data = s.value as T;
+  }
+  return {
+    id: s.id,
+    state: s.state,
+    attempts: s.attempts,
+    data,
+    key: s.key,
+    enqueuedAt: s.enqueuedAt,
+    headers: readableHeaders(s.headers),
+    redriveCount: s.redriveCount,
+    deadLetter: s.deadLetter,
+  };
 }

@@ -287,6 +287,45 @@ export interface JobInfo<T = unknown> {
   completedAt?: number;
 }
 
+/** Which jobs `Queue.browse` lists. */
+export type BrowseState = "waiting" | "delayed" | "all";
+
+export interface BrowseOptions {
+  /** Jobs per page: 1 .. 1000 (`MAX_BROWSE_LIMIT`). Default 50. */
+  limit?: number;
+  /** The cursor: list jobs with ids after this one (a page's `next`). Absent: from the oldest. */
+  after?: string;
+  /**
+   * `waiting` (deliverable, or held behind an earlier job of its key), `delayed` (a delay or
+   * retry backoff), or `all` (those and the jobs leased to workers, `active`). Default `all`.
+   */
+  state?: BrowseState;
+}
+
+/** A job as `Queue.browse` lists it: `JobInfo` with the payload and the job's metadata. */
+export interface BrowsedJob<T = unknown> extends JobInfo<T> {
+  data: T;
+  key: string | null;
+  /** Wall-clock ms of the enqueue (of the copy, for a dead-letter entry). */
+  enqueuedAt: number;
+  /** User headers: a string when the value is valid UTF-8, else its bytes. */
+  headers: Record<string, string | Uint8Array>;
+  redriveCount: number;
+  /** Set on entries of a dead-letter queue: where the job came from and why it failed. */
+  deadLetter: DeadLetterInfo | null;
+}
+
+export interface BrowsePage<T = unknown> {
+  /** In id order, at most `limit`. */
+  jobs: BrowsedJob<T>[];
+  /**
+   * The cursor for the next page (pass it as `after`), or null when nothing follows. A page may
+   * hold fewer than `limit` jobs (a byte bound, or a long run of jobs in other states) and still
+   * have a `next`: only `next === null` means the end.
+   */
+  next: string | null;
+}
+
 export interface Queue<T = unknown> {
   readonly name: string;
   enqueue(data: T & PublishValue, opts?: EnqueueOptions): Promise<EnqueueResult>;
@@ -309,4 +348,10 @@ export interface Queue<T = unknown> {
    * exist. Never creates the queue.
    */
   getJob(id: string): Promise<JobInfo<T> | null>;
+  /**
+   * Lists jobs in id order without leasing them: no attempt is counted, nothing is changed or
+   * created (QueueNotFoundError for a queue that does not exist). On a dead-letter queue each
+   * entry carries its `deadLetter` record. Pages with `after: page.next`.
+   */
+  browse(opts?: BrowseOptions): Promise<BrowsePage<T>>;
 }

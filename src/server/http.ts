@@ -11,6 +11,8 @@ import { BodyTooLargeError, BrokerError, httpStatusOf, InternalError, NotFoundEr
 import type { BrokerHost } from "../broker/host.js";
 import type { ConsumedRecord, PublishRecord, PublishValue, ResetTarget } from "../types.js";
 import { errorToWire } from "../wire/index.js";
+import { DEFAULT_BROWSE_LIMIT } from "../queues/config.js";
+import type { BrowsedJob, BrowseOptions } from "../queues/types.js";
 import { HTTP_DEFAULT_FETCH_BYTES, HTTP_MAX_FETCH_BYTES, MAX_HTTP_ITEMS_PER_REQUEST } from "./limits.js";
 
 export interface HttpOptions {
@@ -180,6 +182,7 @@ const ROUTES: Route[] = [
   { method: "GET", path: "/v1/queues/:queue/stats", handler: async (c) => [200, await c.broker.queue(c.params.queue).stats()] },
   { method: "POST", path: "/v1/queues/:queue/jobs", handler: enqueueJobs },
   { method: "GET", path: "/v1/queues/:queue/jobs/:id", handler: getJob },
+  { method: "GET", path: "/v1/queues/:queue/browse", handler: browseJobs },
   { method: "POST", path: "/v1/queues/:queue/purge", handler: async (c) => [200, { purged: await c.broker.queue(c.params.queue).purge() }] },
   // Redrive from a dead-letter queue (e.g. /v1/queues/emails.dlq/redrive).
   { method: "POST", path: "/v1/queues/:queue/redrive", handler: redrive },
@@ -206,6 +209,35 @@ async function getJob(c: RouteContext): Promise<Reply> {
   if (job === null) throw new NotFoundError(`queue ${JSON.stringify(c.params.queue)} has no job ${JSON.stringify(c.params.id)}`);
   // Byte payloads as in fetched records: {base64}.
   return [200, job.data instanceof Uint8Array ? { ...job, data: { base64: Buffer.from(job.data).toString("base64") } } : job];
+}
+
+/**
+ * `Queue.browse` (no lease, no attempt counted, nothing created: 404 QUEUE_NOT_FOUND for a
+ * missing queue). Query: `limit`, `after` (a page's `next`), `state` (waiting|delayed|all).
+ */
+async function browseJobs(c: RouteContext): Promise<Reply> {
+  const { url } = c;
+  const state = url.searchParams.get("state") ?? undefined;
+  const page = await c.broker.queue(c.params.queue).browse({
+    limit: intParam(url, "limit", DEFAULT_BROWSE_LIMIT),
+    after: url.searchParams.get("after") ?? undefined,
+    state: state as BrowseOptions["state"],
+  });
+  return [200, { jobs: page.jobs.map(browsedJobToJson), next: page.next }];
+}
+
+/**
+ * A browsed job as JSON: `data` is the JSON value (`dataEncoding: "json"`), the text
+ * (`"utf8"`) or base64 of the bytes (`"base64"`); header values are strings, or `{base64}`
+ * for values that are not UTF-8.
+ */
+function browsedJobToJson(j: BrowsedJob): Record<string, unknown> {
+  const headers: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(j.headers)) headers[k] = typeof v === "string" ? v : { base64: Buffer.from(v).toString("base64") };
+  const { data, ...rest } = j;
+  const [value, dataEncoding] =
+    data instanceof Uint8Array ? [Buffer.from(data).toString("base64"), "base64"] : typeof data === "string" ? [data, "utf8"] : [data ?? null, "json"];
+  return { ...rest, headers, data: value, dataEncoding };
 }
 
 async function deleteTopic(c: RouteContext): Promise<Reply> {

@@ -5,7 +5,7 @@
  * remote-queue.ts.
  */
 import { LeaseExpiredError, ValidationError } from "../errors.js";
-import type { RedriveOptions } from "../queues/types.js";
+import type { BrowseState, RedriveOptions } from "../queues/types.js";
 import type { PublishValue } from "../types.js";
 import {
   decodeSettleItems,
@@ -195,6 +195,24 @@ async function getJob(s: Session, f: Frame): Promise<Reply> {
   return { meta: { job: { ...job, valueKind } }, body };
 }
 
+/**
+ * QUEUE_BROWSE: jobs in id order without leasing them (`queue.browse`). Never creates the
+ * queue (QUEUE_NOT_FOUND). The metadata travels in the meta, payloads and headers as publish
+ * records in the body, one per job, in order.
+ */
+async function browse(s: Session, f: Frame): Promise<Reply> {
+  const m = f.meta;
+  const q = s.queueFor({ queue: m.queue });
+  const page = await q.browse({
+    limit: int(m, "limit", true),
+    after: m.after === undefined || m.after === null ? undefined : str(m, "after", 64),
+    state: m.state === undefined || m.state === null ? undefined : (str(m, "state", 16) as BrowseState),
+  });
+  const jobs = page.jobs.map(({ data: _data, headers: _headers, ...meta }) => meta);
+  const body = encodePublishRecords(page.jobs.map((j) => ({ value: j.data as PublishValue, headers: j.headers })));
+  return { meta: { jobs, next: page.next }, body };
+}
+
 /** A decoded payload back to its wire kind and bytes (strings were stored as UTF-8, buffers as bytes, the rest as JSON). */
 function encodeJobData(data: unknown): [number, Buffer | null] {
   if (data === null || data === undefined) return [3, null];
@@ -211,6 +229,7 @@ export const QUEUE_HANDLERS: {
   readonly QueueStop: RequestHandler;
   readonly QueueAdmin: RequestHandler;
   readonly QueueGetJob: RequestHandler;
+  readonly QueueBrowse: RequestHandler;
 } = {
   QueueEnqueue: enqueue,
   QueueWork: work,
@@ -219,4 +238,5 @@ export const QUEUE_HANDLERS: {
   QueueStop: stop,
   QueueAdmin: admin,
   QueueGetJob: getJob,
+  QueueBrowse: browse,
 };

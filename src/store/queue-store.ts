@@ -197,6 +197,38 @@ export interface StoredJobInfo {
   completedAt?: number;
 }
 
+/** What `browse` lists (the policy validated and bounded it). */
+export interface StoredBrowseRequest {
+  /** List jobs with ids after this one (a previous page's `next`); null: from the oldest. */
+  after: string | null;
+  /** At most this many jobs. */
+  limit: number;
+  /** At most about this many payload bytes (at least one job). */
+  maxBytes: number;
+  state: "waiting" | "delayed" | "all";
+}
+
+/** A job as `browse` reports it: its stored record, undecoded, and where it is. */
+export interface StoredBrowsedJob {
+  id: string;
+  state: JobStatus;
+  attempts: number;
+  key: string | null;
+  value: Buffer | null;
+  valueKind: ValueKind;
+  /** User headers only. */
+  headers: [string, Buffer][] | null;
+  enqueuedAt: number;
+  redriveCount: number;
+  deadLetter: DeadLetterInfo | null;
+}
+
+export interface StoredBrowsePage {
+  jobs: StoredBrowsedJob[];
+  /** Cursor for the next page, or null at the end. */
+  next: string | null;
+}
+
 /** Notifications from a stored queue to the policy layer. */
 export interface QueueListener {
   /** Jobs may have become grantable (enqueued, due, unblocked, released, queue recovered). */
@@ -252,6 +284,12 @@ export interface StoredQueue {
    * Null for an id it does not know.
    */
   getJob(id: string): Promise<StoredJobInfo | null>;
+  /**
+   * Q-11: lists live jobs in id order after `after`, without leasing or changing anything (no
+   * attempt counted, no event written). Memory is bounded by the request (`limit`, `maxBytes`):
+   * the engine reads only the records it returns. ValidationError for a cursor it never issued.
+   */
+  browse(req: StoredBrowseRequest): Promise<StoredBrowsePage>;
   /** Durably drops every job enqueued before the call; returns how many. */
   purge(): Promise<number>;
   /** Treats this queue as a dead-letter queue and moves matching entries back (Q-5). */

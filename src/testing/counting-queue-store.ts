@@ -18,6 +18,8 @@ import type {
   QueueListener,
   QueueSettings,
   QueueStore,
+  StoredBrowsePage,
+  StoredBrowseRequest,
   StoredJobInfo,
   StoredQueue,
 } from "../store/queue-store.js";
@@ -89,6 +91,9 @@ class CountingStoredQueue implements StoredQueue {
   }
   getJob(id: string): Promise<StoredJobInfo | null> {
     return this.count("queues.getJob", () => this.inner.getJob(id));
+  }
+  browse(req: StoredBrowseRequest): Promise<StoredBrowsePage> {
+    return this.count("queues.browse", () => this.inner.browse(req));
   }
   purge(): Promise<number> {
     return this.count("queues.purge", () => this.inner.purge());

@@ -192,6 +192,14 @@ export const OPS = {
     request: "{queue, id}",
     response: "{job: {id, state, attempts, valueKind?, result?, lastError?, completedAt?} | null} + the job's value bytes",
   },
+  QueueBrowse: {
+    code: 71,
+    wireName: "QUEUE_BROWSE",
+    kind: "request",
+    retry: true,
+    request: "{queue, limit?, after?, state?}",
+    response: "{jobs: [{id, state, attempts, key, enqueuedAt, redriveCount, deadLetter}], next} + publish records (data, headers)",
+  },
 } as const satisfies Record<string, OpSpec>;
 
 export type OpName = keyof typeof OPS;

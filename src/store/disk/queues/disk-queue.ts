@@ -22,6 +22,8 @@ import type {
   NewJob,
   QueueListener,
   QueueSettings,
+  StoredBrowsePage,
+  StoredBrowseRequest,
   StoredJobInfo,
   StoredQueue,
 } from "../../queue-store.js";
@@ -166,6 +168,9 @@ export class DiskQueue implements StoredQueue {
   }
   async getJob(id: string): Promise<StoredJobInfo | null> {
     return this.live().getJob(id);
+  }
+  async browse(req: StoredBrowseRequest): Promise<StoredBrowsePage> {
+    return this.live().browse(req);
   }
   async purge(): Promise<number> {
     return this.live().purge();

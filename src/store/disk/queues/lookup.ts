@@ -16,7 +16,7 @@ export function offsetOfId(id: unknown): number {
   return Number.isSafeInteger(off) ? off : -1;
 }
 
-function liveState(s: number, moving: boolean): StoredJobInfo["state"] | null {
+export function liveState(s: number, moving: boolean): StoredJobInfo["state"] | null {
   switch (s) {
     case St.READY:
     case St.BLOCKED:

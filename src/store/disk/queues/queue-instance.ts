@@ -19,12 +19,13 @@ import type { FileSystem } from "../../../log/io.js";
 import { PartitionLog, type LogConfig } from "../../../log/partition-log.js";
 import type { Clock, Telemetry } from "../../../observability/telemetry.js";
 import type { AttemptRecord, QueueStats, RedriveOptions, RedriveResult } from "../../../queues/types.js";
-import type { EnqueueOutcome, EnqueueRequestOptions, GrantedJob, GrantRequest, Lease, NewJob, PreparedRecord, QueueSettings, StoredJobInfo, StoredQueue } from "../../queue-store.js";
+import type { EnqueueOutcome, EnqueueRequestOptions, GrantedJob, GrantRequest, Lease, NewJob, PreparedRecord, QueueSettings, StoredBrowsePage, StoredBrowseRequest, StoredJobInfo, StoredQueue } from "../../queue-store.js";
 import { Mover } from "./dead-letters.js";
 import { encodeEvent, encodeRawEvent, Ev } from "./events.js";
 import { Enqueuer, storedJobSize } from "./enqueuer.js";
 import { JobState, type DiskLease } from "./job-state.js";
 import { Journal, MAX_JOURNAL_RECORD_BYTES } from "./journal.js";
+import { browseJobs } from "./browse.js";
 import { lookupJob } from "./lookup.js";
 import { PayloadCache } from "./payload-cache.js";
 import { recoverQueue } from "./recovery.js";
@@ -502,6 +503,11 @@ export class QueueInstance {
   getJob(id: string): Promise<StoredJobInfo | null> {
     this.check();
     return lookupJob(this.st, this.cache, id, this.now());
+  }
+
+  browse(req: StoredBrowseRequest): Promise<StoredBrowsePage> {
+    this.check();
+    return browseJobs(this.st, this.cache, this.msgs, req);
   }
 
   stats(): QueueStats {
