@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * HTTP port: health (`/healthz` liveness, `/readyz` readiness), Prometheus `/metrics`, admin and simple JSON
+ * HTTP port: health (`/healthz` liveness, `/readyz` readiness), Prometheus `/metrics`, the web
+ * dashboard's static files (`/`, `/dashboard/...`: docs/dashboard.md), admin and simple JSON
  * produce/consume for callers without the client. Request bodies are limited while they
  * stream in (Content-Length is checked first; a body that grows past `maxBodyBytes` is cut off
  * with 413), so a large or endless upload never sits in memory. Every route is one entry of
