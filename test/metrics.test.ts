@@ -178,7 +178,7 @@ test("a queue with a slow worker: depth, waiting, in flight, oldest waiting and 
     assert.equal(get(m, METRICS.queueDeadLettered, { queue: "bad" }), 1);
     assert.equal(get(m, METRICS.queueDeadLetterDepth, { queue: "bad" }), 1);
     assert.equal(get(m, METRICS.queueDepth, { queue: "bad.dlq" }), 1);
-    assert.equal(m.get(key(METRICS.queueDeadLetterDepth, e)), undefined, "no dead-letter queue yet");
+    assert.equal(get(m, METRICS.queueDeadLetterDepth, e), 0, "its dead-letter queue exists (created with the queue), empty");
   } finally {
     await b.close();
   }
@@ -257,8 +257,9 @@ test("label sets are capped: groups x partitions and queues beyond the caps are 
       if (k.startsWith(`${METRICS.queueDepth.name}{`)) queues.add(/queue="([^"]*)"/.exec(k)![1]);
     }
     assert.deepEqual([...groups].sort(), ["g0", "g1"], "2 groups x 4 partitions fit in 10");
-    assert.deepEqual([...queues].sort(), ["q0", "q1", "q2"]);
-    assert.equal(get(m, METRICS.seriesDropped), 3 * 4 + 2, "12 group x partition sets and 2 queues left out");
+    // Each queue's dead-letter queue is created with it: 10 queues, 3 exported.
+    assert.deepEqual([...queues].sort(), ["q0", "q0.dlq", "q1"]);
+    assert.equal(get(m, METRICS.seriesDropped), 3 * 4 + 7, "12 group x partition sets and 7 queues left out");
     // Every sluice series has only bounded labels.
     for (const k of m.keys()) {
       if (!k.startsWith("sluice_")) continue;
@@ -281,7 +282,7 @@ test("past the collection budget a scrape starts no further group or queue, and 
     await b.queue("q1").enqueue("j");
     const m = await scrape(registry);
     assert.equal([...m.keys()].filter((k) => k.startsWith(METRICS.groupLagRecords.name) || k.startsWith(METRICS.queueDepth.name)).length, 0);
-    assert.equal(get(m, METRICS.seriesDropped), 2 * 3 + 1);
+    assert.equal(get(m, METRICS.seriesDropped), 2 * 3 + 2, "2 groups x 3 partitions, q1 and q1.dlq");
     assert.equal(get(m, METRICS.retainedBytes, { topic: "t", partition: 2 }), 0, "topics are still described");
   } finally {
     await b.close();

@@ -15,6 +15,8 @@
 // commits' write-temp/fsync/rename steps; with a busy subscription a commit queued behind reads
 // took ~4x longer. More threads cost little memory. Must be set before the pool's first use.
 process.env.UV_THREADPOOL_SIZE ??= "16";
+import { pino } from "pino";
+import type { Logger } from "../observability/telemetry.js";
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { openBroker } from "../broker/broker.js";
@@ -156,23 +158,12 @@ export function resolveServeConfig(argv: string[], env: NodeJS.ProcessEnv = proc
   return out as unknown as ServeConfig;
 }
 
-const LEVELS = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 } as const;
-
-/** Minimal pino-compatible JSON-lines logger (stdout), so the CLI needs no dependency. */
-function jsonLogger(level: ServeConfig["logLevel"]) {
-  const min = LEVELS[level];
-  const log =
-    (name: keyof typeof LEVELS) =>
-    (obj: unknown, msg?: string): void => {
-      if (LEVELS[name] < min) return;
-      const base: Record<string, unknown> = typeof obj === "string" ? { msg: obj } : { ...(obj as object), msg };
-      if (base.err instanceof Error) {
-        const e = base.err as Error & { code?: string };
-        base.err = { message: e.message, code: e.code };
-      }
-      process.stdout.write(JSON.stringify({ level: name, time: Date.now(), pid: process.pid, ...base }) + "\n");
-    };
-  return { debug: log("debug"), info: log("info"), warn: log("warn"), error: log("error") };
+/**
+ * The server's log: pino, JSON lines on stdout with level names (processing lines of
+ * src/server/processing-log.ts at debug/info/warn; never payloads).
+ */
+function jsonLogger(level: ServeConfig["logLevel"]): Logger {
+  return pino({ level, base: { pid: process.pid }, formatters: { level: (label) => ({ level: label }) } });
 }
 
 export async function serveCommand(argv: string[]): Promise<void> {
@@ -210,7 +201,7 @@ export async function serveCommand(argv: string[]): Promise<void> {
   const srv = server;
   // The test harness and operators parse this line to learn the (possibly ephemeral) ports.
   logger.info({ event: "listening", host: srv.host, port: srv.port, httpPort: srv.httpPort, url: srv.url, data: cfg.data }, "sluice server listening");
-  if (LEVELS[cfg.logLevel] > LEVELS.info) {
+  if (!(logger.isLevelEnabled?.("info") ?? true)) {
     process.stdout.write(JSON.stringify({ event: "listening", port: srv.port, httpPort: srv.httpPort, url: srv.url }) + "\n");
   }
 

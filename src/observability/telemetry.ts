@@ -12,6 +12,8 @@ export interface Logger {
   info(obj: object | string, msg?: string): void;
   warn(obj: object | string, msg?: string): void;
   error(obj: object | string, msg?: string): void;
+  /** Whether a level is logged (pino has it): lets hot paths skip building a line nobody reads. */
+  isLevelEnabled?(level: string): boolean;
 }
 
 export type MetricLabels = Readonly<Record<string, string | number>>;
@@ -44,7 +46,7 @@ export interface Telemetry {
 }
 
 const noop = (): void => {};
-export const silentLogger: Logger = { debug: noop, info: noop, warn: noop, error: noop };
+export const silentLogger: Logger = { debug: noop, info: noop, warn: noop, error: noop, isLevelEnabled: () => false };
 export const noopMetrics: MetricsSink = { count: noop, observe: noop, gauge: noop };
 export const systemClock: Clock = { now: () => Date.now(), monotonicMs: () => performance.now() };
 

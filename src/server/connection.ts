@@ -13,6 +13,7 @@
  *   stop pulling messages for subscriptions.
  * A protocol violation answers with an error frame and closes this connection only.
  */
+import { ProcessingLog } from "./processing-log.js";
 import type { Socket } from "node:net";
 import { BadMagicError, ConnectionClosedError, ProtocolError, UnsupportedVersionError, ValidationError } from "../errors.js";
 import type { BrokerHost } from "../broker/host.js";
@@ -64,6 +65,7 @@ export class Connection implements Session {
   private inFlightBytes = 0;
   readonly members = new Map<number, RemoteMember>();
   readonly workers = new Map<number, RemoteWorker>();
+  readonly processing: ProcessingLog;
   /** Queue handles by name+config, bounded (a handle is cheap; this only avoids re-validation). */
   private readonly queues = new Map<string, HostQueue>();
   /** Ids of members that ended (session expiry etc.), so late commits get a precise error. Bounded. */
@@ -91,6 +93,7 @@ export class Connection implements Session {
     private readonly shared: SharedBudget = { inFlightBytes: 0, paused: new Set() },
   ) {
     this.reader = new FrameReader(PRE_HANDSHAKE_MAX_FRAME_BYTES);
+    this.processing = new ProcessingLog(logger);
     socket.setNoDelay(true);
     socket.on("data", (chunk: Buffer) => this.onData(chunk));
     socket.on("error", () => {

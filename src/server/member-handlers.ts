@@ -108,6 +108,8 @@ async function commit(s: Session, f: Frame): Promise<Reply> {
     );
   }
   await member.commit(pairs);
+  // The wire carries the last processed offset; the line names the committed position (next to read), as groupLag does.
+  for (const [partition, offset] of pairs) s.processing.commit(member.topic, member.group, partition, offset + 1);
   return EMPTY;
 }
 

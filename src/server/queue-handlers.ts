@@ -65,6 +65,8 @@ function work(s: Session, f: Frame): Reply {
     codeVersion: typeof m.codeVersion === "string" ? m.codeVersion.slice(0, 200) : undefined,
     onUnsettled: m.onUnsettled === "error" ? "error" : "nack",
     byReceipt: !batch,
+    log: s.processing,
+    queueName: str(m, "queue", 300),
     push: (jobs, firstTag) => {
       // `results`: the queue keeps acks' results, so the client sends them (else it drops them).
       if (batch) return s.send(encodeJobBatchFrame(Op.PushJobBatch, FLAG_PUSH, worker.keepsResults ? { worker: id, results: true } : { worker: id }, firstTag, jobs.map(toWireJob)));

@@ -15,6 +15,7 @@
  *   2 x `prefetch` more (parked, see LOOKAHEAD_MS; 10 000 in all).
  * - Lease loss is pushed (PUSH_LEASE_LOST) so the client aborts `job.signal`.
  */
+import type { ProcessingLog } from "./processing-log.js";
 import { LeaseExpiredError, ValidationError } from "../errors.js";
 import { MAX_PREFETCH } from "../queues/config.js";
 import { maxLookahead } from "../queues/lookahead.js";
@@ -46,6 +47,9 @@ export interface RemoteWorkerOptions {
   onUnsettled: "nack" | "error";
   /** The client settles by receipt (QUEUE_SETTLE) rather than by delivery tag. */
   byReceipt: boolean;
+  /** Where settlements are logged (processing-log.ts), with the queue's name. */
+  log: ProcessingLog;
+  queueName: string;
   /** Sends jobs to the client; job i has delivery tag `firstTag + i` (mod 2^32). */
   push(jobs: DeliveredJob[], firstTag: number): boolean;
   pushLeaseLost(receipt: string, tag: number): void;
@@ -150,6 +154,10 @@ export class RemoteWorker {
       if (err !== null) this.finish("error", err);
       else this.finish("closed");
     });
+  }
+
+  private get consumer(): string {
+    return this.opts.consumerId ?? `worker-${this.opts.id}`;
   }
 
   /** Whether the queue keeps acks' results (told to the client with each job batch). */
@@ -324,6 +332,7 @@ export class RemoteWorker {
         // The tag is spent whatever the outcome: a stale lease fails, a durable ack ends it.
         this.forget(tag!, job);
         this.settledCount++;
+        this.opts.log.job(this.opts.queueName, this.consumer, job, "ack");
         return result === undefined ? job.ack() : job.ack(result);
       }
       case "nack": {
@@ -337,6 +346,7 @@ export class RemoteWorker {
           o.error = e;
         }
         const p = job.nack(o);
+        this.opts.log.job(this.opts.queueName, this.consumer, job, o.requeue === false ? "dead-letter" : "nack", o.reason);
         // A nack refused for its options (ValidationError) leaves the lease in place; any
         // other outcome ends it (synchronously, so the slot is free for the next push now).
         if (!job.leaseHeld) {
@@ -354,6 +364,7 @@ export class RemoteWorker {
         // back to the queue without counting an attempt. Not a settlement that needs to be
         // durable: if the NACK event is lost in a crash, the lease simply expires.
         this.forget(tag!, job);
+        this.opts.log.job(this.opts.queueName, this.consumer, job, "release");
         job.unstart();
         return RESOLVED;
       }

@@ -4,6 +4,7 @@
  * of handlers. A handler reads the request frame, calls the broker through `BrokerHost`, and
  * returns the response meta and body; the connection sends it (or the error response).
  */
+import type { ProcessingLog } from "./processing-log.js";
 import { ValidationError } from "../errors.js";
 import type { BrokerHost } from "../broker/host.js";
 import type { HostQueue } from "../queues/host-api.js";
@@ -49,6 +50,8 @@ export interface Session {
   /** Why a member id of this connection ended (for late commits), if it did. */
   endedReason(id: number): string | undefined;
   rememberEnded(id: number, reason: string): void;
+  /** Structured processing lines (settlements, commits): processing-log.ts. */
+  readonly processing: ProcessingLog;
   /** The queue handle a request's `queue` and `config` name (cached per connection). */
   queueFor(meta: Record<string, unknown>): HostQueue;
   forgetQueue(name: string): void;
