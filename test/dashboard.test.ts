@@ -195,6 +195,21 @@ test("in a browser: a group's lag shows, and a dead-lettered job is redriven to 
     await page.click("#dlq-redrive-one");
     await page.locator("#notice").getByText("Redrove 1 job from emails.dlq.").waitFor({ timeout: WAIT_MS });
     assert.match(dialogs[0] ?? "", /^Redrive job /, "the action asked first");
+    await page.getByText("emails.dlq is empty.").waitFor({ timeout: WAIT_MS });
+
+    // Purge asks first; dismissed, nothing is sent.
+    await page.click("#tab-queues");
+    const purgeButton = page.locator('tr[data-queue="emails"]').getByRole("button", { name: "Purge…" });
+    await purgeButton.waitFor({ timeout: WAIT_MS });
+    const asked: string[] = [];
+    page.once("dialog", (d) => {
+      asked.push(d.message());
+      void d.dismiss();
+    });
+    await purgeButton.click();
+    assert.match(asked[0] ?? "", /^Purge queue “emails”\?/);
+    assert.equal(await depth(server.http, "emails"), 1, "a dismissed purge purges nothing");
+    await shoot(page, "dashboard-queues.png");
 
     // Back in its source queue, as a redriven job with the same payload.
     {
@@ -208,11 +223,7 @@ test("in a browser: a group's lag shows, and a dead-lettered job is redriven to 
       }
     }
     assert.equal(await depth(server.http, "emails.dlq"), 0);
-    await page.getByText("emails.dlq is empty.").waitFor({ timeout: WAIT_MS });
 
-    await page.click("#tab-queues");
-    await page.locator('tr[data-queue="emails"]').waitFor({ timeout: WAIT_MS });
-    await shoot(page, "dashboard-queues.png");
     await page.click("#tab-overview");
     await page.locator('[data-metric="publish-rate"]').waitFor({ timeout: WAIT_MS });
     await shoot(page, "dashboard.png");
