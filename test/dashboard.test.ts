@@ -126,6 +126,8 @@ async function take<T>(it: AsyncIterator<Message<T>>, n: number): Promise<Messag
   return out;
 }
 
+type Client = Awaited<ReturnType<typeof connect>>;
+
 test("in a browser: a group's lag shows, and a dead-lettered job is redriven to its queue", async () => {
   const dir = tmp();
   const server = await startServer(dir);
@@ -142,88 +144,8 @@ test("in a browser: a group's lag shows, and a dead-lettered job is redriven to 
     await page.goto(`http://127.0.0.1:${server.http}/dashboard#groups`);
     // An empty broker: the page says what to do instead of showing an empty table.
     await page.getByText("No consumer groups yet.").waitFor({ timeout: WAIT_MS });
-
-    // 20 records over 2 partitions, written 10 minutes ago; the group commits the first 5 of
-    // each: 10 records of lag, 600 s old (over the group-lag check's 300 s).
-    await client.createTopic("orders", { partitions: 2 });
-    const past = Date.now() - 600_000;
-    await client.publishBatch("orders", Array.from({ length: 20 }, (_, i) => ({ value: { n: i }, partition: i % 2, timestamp: past })));
-    const sub = client.subscribe<{ n: number }>("orders", { group: "billing", start: "earliest" });
-    const msgs = await take(sub[Symbol.asyncIterator](), 20);
-    for (const p of [0, 1]) await msgs.filter((m) => m.partition === p)[4].commit();
-    await sub.close();
-    const lagCell = page.locator('tr[data-group="billing"][data-topic="orders"] td.lag-records');
-    await lagCell.filter({ hasText: /^10$/ }).waitFor({ timeout: WAIT_MS });
-    await waitUntil(async () => (await page.locator("figure.chart .uplot").count()) === 2, "the groups page draws its two lag charts");
-    await shoot(page, "dashboard-groups.png");
-    await page.locator("#alerts-badge").filter({ hasText: /^1$/ }).waitFor({ timeout: WAIT_MS });
-    await page.click("#tab-alerts");
-    const rule = page.locator('[data-rule="group-lag"]');
-    await rule.getByText("firing (1)").waitFor({ timeout: WAIT_MS });
-    assert.match((await rule.textContent()) ?? "", /group billing on orders/);
-    await page.click("#tab-topics");
-    await page.locator('[data-topic="orders"] tbody tr').nth(1).waitFor({ timeout: WAIT_MS });
-    assert.match((await page.locator('[data-topic="orders"] .summary').textContent()) ?? "", /2 partitions · 20 records appended/);
-    await shoot(page, "dashboard-topics.png");
-
-    // A job nacked without requeue lands in emails.dlq.
-    const emails = client.queue<string>("emails");
-    await emails.enqueue("poison");
-    {
-      await using worker = emails.work({ prefetch: 1 });
-      const j = await worker[Symbol.asyncIterator]().next();
-      assert.equal(j.done, false);
-      if (!j.done) await j.value.nack({ requeue: false, reason: "malformed address" });
-    }
-    await waitUntil(async () => (await depth(server.http, "emails.dlq")) === 1, "the job in emails.dlq");
-
-    await page.click("#tab-dlq");
-    const row = page.locator("tr[data-job]");
-    await row.first().waitFor({ timeout: WAIT_MS });
-    assert.equal(await row.count(), 1);
-    await row.first().getByRole("button", { name: "Inspect" }).click();
-    const details = page.locator("[data-job-details]");
-    await details.getByText("malformed address").first().waitFor({ timeout: WAIT_MS });
-    assert.match((await details.textContent()) ?? "", /Source queueemails/);
-    await shoot(page, "dashboard-dlq.png");
-
-    const dialogs: string[] = [];
-    page.once("dialog", (d) => {
-      dialogs.push(d.message());
-      void d.accept();
-    });
-    await page.click("#dlq-redrive-one");
-    await page.locator("#notice").getByText("Redrove 1 job from emails.dlq.").waitFor({ timeout: WAIT_MS });
-    assert.match(dialogs[0] ?? "", /^Redrive job /, "the action asked first");
-    await page.getByText("emails.dlq is empty.").waitFor({ timeout: WAIT_MS });
-
-    // Purge asks first; dismissed, nothing is sent.
-    await page.click("#tab-queues");
-    const purgeButton = page.locator('tr[data-queue="emails"]').getByRole("button", { name: "Purge…" });
-    await purgeButton.waitFor({ timeout: WAIT_MS });
-    const asked: string[] = [];
-    page.once("dialog", (d) => {
-      asked.push(d.message());
-      void d.dismiss();
-    });
-    await purgeButton.click();
-    assert.match(asked[0] ?? "", /^Purge queue “emails”\?/);
-    assert.equal(await depth(server.http, "emails"), 1, "a dismissed purge purges nothing");
-    await shoot(page, "dashboard-queues.png");
-
-    // Back in its source queue, as a redriven job with the same payload.
-    {
-      await using worker = emails.work({ prefetch: 1 });
-      const j = await worker[Symbol.asyncIterator]().next();
-      assert.equal(j.done, false);
-      if (!j.done) {
-        assert.equal(j.value.data, "poison");
-        assert.equal(j.value.redriveCount, 1);
-        await j.value.ack();
-      }
-    }
-    assert.equal(await depth(server.http, "emails.dlq"), 0);
-
+    await groupLagShows(page, client);
+    await deadLetterRedriven(page, client, server.http);
     await page.click("#tab-overview");
     await page.locator('[data-metric="publish-rate"]').waitFor({ timeout: WAIT_MS });
     await shoot(page, "dashboard.png");
@@ -235,6 +157,93 @@ test("in a browser: a group's lag shows, and a dead-lettered job is redriven to 
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+/** A group behind by 10 records, 600 s old: its row, its charts, the group-lag check firing. */
+async function groupLagShows(page: Page, client: Client): Promise<void> {
+  // 20 records over 2 partitions, written 10 minutes ago; the group commits the first 5 of
+  // each: 10 records of lag, 600 s old (over the group-lag check's 300 s).
+  await client.createTopic("orders", { partitions: 2 });
+  const past = Date.now() - 600_000;
+  await client.publishBatch("orders", Array.from({ length: 20 }, (_, i) => ({ value: { n: i }, partition: i % 2, timestamp: past })));
+  const sub = client.subscribe<{ n: number }>("orders", { group: "billing", start: "earliest" });
+  const msgs = await take(sub[Symbol.asyncIterator](), 20);
+  for (const p of [0, 1]) await msgs.filter((m) => m.partition === p)[4].commit();
+  await sub.close();
+  const lagCell = page.locator('tr[data-group="billing"][data-topic="orders"] td.lag-records');
+  await lagCell.filter({ hasText: /^10$/ }).waitFor({ timeout: WAIT_MS });
+  await waitUntil(async () => (await page.locator("#page-groups figure.chart .uplot").count()) === 2, "the groups page draws its two lag charts");
+  await shoot(page, "dashboard-groups.png");
+  await page.locator("#alerts-badge").filter({ hasText: /^1$/ }).waitFor({ timeout: WAIT_MS });
+  await page.click("#tab-alerts");
+  const rule = page.locator('[data-rule="group-lag"]');
+  await rule.getByText("firing (1)").waitFor({ timeout: WAIT_MS });
+  assert.match((await rule.textContent()) ?? "", /group billing on orders/);
+  await page.click("#tab-topics");
+  await page.locator('[data-topic="orders"] tbody tr').nth(1).waitFor({ timeout: WAIT_MS });
+  assert.match((await page.locator('[data-topic="orders"] .summary').textContent()) ?? "", /2 partitions · 20 records appended/);
+  await shoot(page, "dashboard-topics.png");
+}
+
+/** A job nacked without requeue: listed and inspected in the DLQ browser, redriven (after the
+ * confirmation), back in its queue; a dismissed purge sends nothing. */
+async function deadLetterRedriven(page: Page, client: Client, http: number): Promise<void> {
+  const emails = client.queue<string>("emails");
+  await emails.enqueue("poison");
+  {
+    await using worker = emails.work({ prefetch: 1 });
+    const j = await worker[Symbol.asyncIterator]().next();
+    assert.equal(j.done, false);
+    if (!j.done) await j.value.nack({ requeue: false, reason: "malformed address" });
+  }
+  await waitUntil(async () => (await depth(http, "emails.dlq")) === 1, "the job in emails.dlq");
+
+  await page.click("#tab-dlq");
+  const row = page.locator("tr[data-job]");
+  await row.first().waitFor({ timeout: WAIT_MS });
+  assert.equal(await row.count(), 1);
+  await row.first().getByRole("button", { name: "Inspect" }).click();
+  const details = page.locator("[data-job-details]");
+  await details.getByText("malformed address").first().waitFor({ timeout: WAIT_MS });
+  assert.match((await details.textContent()) ?? "", /Source queueemails/);
+  await shoot(page, "dashboard-dlq.png");
+
+  const dialogs: string[] = [];
+  page.once("dialog", (d) => {
+    dialogs.push(d.message());
+    void d.accept();
+  });
+  await page.click("#dlq-redrive-one");
+  await page.locator("#notice").getByText("Redrove 1 job from emails.dlq.").waitFor({ timeout: WAIT_MS });
+  assert.match(dialogs[0] ?? "", /^Redrive job /, "the action asked first");
+  await page.getByText("emails.dlq is empty.").waitFor({ timeout: WAIT_MS });
+
+  // Purge asks first; dismissed, nothing is sent.
+  await page.click("#tab-queues");
+  const purgeButton = page.locator('tr[data-queue="emails"]').getByRole("button", { name: "Purge…" });
+  await purgeButton.waitFor({ timeout: WAIT_MS });
+  const asked: string[] = [];
+  page.once("dialog", (d) => {
+    asked.push(d.message());
+    void d.dismiss();
+  });
+  await purgeButton.click();
+  assert.match(asked[0] ?? "", /^Purge queue “emails”\?/);
+  assert.equal(await depth(http, "emails"), 1, "a dismissed purge purges nothing");
+  await shoot(page, "dashboard-queues.png");
+
+  // Back in its source queue, as a redriven job with the same payload.
+  {
+    await using worker = emails.work({ prefetch: 1 });
+    const j = await worker[Symbol.asyncIterator]().next();
+    assert.equal(j.done, false);
+    if (!j.done) {
+      assert.equal(j.value.data, "poison");
+      assert.equal(j.value.redriveCount, 1);
+      await j.value.ack();
+    }
+  }
+  assert.equal(await depth(http, "emails.dlq"), 0);
+}
 
 async function shoot(page: Page, name: string): Promise<void> {
   mkdirSync(ARTIFACTS, { recursive: true });

@@ -18,24 +18,7 @@ export function createDlqPage() {
   let ctx = null;
 
   const load = async (more) => {
-    if (v.queue === null || v.loading) return;
-    v.loading = true;
-    const q = v.queue;
-    try {
-      const after = more && v.next !== null ? `&after=${enc(String(v.next))}` : "";
-      const r = await api("GET", `/v1/queues/${enc(q)}/browse?limit=${PAGE}${after}`);
-      if (q !== v.queue) return;
-      v.jobs = more ? [...v.jobs, ...r.jobs] : r.jobs;
-      v.next = r.next ?? null;
-      v.pages = more ? v.pages + 1 : 1;
-      v.error = null;
-    } catch (e) {
-      v.error = e;
-      if (!more) v.jobs = [];
-    } finally {
-      v.loading = false;
-    }
-    draw();
+    if (await fetchPage(v, more)) draw();
   };
 
   const choose = (name) => {
@@ -49,19 +32,16 @@ export function createDlqPage() {
 
   const redrive = (ids) => {
     const q = v.queue;
-    const what = ids ? `job ${ids[0]}` : `every entry of ${q}`;
-    return ctx.act(
-      `Redrive ${what}?\n\nThe job${ids ? " goes" : "s go"} back to ${ids ? "its" : "their"} source queue${ids ? "" : "s"} as new jobs and leave${ids ? "s" : ""} the dead-letter queue.${repeats.checked ? "" : " Entries marked repeat are skipped."}`,
-      async () => {
-        const body = { includeRepeats: repeats.checked, ...(ids ? { filter: { ids } } : {}) };
-        const r = await api("POST", `/v1/queues/${enc(q)}/redrive`, body);
-        if (ids) v.selected = null;
-        await load(false);
-        return `Redrove ${num(r.moved)} job${r.moved === 1 ? "" : "s"} from ${q}${r.skippedRepeats > 0 ? ` (${num(r.skippedRepeats)} marked repeat skipped)` : ""}.`;
-      },
-    );
+    if (q === null) return;
+    return ctx.act(redriveQuestion(q, ids, repeats.checked), async () => {
+      const body = { includeRepeats: repeats.checked, ...(ids ? { filter: { ids } } : {}) };
+      const r = await api("POST", `/v1/queues/${enc(q)}/redrive`, body);
+      if (ids) v.selected = null;
+      await load(false);
+      return `Redrove ${num(r.moved)} job${r.moved === 1 ? "" : "s"} from ${q}${r.skippedRepeats > 0 ? ` (${num(r.skippedRepeats)} marked repeat skipped)` : ""}.`;
+    });
   };
-
+  const purgeSelected = () => (v.queue === null ? undefined : purge(ctx, { name: v.queue, depth: depthOf(ctx, v.queue) }).then(() => load(false)));
   const toolbar = h(
     "div",
     { class: "toolbar" },
@@ -69,7 +49,7 @@ export function createDlqPage() {
     select,
     h("button", { onclick: () => load(false) }, "Refresh"),
     h("button", { id: "dlq-redrive-all", onclick: () => redrive(null) }, "Redrive all…"),
-    h("button", { class: "danger", onclick: () => purge(ctx, { name: v.queue, depth: depthOf(ctx, v.queue) }).then(() => load(false)) }, "Purge…"),
+    h("button", { class: "danger", onclick: purgeSelected }, "Purge…"),
     h("label", { class: "check" }, repeats, " include entries marked repeat"),
   );
   fill(el, h("h2", null, "Dead letters"), toolbar, info, h("div", { class: "dlq-body" }, list, details));
@@ -81,30 +61,11 @@ export function createDlqPage() {
       v.queue === null ? "" : `${v.queue}: ${num(depthOf(ctx, v.queue))} live jobs now; ${num(count)} listed${v.next !== null ? " (more below)" : ""}. Select an entry to inspect it.`,
     );
     if (v.queue === null) {
-      fill(list, empty("No dead-letter queues yet.", "A queue's dead-letter queue (NAME.dlq unless configured otherwise) appears when a job fails permanently (PermanentError, nack with requeue: false) or runs out of attempts."));
+      fill(list, noQueueView(v.names !== ""));
       fill(details);
       return;
     }
-    if (v.error !== null) {
-      const noRoute = v.error.code === "NOT_FOUND";
-      fill(list, h("p", { class: "error-line" }, noRoute ? "This server cannot list a queue's jobs (no browse route): Redrive all and Purge still work. " : "", errorLine(v.error)));
-    } else if (v.pages === 0) {
-      fill(list, h("p", { class: "hint" }, "Loading…"));
-    } else if (count === 0) {
-      fill(list, empty(`${v.queue} is empty.`, "Nothing to redrive: jobs that fail permanently or run out of attempts land here."));
-    } else {
-      fill(
-        list,
-        table(
-          ["Job id", "Source queue", "Error class", "Error", n("Attempts"), "Dead-lettered at", n("Redrives"), ""],
-          v.jobs.map((j) => ({
-            attrs: { "data-job": j.id, class: j.id === v.selected ? "selected" : null },
-            cells: [j.id, j.deadLetter?.sourceQueue ?? "—", j.deadLetter?.errorClass ?? "—", { v: clip(j.deadLetter?.error ?? ""), class: "clip", title: j.deadLetter?.error }, n(num(j.attempts)), time(j.deadLetter?.deadLetteredAt), n(num(j.deadLetter?.redriveCount ?? 0)), h("button", { class: "link", onclick: () => ((v.selected = j.id), draw()) }, "Inspect")],
-          })),
-        ),
-        v.next !== null ? h("button", { onclick: () => load(true) }, `Load ${PAGE} more`) : null,
-      );
-    }
+    fill(list, entriesView(v, (id) => ((v.selected = id), draw()), () => load(true)));
     const job = v.jobs.find((j) => j.id === v.selected);
     fill(details, job === undefined ? null : jobDetails(job, () => redrive([job.id])));
   }
@@ -115,12 +76,11 @@ export function createDlqPage() {
       ctx = c;
       const queues = (c.state.queues ?? []).map((q) => q.name);
       const dlqs = queues.filter((q) => q.endsWith(".dlq"));
-      const others = queues.filter((q) => !q.endsWith(".dlq"));
       const sig = queues.join("\u0000");
       if (sig !== v.names) {
         v.names = sig;
-        fill(select, dlqs.length > 0 ? h("optgroup", { label: "Dead-letter queues" }, dlqs.map((q) => h("option", { value: q }, q))) : null, others.length > 0 ? h("optgroup", { label: "Other queues" }, others.map((q) => h("option", { value: q }, q))) : null);
-        if (v.queue !== null) select.value = v.queue;
+        fillOptions(select, queues);
+        select.value = v.queue ?? "";
       }
       const wanted = opts?.queue ?? (v.queue !== null && queues.includes(v.queue) ? v.queue : dlqs[0] ?? null);
       if (wanted !== v.queue) return choose(wanted);
@@ -130,6 +90,85 @@ export function createDlqPage() {
       else draw();
     },
   };
+}
+
+/** Reads a page of the selected queue into `v` (the first, or the next with `more`); false
+ * when nothing changed (a read already running, or the selection moved on meanwhile). */
+async function fetchPage(v, more) {
+  if (v.queue === null || v.loading) return false;
+  v.loading = true;
+  const q = v.queue;
+  try {
+    const after = more && v.next !== null ? `&after=${enc(String(v.next))}` : "";
+    const r = await api("GET", `/v1/queues/${enc(q)}/browse?limit=${PAGE}${after}`);
+    if (q !== v.queue) return false;
+    v.jobs = more ? [...v.jobs, ...r.jobs] : r.jobs;
+    v.next = r.next ?? null;
+    v.pages = more ? v.pages + 1 : 1;
+    v.error = null;
+  } catch (e) {
+    if (q !== v.queue) return false;
+    v.error = e;
+    if (!more) v.jobs = [];
+  } finally {
+    v.loading = false;
+  }
+  return true;
+}
+
+/** The queue picker: dead-letter queues first; any other queue can be browsed too. */
+function fillOptions(select, queues) {
+  const dlqs = queues.filter((q) => q.endsWith(".dlq"));
+  const others = queues.filter((q) => !q.endsWith(".dlq"));
+  const opts = (list) => list.map((q) => h("option", { value: q }, q));
+  fill(
+    select,
+    h("option", { value: "" }, "— choose a queue —"),
+    dlqs.length > 0 ? h("optgroup", { label: "Dead-letter queues" }, opts(dlqs)) : null,
+    others.length > 0 ? h("optgroup", { label: "Other queues" }, opts(others)) : null,
+  );
+}
+
+function noQueueView(anyQueue) {
+  return anyQueue
+    ? empty("No dead-letter queue named NAME.dlq exists.", "Choose a queue above to browse its jobs (a dead-letter queue configured with another name is listed under Other queues).")
+    : empty("No queues yet.", "A queue's dead-letter queue (NAME.dlq unless configured otherwise) is created with the queue; jobs land there when they fail permanently (PermanentError, nack with requeue: false) or run out of attempts.");
+}
+
+/** The list part: the error, "loading", the empty state, or the entries and "load more". */
+function entriesView(v, onInspect, onMore) {
+  if (v.error !== null) {
+    const noRoute = v.error.code === "NOT_FOUND";
+    return h("p", { class: "error-line" }, noRoute ? "This server cannot list a queue's jobs (no browse route): Redrive all and Purge still work. " : "", errorLine(v.error));
+  }
+  if (v.pages === 0) return h("p", { class: "hint" }, "Loading…");
+  if (v.jobs.length === 0) return empty(`${v.queue} is empty.`, "Nothing to redrive: jobs that fail permanently or run out of attempts land here.");
+  return [
+    table(
+      ["Job id", "Source queue", "Error class", "Error", n("Attempts"), "Dead-lettered at", n("Redrives"), ""],
+      v.jobs.map((j) => ({
+        attrs: { "data-job": j.id, class: j.id === v.selected ? "selected" : null },
+        cells: [
+          j.id,
+          j.deadLetter?.sourceQueue ?? "—",
+          j.deadLetter?.errorClass ?? "—",
+          { v: clip(j.deadLetter?.error ?? ""), class: "clip", title: j.deadLetter?.error },
+          n(num(j.attempts)),
+          time(j.deadLetter?.deadLetteredAt),
+          n(num(j.deadLetter?.redriveCount ?? 0)),
+          h("button", { class: "link", onclick: () => onInspect(j.id) }, "Inspect"),
+        ],
+      })),
+    ),
+    v.next !== null ? h("button", { onclick: onMore }, `Load ${PAGE} more`) : null,
+  ];
+}
+
+function redriveQuestion(q, ids, includeRepeats) {
+  const one = ids !== null;
+  const what = one ? `job ${ids[0]}` : `every entry of ${q}`;
+  const where = one ? "The job goes back to its source queue as a new job and leaves" : "The jobs go back to their source queues as new jobs and leave";
+  return `Redrive ${what}?\n\n${where} the dead-letter queue.${includeRepeats ? "" : " Entries marked repeat are skipped."}`;
 }
 
 function depthOf(ctx, name) {
