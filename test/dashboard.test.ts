@@ -178,6 +178,7 @@ async function groupLagShows(page: Page, client: Client): Promise<void> {
   const rule = page.locator('[data-rule="group-lag"]');
   await rule.getByText("firing (1)").waitFor({ timeout: WAIT_MS });
   assert.match((await rule.textContent()) ?? "", /group billing on orders/);
+  await shoot(page, "dashboard-alerts.png");
   await page.click("#tab-topics");
   await page.locator('[data-topic="orders"] tbody tr').nth(1).waitFor({ timeout: WAIT_MS });
   assert.match((await page.locator('[data-topic="orders"] .summary').textContent()) ?? "", /2 partitions · 20 records appended/);
