@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * HTTP port: health (`/healthz` liveness, `/readyz` readiness), Prometheus `/metrics`, admin and simple JSON
+ * HTTP port: health (`/healthz` liveness, `/readyz` readiness), Prometheus `/metrics`, the web
+ * dashboard's static files (`/`, `/dashboard/...`: docs/dashboard.md), admin and simple JSON
  * produce/consume for callers without the client. Request bodies are limited while they
  * stream in (Content-Length is checked first; a body that grows past `maxBodyBytes` is cut off
  * with 413), so a large or endless upload never sits in memory. Every route is one entry of
@@ -14,6 +15,7 @@ import { errorToWire } from "../wire/index.js";
 import { DEFAULT_BROWSE_LIMIT } from "../queues/config.js";
 import type { BrowsedJob, BrowseOptions } from "../queues/types.js";
 import { HTTP_DEFAULT_FETCH_BYTES, HTTP_MAX_FETCH_BYTES, MAX_HTTP_ITEMS_PER_REQUEST } from "./limits.js";
+import { DASHBOARD_PATHS, dashboardAsset } from "./dashboard/static.js";
 
 export interface HttpOptions {
   broker: BrokerHost;
@@ -32,11 +34,12 @@ export interface MetricsEndpoint {
   metrics(): Promise<string>;
 }
 
-/** A reply that is not JSON (the Prometheus exposition). */
+/** A reply that is not JSON (the Prometheus exposition, the dashboard's files). */
 class TextReply {
   constructor(
     readonly contentType: string,
     readonly text: string,
+    readonly headers: Record<string, string> = {},
   ) {}
 }
 
@@ -189,7 +192,16 @@ const ROUTES: Route[] = [
   { method: "GET", path: "/v1/groups/:group/topics/:topic/lag", handler: async (c) => [200, await c.broker.groupLag(c.params.group, c.params.topic)] },
   { method: "GET", path: "/v1/groups", handler: async (c) => [200, { groups: await c.broker.listGroups() }] },
   { method: "POST", path: "/v1/groups/:group/topics/:topic/reset", handler: resetGroup },
+  // The web dashboard (docs/dashboard.md): static files only; its actions use the routes above.
+  ...DASHBOARD_PATHS.map((path): Route => ({ method: "*", path, handler: dashboardFile })),
 ];
+
+async function dashboardFile(c: RouteContext): Promise<Reply> {
+  const method = c.req.method ?? "GET";
+  const asset = method === "GET" || method === "HEAD" ? await dashboardAsset(c.url.pathname) : null;
+  if (asset === null) throw new NotFoundError(`no route for ${method} ${c.url.pathname}`);
+  return [200, new TextReply(asset.contentType, asset.body, asset.headers)];
+}
 
 async function metricsText(c: RouteContext): Promise<Reply> {
   const m = c.opts.metrics;
@@ -349,7 +361,7 @@ export function createHttpServer(opts: HttpOptions): Server {
       if (found === null) throw new NotFoundError(`no route for ${method} ${url.pathname}`);
       const [status, reply] = await found.route.handler({ broker, opts, req, url, params: found.params });
       if (reply instanceof TextReply) {
-        res.writeHead(status, { "content-type": reply.contentType, "content-length": Buffer.byteLength(reply.text) });
+        res.writeHead(status, { ...reply.headers, "content-type": reply.contentType, "content-length": Buffer.byteLength(reply.text) });
         res.end(reply.text);
       } else send(res, status, reply);
     } catch (err) {

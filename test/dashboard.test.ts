@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * The web dashboard on `sluice serve`'s HTTP port: its files are served from the built package
+ * (read-only, with a strict content security policy), and a headless Chromium (Debian's package,
+ * installed by scripts/ensure-tool.sh when missing) driven by playwright-core shows a group's
+ * lag and redrives a dead-lettered job back to its queue through the existing HTTP routes.
+ * Screenshots go to test-artifacts/ (gitignored).
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium, type Browser, type Page } from "playwright-core";
+import { connect } from "../src/client/index.js";
+import type { Message } from "../src/types.js";
+import { spawnServer, type SpawnedServer } from "./fixtures/server-spawn.js";
+
+/** The repository (or installed package) root: this file runs as dist/test/dashboard.test.js. */
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const ARTIFACTS = join(ROOT, "test-artifacts");
+/** Every wait on the page is bounded; the whole file stays well under a minute. */
+const WAIT_MS = 15_000;
+
+function tmp(): string {
+  return mkdtempSync(join(process.env.SLUICE_TEST_TMP ?? tmpdir(), "sluice-dashboard-"));
+}
+
+async function get(port: number, path: string, init: RequestInit = {}): Promise<Response> {
+  return fetch(`http://127.0.0.1:${port}${path}`, { ...init, redirect: "manual" });
+}
+
+async function waitUntil(cond: () => Promise<boolean>, what: string, timeoutMs = WAIT_MS): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await cond()) return;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function depth(port: number, queue: string): Promise<number> {
+  return ((await (await get(port, `/v1/queues/${encodeURIComponent(queue)}/stats`)).json()) as { depth: number }).depth;
+}
+
+async function startServer(dir: string): Promise<SpawnedServer & { http: number }> {
+  const s = await spawnServer(["--data", dir, "--port", "0", "--http-port", "0", "--log-level", "warn"]);
+  assert.ok(s.httpPort, "the listening line names the HTTP port");
+  return { ...s, http: s.httpPort };
+}
+
+async function stop(s: SpawnedServer): Promise<void> {
+  s.proc.kill("SIGTERM");
+  await s.exited;
+}
+
+test("the dashboard's files are served from the package, read-only, with a strict CSP", async () => {
+  const dir = tmp();
+  const server = await startServer(dir);
+  try {
+    for (const path of ["/", "/dashboard", "/dashboard/"]) {
+      const r = await get(server.http, path);
+      assert.equal(r.status, 200, path);
+      assert.match(r.headers.get("content-type") ?? "", /^text\/html/);
+      const csp = r.headers.get("content-security-policy") ?? "";
+      assert.match(csp, /script-src 'self'/);
+      assert.match(csp, /frame-ancestors 'none'/);
+      assert.match(await r.text(), /<script type="module" src="\/dashboard\/app.js">/);
+    }
+    // Every file of the public folder is served, as a module script or style sheet.
+    const publicDir = join(ROOT, "src/server/dashboard/public");
+    for (const f of readdirSync(publicDir)) {
+      if (f === "index.html") continue;
+      const r = await get(server.http, `/dashboard/${f}`);
+      assert.equal(r.status, 200, f);
+      assert.match(r.headers.get("content-type") ?? "", f.endsWith(".css") ? /^text\/css/ : /^text\/javascript/, f);
+      assert.equal(r.headers.get("x-content-type-options"), "nosniff");
+    }
+    const uplot = await get(server.http, "/dashboard/vendor/uPlot.iife.min.js");
+    assert.equal(uplot.status, 200);
+    assert.match(await uplot.text(), /uPlot/);
+    assert.equal((await get(server.http, "/dashboard/vendor/uPlot.min.css")).status, 200);
+    // Nothing else: no other file, no writes, no path tricks.
+    for (const [method, path] of [
+      ["GET", "/dashboard/nope.js"],
+      ["GET", "/dashboard/../package.json"],
+      ["GET", "/dashboard/%2e%2e/package.json"],
+      ["GET", "/dashboard/vendor/uPlot.cjs.js"],
+      ["POST", "/dashboard"],
+      ["DELETE", "/"],
+    ]) {
+      const r = await get(server.http, path, { method });
+      assert.equal(r.status, 404, `${method} ${path}`);
+      assert.equal(((await r.json()) as { error: { code: string } }).error.code, "NOT_FOUND");
+    }
+    const head = await get(server.http, "/dashboard", { method: "HEAD" });
+    assert.equal(head.status, 200);
+  } finally {
+    await stop(server);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("the package ships the dashboard's files (npm pack lists them)", () => {
+  const out = execFileSync("npm", ["pack", "--dry-run", "--json", "--ignore-scripts"], { cwd: ROOT, encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
+  const files = new Set((JSON.parse(out) as { files: { path: string }[] }[])[0].files.map((f) => f.path));
+  for (const f of readdirSync(join(ROOT, "src/server/dashboard/public"))) assert.ok(files.has(`src/server/dashboard/public/${f}`), `packed: ${f}`);
+  assert.ok(files.has("dist/src/server/dashboard/static.js"));
+});
+
+/** Chromium from the system (Debian's package), installed when missing. */
+function chromiumPath(): string {
+  const out = execFileSync("bash", [join(ROOT, "scripts/ensure-tool.sh"), "chromium", "chromium"], { encoding: "utf8" });
+  return out.trim().split("\n").pop()!;
+}
+
+async function take<T>(it: AsyncIterator<Message<T>>, n: number): Promise<Message<T>[]> {
+  const out: Message<T>[] = [];
+  while (out.length < n) {
+    const r = await it.next();
+    if (r.done) break;
+    out.push(r.value);
+  }
+  return out;
+}
+
+type Client = Awaited<ReturnType<typeof connect>>;
+
+test("in a browser: a group's lag shows, and a dead-lettered job is redriven to its queue", async () => {
+  const dir = tmp();
+  const server = await startServer(dir);
+  const client = await connect({ url: server.url });
+  let browser: Browser | null = null;
+  try {
+    browser = await chromium.launch({ executablePath: chromiumPath(), headless: true });
+    const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+    const problems: string[] = [];
+    page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+    page.on("console", (m) => {
+      if (m.type() === "error") problems.push(`console: ${m.text()} (${m.location().url})`);
+    });
+    await page.goto(`http://127.0.0.1:${server.http}/dashboard#groups`);
+    // An empty broker: the page says what to do instead of showing an empty table.
+    await page.getByText("No consumer groups yet.").waitFor({ timeout: WAIT_MS });
+    await groupLagShows(page, client);
+    await deadLetterRedriven(page, client, server.http);
+    await page.click("#tab-overview");
+    await page.locator('[data-metric="publish-rate"]').waitFor({ timeout: WAIT_MS });
+    await shoot(page, "dashboard.png");
+    assert.deepEqual(problems, [], "no script errors or CSP violations in the page");
+  } finally {
+    await browser?.close();
+    await client.close();
+    await stop(server);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+/** A group behind by 10 records, 600 s old: its row, its charts, the group-lag check firing. */
+async function groupLagShows(page: Page, client: Client): Promise<void> {
+  // 20 records over 2 partitions, written 10 minutes ago; the group commits the first 5 of
+  // each: 10 records of lag, 600 s old (over the group-lag check's 300 s).
+  await client.createTopic("orders", { partitions: 2 });
+  const past = Date.now() - 600_000;
+  await client.publishBatch("orders", Array.from({ length: 20 }, (_, i) => ({ value: { n: i }, partition: i % 2, timestamp: past })));
+  const sub = client.subscribe<{ n: number }>("orders", { group: "billing", start: "earliest" });
+  const msgs = await take(sub[Symbol.asyncIterator](), 20);
+  for (const p of [0, 1]) await msgs.filter((m) => m.partition === p)[4].commit();
+  await sub.close();
+  const lagCell = page.locator('tr[data-group="billing"][data-topic="orders"] td.lag-records');
+  await lagCell.filter({ hasText: /^10$/ }).waitFor({ timeout: WAIT_MS });
+  await waitUntil(async () => (await page.locator("#page-groups figure.chart .uplot").count()) === 2, "the groups page draws its two lag charts");
+  await shoot(page, "dashboard-groups.png");
+  await page.locator("#alerts-badge").filter({ hasText: /^1$/ }).waitFor({ timeout: WAIT_MS });
+  await page.click("#tab-alerts");
+  const rule = page.locator('[data-rule="group-lag"]');
+  await rule.getByText("firing (1)").waitFor({ timeout: WAIT_MS });
+  assert.match((await rule.textContent()) ?? "", /group billing on orders/);
+  await shoot(page, "dashboard-alerts.png");
+  await page.click("#tab-topics");
+  await page.locator('[data-topic="orders"] tbody tr').nth(1).waitFor({ timeout: WAIT_MS });
+  assert.match((await page.locator('[data-topic="orders"] .summary').textContent()) ?? "", /2 partitions · 20 records appended/);
+  await shoot(page, "dashboard-topics.png");
+}
+
+/** A job nacked without requeue: listed and inspected in the DLQ browser, redriven (after the
+ * confirmation), back in its queue; a dismissed purge sends nothing. */
+async function deadLetterRedriven(page: Page, client: Client, http: number): Promise<void> {
+  const emails = client.queue<string>("emails");
+  await emails.enqueue("poison");
+  {
+    await using worker = emails.work({ prefetch: 1 });
+    const j = await worker[Symbol.asyncIterator]().next();
+    assert.equal(j.done, false);
+    if (!j.done) await j.value.nack({ requeue: false, reason: "malformed address" });
+  }
+  await waitUntil(async () => (await depth(http, "emails.dlq")) === 1, "the job in emails.dlq");
+
+  await page.click("#tab-dlq");
+  const row = page.locator("tr[data-job]");
+  await row.first().waitFor({ timeout: WAIT_MS });
+  assert.equal(await row.count(), 1);
+  await row.first().getByRole("button", { name: "Inspect" }).click();
+  const details = page.locator("[data-job-details]");
+  await details.getByText("malformed address").first().waitFor({ timeout: WAIT_MS });
+  assert.match((await details.textContent()) ?? "", /Source queueemails/);
+  await shoot(page, "dashboard-dlq.png");
+
+  const dialogs: string[] = [];
+  page.once("dialog", (d) => {
+    dialogs.push(d.message());
+    void d.accept();
+  });
+  await page.click("#dlq-redrive-one");
+  await page.locator("#notice").getByText("Redrove 1 job from emails.dlq.").waitFor({ timeout: WAIT_MS });
+  assert.match(dialogs[0] ?? "", /^Redrive job /, "the action asked first");
+  await page.getByText("emails.dlq is empty.").waitFor({ timeout: WAIT_MS });
+
+  // Purge asks first; dismissed, nothing is sent.
+  await page.click("#tab-queues");
+  const purgeButton = page.locator('tr[data-queue="emails"]').getByRole("button", { name: "Purge…" });
+  await purgeButton.waitFor({ timeout: WAIT_MS });
+  const asked: string[] = [];
+  page.once("dialog", (d) => {
+    asked.push(d.message());
+    void d.dismiss();
+  });
+  await purgeButton.click();
+  assert.match(asked[0] ?? "", /^Purge queue “emails”\?/);
+  assert.equal(await depth(http, "emails"), 1, "a dismissed purge purges nothing");
+  await shoot(page, "dashboard-queues.png");
+
+  // Back in its source queue, as a redriven job with the same payload.
+  {
+    await using worker = emails.work({ prefetch: 1 });
+    const j = await worker[Symbol.asyncIterator]().next();
+    assert.equal(j.done, false);
+    if (!j.done) {
+      assert.equal(j.value.data, "poison");
+      assert.equal(j.value.redriveCount, 1);
+      await j.value.ack();
+    }
+  }
+  assert.equal(await depth(http, "emails.dlq"), 0);
+}
+
+async function shoot(page: Page, name: string): Promise<void> {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  const path = join(ARTIFACTS, name);
+  await page.screenshot({ path, fullPage: true });
+  console.log(`# screenshot: ${path}`);
+}
