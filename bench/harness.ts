@@ -67,6 +67,11 @@ export interface BenchGroup {
    * (BullMQ on a new Redis) ran its first seconds several times slower than afterwards.
    */
   prime?: boolean;
+  /**
+   * Run the cases in reverse order on odd repetitions: for two configurations of one system
+   * (metrics on / off), whichever runs second pays the first's garbage and cache leftovers.
+   */
+  alternate?: boolean;
 }
 
 /** Counts messages for one timed run: nothing during the warm-up, then until the limits. */
@@ -164,7 +169,8 @@ export async function runGroup(g: BenchGroup, o: RunGroupOptions): Promise<Bench
       log(`${g.id}: primed every system (untimed)`);
     }
     for (let rep = 0; rep < reps; rep++) {
-      for (const [i, c] of g.cases.entries()) {
+      const order = g.alternate && rep % 2 === 1 ? [...g.cases.entries()].reverse() : [...g.cases.entries()];
+      for (const [i, c] of order) {
         const t = performance.now();
         try {
           const r = await withTimeout(c.run(o.limits, rep), timeoutMs, `${g.id} ${c.system}`);

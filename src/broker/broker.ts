@@ -19,7 +19,7 @@ import type { QueueConfig } from "../queues/types.js";
 import type { HostQueue } from "../queues/host-api.js";
 import type { QueueStats } from "../queues/types.js";
 import type { PrometheusOptions } from "../observability/prometheus.js";
-import { countCommitFailures } from "../observability/commit-failures.js";
+import { commitFailureCounter } from "../observability/commit-failures.js";
 import { toConsumed } from "../streams/records.js";
 import { GroupSubscription } from "../streams/subscription.js";
 import type { BrokerHost, EncodedAppend, MemberListener, MemberSubscription } from "./host.js";
@@ -104,7 +104,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
   private readonly yielder = new TurnYield();
   private readonly schemas: SchemaRegistry | null;
   /** What subscriptions commit through: the engine, counting failed commits per group. */
-  private readonly groupEngine: StorageEngine;
+  private readonly onCommitFailure: ((group: string, topic: string) => void) | undefined;
   private detachMetrics: (() => void) | null = null;
 
   private constructor(opts: BrokerOptions) {
@@ -115,7 +115,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     this.engine = opts.engine ?? new DiskEngine({ dataDir: this.dataDir, fs: this.fs, telemetry: this.telemetry });
     this.publisher = new Publisher(this.engine, () => this.closed);
     this.schemas = opts.schemas ?? null;
-    this.groupEngine = countCommitFailures(this.engine, this.telemetry.metrics);
+    this.onCommitFailure = commitFailureCounter(this.telemetry.metrics);
   }
 
   static async open(opts: BrokerOptions): Promise<EmbeddedBroker> {
@@ -273,7 +273,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
   private join<T>(topic: string, opts: SubscribeOptions, listener?: MemberListener): GroupSubscription<T> {
     this.check();
     if (!opts || typeof opts.group !== "string") throw new ValidationError("subscribe needs { group }");
-    const sub = new GroupSubscription<T>({ engine: this.groupEngine, coordinator: this.coordinator, logger: this.logger, onClose: (s) => this.subs.delete(s) }, topic, opts, listener);
+    const sub = new GroupSubscription<T>({ engine: this.engine, coordinator: this.coordinator, logger: this.logger, onCommitFailure: this.onCommitFailure, onClose: (s) => this.subs.delete(s) }, topic, opts, listener);
     this.subs.add(sub as GroupSubscription<unknown>);
     return sub;
   }

@@ -86,6 +86,8 @@ export interface SubscriptionDeps {
   engine: StorageEngine;
   coordinator: GroupCoordinator;
   logger: Logger;
+  /** Counts a failed offsets write (`sluice_group_commit_failures_total`); none without metrics. */
+  onCommitFailure?(group: string, topic: string): void;
   onClose(sub: GroupSubscription<unknown>): void;
 }
 
@@ -173,7 +175,7 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     }
     // After the write in flight (it may hold older marks of these partitions): commits reach
     // the engine in the order they were made, whatever the engine.
-    const written = next.size === 0 ? null : this.commits.idle().then(() => this.deps.engine.commitOffsets(this.group, this.topic, next));
+    const written = next.size === 0 ? null : this.commits.idle().then(() => this.writeOffsets(next));
     for (const p of partitions) {
       this.assigned.get(p)?.ac.abort(new Error(`partition ${p} revoked`));
       this.assigned.delete(p);
@@ -382,7 +384,7 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
         refused.set(p, e as Error);
       }
     }
-    if (next.size > 0) await this.deps.engine.commitOffsets(this.group, this.topic, next);
+    if (next.size > 0) await this.writeOffsets(next);
     return refused;
   }
 
@@ -406,7 +408,18 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
    */
   async commitOffsets(next: Map<number, number>): Promise<void> {
     for (const p of next.keys()) this.deps.coordinator.checkOwner(this.group, this.topic, p, this.memberId);
-    await this.deps.engine.commitOffsets(this.group, this.topic, next);
+    await this.writeOffsets(next);
+  }
+
+  /** The one place offsets are written: a failed write is counted, then rethrown unchanged. */
+  private writeOffsets(next: Map<number, number>): Promise<void> {
+    const w = this.deps.engine.commitOffsets(this.group, this.topic, next);
+    const onFailure = this.deps.onCommitFailure;
+    if (onFailure === undefined) return w;
+    return w.catch((e: unknown) => {
+      onFailure(this.group, this.topic);
+      throw e;
+    });
   }
 
   /**
