@@ -68,6 +68,8 @@ export class Connection implements Session {
   readonly processing: ProcessingLog;
   /** Queue handles by name+config, bounded (a handle is cheap; this only avoids re-validation). */
   private readonly queues = new Map<string, HostQueue>();
+  /** The config last declared through this connection, per queue name (bounded like `queues`). */
+  private readonly declared = new Map<string, string>();
   /** Ids of members that ended (session expiry etc.), so late commits get a precise error. Bounded. */
   private readonly endedMembers = new Map<number, string>();
   private readonly ac = new AbortController();
@@ -334,7 +336,15 @@ export class Connection implements Session {
     const name = str(m, "queue", 300);
     const config = m.config === undefined || m.config === null ? undefined : (m.config as QueueConfig);
     if (config !== undefined && (typeof config !== "object" || Array.isArray(config))) throw new ValidationError("config must be an object");
-    const key = `${name}\u0000${config === undefined ? "" : JSON.stringify(config)}`;
+    const configKey = config === undefined ? "" : JSON.stringify(config);
+    const key = `${name}\u0000${configKey}`;
+    // A handle with a config declares it once, when made: a config declared again after another
+    // one (A, B, then A) needs a new handle, or the queue would stay on B.
+    if (config !== undefined && this.declared.get(name) !== configKey) {
+      this.queues.delete(key);
+      this.declared.set(name, configKey);
+      if (this.declared.size > 1024) this.declared.delete(this.declared.keys().next().value!);
+    }
     let q = this.queues.get(key);
     if (!q) {
       q = this.host.queue(name, config);
@@ -346,6 +356,7 @@ export class Connection implements Session {
 
   forgetQueue(name: string): void {
     for (const k of [...this.queues.keys()]) if (k.startsWith(`${name}\u0000`)) this.queues.delete(k);
+    this.declared.delete(name);
   }
 
   endedReason(id: number): string | undefined {

@@ -17,6 +17,7 @@ export function queueDeclareTests(t: DefineTest): void {
   t("queue declare: reading a queue that does not exist (stats, purge, redrive) raises QueueNotFoundError and creates nothing", readsCreateNothing);
   t("queue declare: a dedupe window declared on a queue that is already open dedupes the next enqueue", windowOnOpenQueue);
   t("queue declare: a dedupeId on a queue without dedupeWindowMs is a ValidationError, nothing stored", dedupeWithoutWindow);
+  t("queue declare: declaring config A, then B, then A again leaves the queue on A", declareAgain);
 }
 
 async function declaredAtOnce(b: Broker): Promise<void> {
@@ -56,4 +57,14 @@ async function dedupeWithoutWindow(b: Broker): Promise<void> {
   await q.enqueue({ n: 0 });
   await assert.rejects(q.enqueue({ n: 1 }, { dedupeId: "x" }), (e: unknown) => e instanceof ValidationError && /dedupeWindowMs/.test(e.message));
   assert.equal((await q.stats()).waiting, 1, "the refused job was not stored");
+}
+
+async function declareAgain(b: Broker): Promise<void> {
+  const name = uniq("decl-aba");
+  const A = { dedupeWindowMs: 60_000 };
+  await b.queue(name, A).enqueue({ n: 1 }, { dedupeId: "a" });
+  const onB = b.queue(name, { maxAttempts: 3 });
+  await assert.rejects(onB.enqueue({ n: 2 }, { dedupeId: "b" }), (e: unknown) => e instanceof ValidationError, "B has no dedupe window");
+  const again = await b.queue(name, A).enqueue({ n: 3 }, { dedupeId: "a" });
+  assert.equal(again.duplicate, true, "A's window is back");
 }
