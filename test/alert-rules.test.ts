@@ -13,6 +13,7 @@ import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { parse } from "yaml";
 import { METRICS } from "../src/observability/metrics.js";
+import { CONTRACT_METRICS } from "../src/observability/contract-metrics.js";
 
 const root = fileURLToPath(new URL("../../", import.meta.url));
 const dir = `${root}ops/prometheus/`;
@@ -47,7 +48,7 @@ test("every alert has a unit test, and every metric a rule reads is exported by 
   for (const t of (parse(readFileSync(TESTS, "utf8")) as { tests: { alert_rule_test?: { alertname: string; exp_alerts: unknown[] }[] }[] }).tests) {
     for (const a of t.alert_rule_test ?? []) if (a.exp_alerts.length > 0) tested.add(a.alertname);
   }
-  const exported = new Set(Object.values(METRICS).map((m) => m.name));
+  const exported = new Set([...Object.values(METRICS), ...Object.values(CONTRACT_METRICS)].map((m) => m.name));
   for (const r of rules) {
     assert.ok(tested.has(r.alert), `${r.alert} has no unit test that makes it fire`);
     for (const name of r.expr.match(/\bsluice_[a-z_]+/g) ?? []) assert.ok(exported.has(name), `${r.alert} reads ${name}, which the broker does not export`);

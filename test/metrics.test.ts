@@ -5,6 +5,7 @@
  * retention headroom, queue depth and ages, drain estimate, skew), `/metrics` on a started
  * server, the caps on label sets, and docs/metrics.md listing exactly the table.
  */
+import { CONTRACT_METRICS } from "../src/observability/contract-metrics.js";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -373,10 +374,10 @@ test("prometheusMetrics() registers every METRICS entry once; a second broker on
   await assert.rejects(openBroker({ dataDir: tmp.dir, metrics: { registry } }), /already has sluice_/);
 });
 
-test("docs/metrics.md lists exactly the METRICS table (name, type, labels)", () => {
+test("docs/metrics.md lists exactly the METRICS and CONTRACT_METRICS tables (name, type, labels)", () => {
   const doc = readFileSync(new URL("../../docs/metrics.md", import.meta.url), "utf8");
   const rows = doc.split("\n").filter((l) => l.startsWith("| `sluice_"));
   const documented = rows.map((r) => r.split("|").map((c) => c.trim()).slice(1, 4).join(" | "));
-  const expected = (Object.values(METRICS) as MetricDef[]).map((d) => `\`${d.name}\` | ${d.kind} | ${d.labels.length === 0 ? "—" : d.labels.join(", ")}`);
+  const expected = ([...Object.values(METRICS), ...Object.values(CONTRACT_METRICS)] as MetricDef[]).map((d) => `\`${d.name}\` | ${d.kind} | ${d.labels.length === 0 ? "—" : d.labels.join(", ")}`);
   assert.deepEqual(documented.sort(), expected.sort());
 });

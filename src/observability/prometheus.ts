@@ -197,3 +197,4 @@ export function brokerExporter(opts: PrometheusOptions, other: MetricsSink | und
     },
   };
 }
+export { contractMetrics, CONTRACT_METRICS, type ContractMetricsOptions } from "./contract-metrics.js";
