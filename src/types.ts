@@ -10,6 +10,9 @@ import type { Durability, Headers, PublishValue } from "./value-types.js";
 
 export type { Durability, Headers, PublishValue };
 
+/** What `alterTopic` can change on a live topic (the rest is fixed at creation). */
+export type TopicAlteration = Partial<Pick<TopicConfig, "retentionMs" | "retentionBytes">>;
+
 export interface TopicConfig {
   /** Number of partitions (1..10_000). Default 1. */
   partitions?: number;
@@ -253,6 +256,12 @@ export interface Broker {
   deleteTopic(name: string): Promise<void>;
   listTopics(): Promise<string[]>;
   describeTopic(name: string): Promise<TopicDescription>;
+  /**
+   * Changes a topic's retention (`retentionMs`, `retentionBytes`) durably; the next retention
+   * check applies it. Partitions, segment and durability settings are fixed at creation
+   * (ValidationError names the key).
+   */
+  alterTopic(name: string, changes: TopicAlteration): Promise<TopicDescription>;
   publish(topic: string, value: PublishValue, opts?: PublishOptions): Promise<PublishReceipt>;
   publishBatch(topic: string, records: PublishRecord[], opts?: PublishBatchOptions): Promise<PublishReceipt[]>;
   /** Allocates a producer id (and epoch) for idempotent producing. Passing an existing id bumps its epoch, fencing older instances. */

@@ -65,6 +65,7 @@ const HELPS: string[][] = [
   ["topics", "describe", "--help"],
   ["topics", "create", "--help"],
   ["topics", "delete", "-h"],
+  ["topics", "alter", "--help"],
   ["groups", "--help"],
   ["groups", "list", "--help"],
   ["groups", "describe", "--help"],

@@ -152,6 +152,23 @@ test("retention by size deletes whole sealed segments, moves the log start durab
   assert.equal(r.offset, s0.highWatermark);
 });
 
+test("alterTopic: retention set on a live topic applies at the next check, and after a restart", async () => {
+  await using e = await env();
+  const b = e.broker;
+  await b.createTopic("t", { segmentBytes: 4096 }); // kept forever
+  await fill(b, "t", 100);
+  const before = segments(b, "t");
+  await b.enforceRetention(Date.now());
+  assert.equal(segments(b, "t").length, before.length, "no retention yet: nothing deleted");
+  await b.alterTopic("t", { retentionBytes: 3 * 4096 });
+  await b.enforceRetention(Date.now());
+  const after = segments(b, "t");
+  assert.ok(after.length < before.length, `the new retention deleted segments (${before.length} -> ${after.length})`);
+  assert.ok((await start(b, "t")).logStartOffset > 0);
+  const again = await e.reopen();
+  assert.equal((await again.describeTopic("t")).config.retentionBytes, 3 * 4096, "the change survived the restart");
+});
+
 test("retention never deletes the active segment, even with retentionBytes 0 and every record expired", async () => {
   await using e = await env();
   let b = e.broker;

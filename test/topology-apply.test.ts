@@ -136,7 +136,7 @@ for (const mode of ["embedded", "server"] as const) {
     });
   });
 
-  test(`${mode}: partitions of an existing topic cannot change (nothing applied); other topic settings are refused, the rest applied`, async () => {
+  test(`${mode}: partitions of an existing topic cannot change (nothing applied); retention changes; other topic settings are refused, the rest applied`, async () => {
     await withMode(mode, async (b) => {
       await b.createTopic("events", { partitions: 4, retentionMs: 86_400_000 });
       const wrongParts = parseTopology("queues: [{ name: jobs }]\ntopics:\n  - name: events\n    partitions: 12\n    retentionMs: 86400000\n");
@@ -145,19 +145,21 @@ for (const mode of ["embedded", "server"] as const) {
       await assert.rejects(applyTopology(b, bad), { code: "VALIDATION", message: /cannot change partitions of an existing topic: events has 4, file says 12 \(nothing was applied\)/ });
       assert.deepEqual(await b.listQueues(), [], "nothing was applied");
 
-      const retention = parseTopology("queues: [{ name: jobs }]\ntopics:\n  - name: events\n    partitions: 4\n    retentionMs: 604800000\n");
+      const retention = parseTopology("queues: [{ name: jobs }]\ntopics:\n  - name: events\n    partitions: 4\n    retentionMs: 604800000\n    segmentBytes: 1048576\n");
       const plan = await planTopology(b, retention);
       assert.deepEqual(plan.errors, []);
-      const refused = plan.entries[0];
+      const [changed, refused] = plan.entries;
+      assert.ok(changed.op === "change" && changed.kind === "topic");
+      assert.deepEqual(changed.changes, [{ field: "retentionMs", from: 86_400_000, to: 604_800_000 }]);
       assert.ok(refused.op === "refuse" && !refused.fatal);
-      assert.deepEqual(refused.changes, [{ field: "retentionMs", from: 86_400_000, to: 604_800_000 }]);
-      assert.equal((await applyTopology(b, plan)).applied, 1);
-      assert.equal((await b.describeTopic("events")).config.retentionMs, 86_400_000, "retention left as it is");
+      assert.deepEqual(refused.changes.map((c) => c.field), ["segmentBytes"]);
+      assert.equal((await applyTopology(b, plan)).applied, 2);
+      assert.equal((await b.describeTopic("events")).config.retentionMs, 604_800_000, "retention changed (alterTopic)");
       assert.ok((await b.listQueues()).includes("jobs"));
       const again = await planTopology(b, retention);
       assert.ok(planIsEmpty(again));
       assert.deepEqual(formatPlan(again, "applied"), [
-        "! topic events: retentionMs 86400000 → 604800000 (refused: a topic's config cannot be changed once it exists; left as it is)",
+        `! topic events: segmentBytes ${(await b.describeTopic("events")).config.segmentBytes} → 1048576 (refused: only retention can change on an existing topic; left as it is)`,
         "no changes (1 refused)",
       ]);
     });

@@ -10,7 +10,7 @@ import { NodeFileSystem, type FileSystem } from "../log/io.js";
 import { telemetry, type Logger, type Telemetry } from "../observability/telemetry.js";
 import { decodeRecords, MAX_BATCH_BYTES, validateEncodedBatch, type PreparedRecord } from "../log/record-batch.js";
 import { DiskEngine } from "../store/disk/disk-engine.js";
-import { resolveTopicConfig } from "../store/topic-config.js";
+import { resolveTopicAlteration, resolveTopicConfig } from "../store/topic-config.js";
 import type { StorageEngine } from "../store/engine.js";
 import { validateName } from "../store/names.js";
 import { GroupCoordinator } from "../streams/group-coordinator.js";
@@ -42,6 +42,7 @@ import type {
   ResetTarget,
   SubscribeOptions,
   Subscription,
+  TopicAlteration,
   TopicConfig,
   TopicDescription,
 } from "../types.js";
@@ -153,6 +154,12 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     this.check();
     await this.engine.createTopic(name, resolveTopicConfig(config));
     this.publisher.forget(name);
+    return this.engine.describeTopic(name);
+  }
+
+  async alterTopic(name: string, changes: TopicAlteration): Promise<TopicDescription> {
+    this.check();
+    await this.engine.alterTopic(name, resolveTopicAlteration(changes));
     return this.engine.describeTopic(name);
   }
 

@@ -48,6 +48,7 @@ export interface StreamHost
   extends Pick<
     Broker,
     | "createTopic"
+    | "alterTopic"
     | "deleteTopic"
     | "listTopics"
     | "describeTopic"

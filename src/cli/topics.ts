@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-/** `sluice topics create|list|describe|delete`. */
-import type { TopicConfig, TopicDescription } from "../types.js";
+/** `sluice topics create|list|describe|alter|delete`. */
+import type { TopicAlteration, TopicConfig, TopicDescription } from "../types.js";
 import { TARGET_OPTIONS, TARGET_USAGE, UsageError, need, optInt, parse, subcommand } from "./args.js";
 import { bytes, printJson, printPairs, printTable, requireConfirmation, say } from "./output.js";
 import { withBroker } from "./target.js";
@@ -12,6 +12,8 @@ Commands:
   describe NAME             configuration and partitions of one topic
   create NAME [--partitions N] [--retention-ms N] [--retention-bytes N]
               [--segment-bytes N] [--max-message-bytes N] [--durability always|interval|never]
+  alter NAME [--retention-ms N] [--retention-bytes N]
+                            change a topic's retention (applies at the next retention check)
   delete NAME [--yes]       delete a topic and its data (asks on a terminal, else needs --yes)
 
 ${TARGET_USAGE}
@@ -44,6 +46,19 @@ Options:
 
 ${TARGET_USAGE}`;
 
+const ALTER_USAGE = `Usage: sluice topics alter NAME [--retention-ms N] [--retention-bytes N] (--url URL | --data DIR)
+
+Changes a topic's retention durably; the next retention check applies it (a shorter retention
+then deletes sealed segments: records a group has not read yet go with them). Partitions,
+segment size and durability are fixed when a topic is created.
+
+Options:
+  --retention-ms N          delete sealed segments older than this (-1 = keep forever)
+  --retention-bytes N       per partition size limit (-1 = none)
+  --json                    print the topic as JSON
+
+${TARGET_USAGE}`;
+
 const DELETE_USAGE = `Usage: sluice topics delete NAME [--yes] (--url URL | --data DIR)
 
 Deletes the topic and all its records. On a terminal it asks first; otherwise --yes is required.
@@ -53,10 +68,11 @@ ${TARGET_USAGE}`;
 const READ_OPTS = { ...TARGET_OPTIONS, json: { type: "boolean" } } as const;
 
 export async function topicsCommand(argv: string[]): Promise<void> {
-  const { verb, rest } = subcommand(argv, "topics", ["list", "describe", "create", "delete"], TOPICS_USAGE);
+  const { verb, rest } = subcommand(argv, "topics", ["list", "describe", "create", "alter", "delete"], TOPICS_USAGE);
   if (verb === "list") return list(rest);
   if (verb === "describe") return describe(rest);
   if (verb === "create") return create(rest);
+  if (verb === "alter") return alter(rest);
   return remove(rest);
 }
 
@@ -140,6 +156,24 @@ async function create(argv: string[]): Promise<void> {
     const d = await b.createTopic(name, config);
     if (values.json) printJson(d);
     else say(`created topic ${d.name} (${d.partitions.length} partition${d.partitions.length === 1 ? "" : "s"}, id ${d.topicId})`);
+  });
+}
+
+async function alter(argv: string[]): Promise<void> {
+  const opts = { ...READ_OPTS, "retention-ms": { type: "string" }, "retention-bytes": { type: "string" } } as const;
+  const { values, positionals } = parse(argv, { usage: ALTER_USAGE, options: opts, maxPositionals: 1 });
+  const name = need(positionals, 0, "topic name", "sluice topics alter NAME --retention-ms N");
+  const changes: TopicAlteration = {};
+  const ms = optInt(values["retention-ms"], "--retention-ms", { min: -1 });
+  const size = optInt(values["retention-bytes"], "--retention-bytes", { min: -1 });
+  if (ms !== undefined) changes.retentionMs = ms;
+  if (size !== undefined) changes.retentionBytes = size;
+  if (ms === undefined && size === undefined) throw new UsageError("nothing to change: give --retention-ms and/or --retention-bytes");
+  await withBroker(values, { readOnly: true }, async (b) => {
+    const before = (await b.describeTopic(name)).config;
+    const d = await b.alterTopic(name, changes);
+    if (values.json) return printJson(d);
+    for (const k of Object.keys(changes) as (keyof TopicAlteration)[]) say(`${name}: ${k} ${before[k]} -> ${d.config[k]}`);
   });
 }
 

@@ -27,6 +27,7 @@ import type {
   Subscription,
   TopicConfig,
   TopicDescription,
+  TopicAlteration,
 } from "../types.js";
 import { Op, decodeConsumedRecords, decodeReceipts, encodePublishRecords } from "../wire/index.js";
 import { Producer } from "./producer.js";
@@ -154,6 +155,9 @@ class RemoteBroker implements Broker {
   }
   async describeTopic(name: string): Promise<TopicDescription> {
     return (await this.rpc.DescribeTopic({ name })).meta.topic as TopicDescription;
+  }
+  async alterTopic(name: string, changes: TopicAlteration): Promise<TopicDescription> {
+    return (await this.rpc.AlterTopic({ name, changes })).meta.topic as TopicDescription;
   }
 
   publish(topic: string, value: PublishValue, opts?: PublishOptions): Promise<PublishReceipt> {

@@ -8,7 +8,7 @@
  * requests reach the broker in arrival order (docs/protocol.md §4).
  */
 import { ValidationError } from "../errors.js";
-import type { PublishBatchOptions, ResetTarget, TopicConfig } from "../types.js";
+import type { PublishBatchOptions, ResetTarget, TopicAlteration, TopicConfig } from "../types.js";
 import { allOps, decodePublishRecords, encodeConsumedRecords, encodeReceipts, type Frame, type OpName } from "../wire/index.js";
 import { MEMBER_HANDLERS, MEMBER_ONE_WAY_HANDLERS } from "./member-handlers.js";
 import { QUEUE_HANDLERS } from "./queue-handlers.js";
@@ -72,6 +72,8 @@ export const REQUEST_HANDLERS: RequestHandlers = {
   DeleteTopic: async (s, f) => (await s.host.deleteTopic(str(f.meta, "name")), EMPTY),
   ListTopics: async (s) => ({ meta: { topics: await s.host.listTopics() } }),
   DescribeTopic: async (s, f) => ({ meta: { topic: await s.host.describeTopic(str(f.meta, "name")) } }),
+  // Setting retention to a value is idempotent: re-sent after a reconnect, it changes nothing more.
+  AlterTopic: async (s, f) => ({ meta: { topic: await s.host.alterTopic(str(f.meta, "name"), (f.meta.changes ?? {}) as TopicAlteration) } }),
   InitProducer: async (s, f) => ({ meta: await s.host.initProducer(int(f.meta, "producerId", true)) }),
   Publish: publish,
   PublishEncoded: publishEncoded,

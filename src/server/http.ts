@@ -10,7 +10,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { BodyTooLargeError, BrokerError, httpStatusOf, InternalError, NotFoundError, ValidationError } from "../errors.js";
 import type { BrokerHost } from "../broker/host.js";
-import type { ConsumedRecord, PublishRecord, PublishValue, ResetTarget } from "../types.js";
+import type { ConsumedRecord, PublishRecord, PublishValue, ResetTarget, TopicAlteration } from "../types.js";
 import { errorToWire } from "../wire/index.js";
 import { DEFAULT_BROWSE_LIMIT } from "../queues/config.js";
 import type { BrowsedJob, BrowseOptions } from "../queues/types.js";
@@ -178,6 +178,7 @@ const ROUTES: Route[] = [
   { method: "POST", path: "/v1/topics", handler: createTopic },
   { method: "GET", path: "/v1/topics/:topic", handler: async (c) => [200, await c.broker.describeTopic(c.params.topic)] },
   { method: "DELETE", path: "/v1/topics/:topic", handler: deleteTopic },
+  { method: "PATCH", path: "/v1/topics/:topic", handler: async (c) => [200, await c.broker.alterTopic(c.params.topic, (await body(c)) as TopicAlteration)] },
   { method: "POST", path: "/v1/topics/:topic/records", handler: publishRecords },
   { method: "GET", path: "/v1/topics/:topic/partitions/:partition/records", handler: fetchRecords },
   { method: "GET", path: "/v1/queues", handler: async (c) => [200, { queues: await c.broker.listQueues() }] },

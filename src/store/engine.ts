@@ -105,6 +105,8 @@ export interface StorageEngine {
   /** Throws TopicNotFoundError (or InvalidNameError) for a missing topic. */
   getTopic(name: string): Promise<EngineTopic>;
   describeTopic(name: string): Promise<TopicDescription>;
+  /** Stores new retention settings durably (topic metadata) and applies them to the open partitions. */
+  alterTopic(name: string, changes: { retentionMs?: number; retentionBytes?: number }): Promise<EngineTopic>;
 
   // ── partitions ──
   append(topic: string, partition: number, records: PreparedRecord[], producer?: ProducerInfo, signal?: AbortSignal): Promise<AppendResult>;

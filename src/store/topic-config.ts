@@ -32,6 +32,22 @@ function intIn(name: string, v: unknown, min: number, max: number): number {
   return v;
 }
 
+/** The live-changeable keys of a topic config, validated as at creation (ValidationError names the key). */
+export function resolveTopicAlteration(changes: unknown): { retentionMs?: number; retentionBytes?: number } {
+  if (typeof changes !== "object" || changes === null || Array.isArray(changes)) throw new ValidationError("topic changes must be an object");
+  const out: { retentionMs?: number; retentionBytes?: number } = {};
+  for (const [k, v] of Object.entries(changes)) {
+    if (v === undefined) continue;
+    if (k !== "retentionMs" && k !== "retentionBytes") {
+      throw new ValidationError(k in TOPIC_DEFAULTS ? `${k} cannot be changed on an existing topic (only retentionMs and retentionBytes)` : `unknown topic config key ${JSON.stringify(k)}`);
+    }
+    intIn(k, v as number, -1, Number.MAX_SAFE_INTEGER);
+    out[k] = v as number;
+  }
+  if (Object.keys(out).length === 0) throw new ValidationError("nothing to change: give retentionMs and/or retentionBytes");
+  return out;
+}
+
 export function resolveTopicConfig(config: TopicConfig = {}): Required<TopicConfig> {
   if (typeof config !== "object" || config === null) throw new ValidationError("topic config must be an object");
   for (const k of Object.keys(config)) if (!(k in TOPIC_DEFAULTS)) throw new ValidationError(`unknown topic config key ${JSON.stringify(k)}`);

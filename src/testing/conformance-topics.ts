@@ -7,13 +7,14 @@
 import assert from "node:assert/strict";
 import { InvalidNameError, TopicExistsError, TopicNotFoundError, ValidationError } from "../errors.js";
 import type { Broker } from "../types.js";
-import { readAll, uniq, type DefineTest } from "./conformance-helpers.js";
+import { readAll, uniq, type ConformanceKit, type DefineTest } from "./conformance-helpers.js";
 
 export function topicTests(t: DefineTest): void {
   t("createTopic / describeTopic / listTopics / deleteTopic", topicLifecycle);
   t("topic names are checked against the allow-list", topicNames);
   t("deleting then re-creating a topic never resurrects old data", recreateIsEmpty);
   t("operations on a missing topic fail with TopicNotFoundError", missingTopic);
+  t("alterTopic changes retention durably; other keys and bad values are refused, nothing changed", alterRetention);
 }
 
 async function topicLifecycle(b: Broker): Promise<void> {
@@ -66,4 +67,23 @@ async function missingTopic(b: Broker): Promise<void> {
   await assert.rejects(b.publish(name, "x"), TopicNotFoundError);
   await assert.rejects(b.fetch(name, 0, 0), TopicNotFoundError);
   await assert.rejects(b.groupLag("g", name), TopicNotFoundError);
+}
+
+async function alterRetention(b: Broker, kit: ConformanceKit): Promise<void> {
+  const name = uniq("alter");
+  await b.createTopic(name, { partitions: 2, retentionMs: 86_400_000 });
+  const d = await b.alterTopic(name, { retentionMs: 3_600_000, retentionBytes: 1 << 30 });
+  assert.equal(d.config.retentionMs, 3_600_000);
+  assert.equal(d.config.retentionBytes, 1 << 30);
+  assert.equal(d.config.partitions, 2, "the rest is unchanged");
+  assert.equal((await b.describeTopic(name)).config.retentionMs, 3_600_000);
+  for (const bad of [{ partitions: 4 }, { segmentBytes: 1 << 20 }, { retentionMs: -5 }, { retentionMs: 1.5 }, { colour: "red" }, {}]) {
+    await assert.rejects(b.alterTopic(name, bad as object), (e: unknown) => e instanceof ValidationError, JSON.stringify(bad));
+  }
+  await assert.rejects(b.alterTopic(uniq("missing"), { retentionMs: 1000 }), (e: unknown) => e instanceof TopicNotFoundError);
+  assert.equal((await b.describeTopic(name)).config.retentionMs, 3_600_000, "refused changes changed nothing");
+  if (kit.reopen) {
+    const again = await kit.reopen();
+    assert.equal((await again.describeTopic(name)).config.retentionMs, 3_600_000, "stored durably");
+  }
 }

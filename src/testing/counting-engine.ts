@@ -61,6 +61,9 @@ export class CountingEngine implements StorageEngine {
   getTopic(name: string): Promise<EngineTopic> {
     return this.count("getTopic", () => this.inner.getTopic(name));
   }
+  alterTopic(name: string, changes: { retentionMs?: number; retentionBytes?: number }): Promise<EngineTopic> {
+    return this.count("alterTopic", () => this.inner.alterTopic(name, changes));
+  }
   describeTopic(name: string): Promise<TopicDescription> {
     return this.count("describeTopic", () => this.inner.describeTopic(name));
   }

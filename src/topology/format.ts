@@ -30,7 +30,7 @@ export function formatEntry(e: PlanEntry): string {
       return `+ ${e.kind} ${e.name}${s || dl ? ` (${s || "defaults"}${dl})` : ""}`;
     }
     case "change":
-      return `~ queue ${e.name}: ${changes(e.changes)}`;
+      return `~ ${e.kind} ${e.name}: ${changes(e.changes)}`;
     case "refuse":
       return `! topic ${e.name}: ${changes(e.changes)} (refused: ${e.reason})`;
   }

@@ -3,10 +3,10 @@
  * What applying a topology would change on a broker (`planTopology`), and applying it
  * (`applyTopology`), through the Broker API only, so it works embedded and through a server.
  *
- * - Topics: created when missing. A topic's config cannot be changed after creation (the broker
- *   has no API for it): a different partition count is an error that stops the whole apply
- *   (consumers key on partitions); any other difference (retention, segments...) is reported
- *   as refused and left as it is.
+ * - Topics: created when missing; a different retention (`retentionMs`, `retentionBytes`) is
+ *   changed with `alterTopic`. A different partition count is an error that stops the whole
+ *   apply (consumers key on partitions); any other difference (segments, durability) is fixed
+ *   at creation: reported as refused and left as it is.
  * - Queues: declared (`broker.queue(name, config)`) when missing or when their stored config,
  *   defaults filled in, differs from the file's. Declaring replaces the whole stored config, so
  *   a field the file leaves out returns to its default.
@@ -19,7 +19,7 @@ import { GroupActiveError, ValidationError } from "../errors.js";
 import { resolveQueueConfig, type ResolvedQueueConfig } from "../queues/config.js";
 import type { QueueConfig } from "../queues/types.js";
 import { resolveTopicConfig } from "../store/topic-config.js";
-import type { Broker, TopicConfig } from "../types.js";
+import type { Broker, TopicAlteration, TopicConfig } from "../types.js";
 import type { Topology } from "./parse.js";
 
 export interface FieldChange {
@@ -32,6 +32,8 @@ export type PlanEntry =
   | { op: "create"; kind: "topic"; name: string; config: TopicConfig }
   | { op: "create"; kind: "queue"; name: string; config: QueueConfig; /** Its dead-letter queue, created with it. */ deadLetter: string | null }
   | { op: "change"; kind: "queue"; name: string; config: QueueConfig; changes: FieldChange[] }
+  /** Retention, the part of a topic's config that can change (`alterTopic`). */
+  | { op: "change"; kind: "topic"; name: string; retention: TopicAlteration; changes: FieldChange[] }
   | { op: "create"; kind: "group"; name: string; topic: string; start: "earliest" | "latest" }
   /** A difference apply will not make. `fatal`: apply changes nothing while it remains. */
   | { op: "refuse"; kind: "topic"; name: string; changes: FieldChange[]; reason: string; fatal: boolean };
@@ -92,9 +94,14 @@ export async function planTopology(broker: Broker, topology: Topology): Promise<
         entries.push({ op: "refuse", kind: "topic", name: t.name, changes: [parts], reason, fatal: true });
         errors.push(reason);
       }
-      const rest = changes.filter((c) => c.field !== "partitions");
+      const retention = changes.filter((c) => c.field === "retentionMs" || c.field === "retentionBytes");
+      if (retention.length > 0) {
+        const alteration: TopicAlteration = Object.fromEntries(retention.map((c) => [c.field, c.to]));
+        entries.push({ op: "change", kind: "topic", name: t.name, retention: alteration, changes: retention });
+      }
+      const rest = changes.filter((c) => c.field !== "partitions" && c.field !== "retentionMs" && c.field !== "retentionBytes");
       if (rest.length > 0) {
-        const reason = "a topic's config cannot be changed once it exists; left as it is";
+        const reason = "only retention can change on an existing topic; left as it is";
         entries.push({ op: "refuse", kind: "topic", name: t.name, changes: rest, reason, fatal: false });
       }
       const listed = await broker.listGroups({ topic: t.name });
@@ -132,7 +139,8 @@ export async function applyTopology(broker: Broker, plan: TopologyPlan): Promise
   const result: ApplyResult = { applied: 0, skippedGroups: [] };
   for (const e of plan.entries) {
     if (e.op === "refuse") continue;
-    if (e.kind === "topic") await broker.createTopic(e.name, e.config);
+    if (e.kind === "topic" && e.op === "change") await broker.alterTopic(e.name, e.retention);
+    else if (e.kind === "topic") await broker.createTopic(e.name, e.config);
     else if (e.kind === "group") {
       try {
         await broker.resetGroup(e.name, e.topic, e.start);

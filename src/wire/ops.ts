@@ -41,6 +41,7 @@ export const OPS = {
   DeleteTopic: { code: 11, wireName: "DELETE_TOPIC", kind: "request", retry: false, request: "{name}", response: "{}" },
   ListTopics: { code: 12, wireName: "LIST_TOPICS", kind: "request", retry: true, request: "{}", response: "{topics}" },
   DescribeTopic: { code: 13, wireName: "DESCRIBE_TOPIC", kind: "request", retry: true, request: "{name}", response: "{topic}" },
+  AlterTopic: { code: 14, wireName: "ALTER_TOPIC", kind: "request", retry: true, request: "{name, changes: {retentionMs?, retentionBytes?}}", response: "{topic}" },
   Publish: {
     code: 20,
     wireName: "PUBLISH",

@@ -229,6 +229,23 @@ export class DiskEngine implements StorageEngine {
     });
   }
 
+  alterTopic(name: string, changes: { retentionMs?: number; retentionBytes?: number }): Promise<EngineTopic> {
+    validateName("topic", name);
+    return this.serial(async () => {
+      this.check();
+      const t = this.topics.get(name);
+      if (!t) throw new TopicNotFoundError(name);
+      const meta: EngineTopic = { name: t.name, topicId: t.topicId, createdAt: t.createdAt, config: { ...t.config, ...changes } };
+      // Durable first (temp file, fdatasync, rename, directory fsync): a crash leaves the old or
+      // the new metadata whole, and the change is acknowledged only once stored.
+      await writeFileAtomic(this.fs, join(t.dir, "topic.json"), JSON.stringify(meta));
+      // The partition logs share this config object (openLog): retention reads the new values
+      // at its next check.
+      Object.assign(t.config, changes);
+      return { ...meta, config: { ...meta.config } };
+    });
+  }
+
   deleteTopic(name: string): Promise<void> {
     validateName("topic", name);
     return this.serial(async () => {
