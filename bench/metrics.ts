@@ -5,8 +5,10 @@
  * 15 s), one without, in 6 interleaved repetitions whose order alternates (on first, then off
  * first: the second of two back-to-back runs pays the first's garbage, which measured as a
  * 5-10% "cost" of metrics with a fixed order); the ratio on / off (goal: at least 0.97, i.e.
- * within 3%). Shapes: `publish()` per message with 1,000 in flight, and the README consume
- * loop (`for await (msg of sub) { void msg.commit() }`) over a 4-partition backlog.
+ * within 3%), and the process's CPU per message on / off (goal: at most 1.03), which does not
+ * depend on the disk's speed the way throughput does. Shapes: `publish()` per message with
+ * 1,000 in flight, and the README consume loop (`for await (msg of sub) { void msg.commit() }`)
+ * over a 4-partition backlog.
  */
 import { join } from "node:path";
 import { mkdtempSync } from "node:fs";
@@ -32,10 +34,18 @@ async function scraped<T>(registry: Registry | null, fn: () => Promise<T>): Prom
   }
 }
 
-async function publishOne(broker: Broker, registry: Registry | null, limits: Limits): Promise<{ values: { rate: number }; note: string }> {
+/** CPU of this process (all threads: main, thread pool) per message, in µs: independent of the disk's speed. */
+function cpuPerMessage(start: NodeJS.CpuUsage, messages: number): number {
+  const d = process.cpuUsage(start);
+  return messages === 0 ? 0 : (d.user + d.system) / messages;
+}
+
+async function publishOne(broker: Broker, registry: Registry | null, limits: Limits): Promise<{ values: { rate: number; cpu: number }; note: string }> {
   const topic = `metrics-bench-${seq++}`;
   await broker.createTopic(topic, { partitions: 4 });
   const meter = new Meter(limits);
+  const cpu0 = process.cpuUsage();
+  let sent = 0;
   await scraped(registry, async () => {
     let inFlight = 0;
     let i = 0;
@@ -45,6 +55,7 @@ async function publishOne(broker: Broker, registry: Registry | null, limits: Lim
           inFlight++;
           broker.publish(topic, { n: i }, { key: `k${i++ % 64}` }).then(() => {
             inFlight--;
+            sent++;
             if (meter.add(1) && inFlight === 0) resolve();
             else pump();
           }, reject);
@@ -55,18 +66,20 @@ async function publishOne(broker: Broker, registry: Registry | null, limits: Lim
     });
   });
   meter.finish();
+  const cpu = cpuPerMessage(cpu0, sent);
   await broker.deleteTopic(topic);
-  return { values: { rate: meter.rate() }, note: meter.describe() };
+  return { values: { rate: meter.rate(), cpu }, note: meter.describe() };
 }
 
-async function consume(broker: Broker, registry: Registry | null, limits: Limits): Promise<{ values: { rate: number }; note: string }> {
+async function consume(broker: Broker, registry: Registry | null, limits: Limits): Promise<{ values: { rate: number; cpu: number }; note: string }> {
   const topic = `metrics-bench-${seq++}`;
   await broker.createTopic(topic, { partitions: 4 });
   for (let i = 0; i < BACKLOG; i += 4000) await broker.publishBatch(topic, Array.from({ length: 4000 }, (_, k) => ({ key: `k${(i + k) % 64}`, value: { n: i + k } })));
   const meter = new Meter(limits);
+  const cpu0 = process.cpuUsage();
+  let seen = 0;
   await scraped(registry, async () => {
     const sub = broker.subscribe(topic, { group: "bench", start: "earliest" });
-    let seen = 0;
     for await (const msg of sub) {
       void msg.commit();
       if (meter.add(1) || ++seen === BACKLOG) break;
@@ -74,8 +87,9 @@ async function consume(broker: Broker, registry: Registry | null, limits: Limits
     await sub.close();
   });
   meter.finish();
+  const cpu = cpuPerMessage(cpu0, seen);
   await broker.deleteTopic(topic);
-  return { values: { rate: meter.rate() }, note: meter.describe() };
+  return { values: { rate: meter.rate(), cpu }, note: meter.describe() };
 }
 
 function groups(on: Broker, registry: Registry, off: Broker): BenchGroup[] {
@@ -87,24 +101,36 @@ function groups(on: Broker, registry: Registry, off: Broker): BenchGroup[] {
     {
       id: "metrics-publish",
       table: "info",
-      metrics: [{ key: "rate", name: "publish per message with and without metrics", unit: "msg/s" }],
+      metrics: [
+        { key: "rate", name: "publish per message with and without metrics", unit: "msg/s" },
+        { key: "cpu", name: "publish per message: process CPU per message", unit: "us" },
+      ],
       cases: [
         { system: ON, durability: SLUICE_DURABILITY, shape: pub, run: (l) => publishOne(on, registry, l) },
         { system: OFF, durability: SLUICE_DURABILITY, shape: pub, run: (l) => publishOne(off, null, l) },
       ],
-      ratios: [{ sluice: ON, peer: OFF, goal: { atLeast: 0.97 } }],
+      ratios: [
+        { sluice: ON, peer: OFF, goal: { atLeast: 0.97 } },
+        { sluice: ON, peer: OFF, key: "cpu", goal: { atMost: 1.03 } },
+      ],
       alternate: true,
       reps: 6,
     },
     {
       id: "metrics-consume",
       table: "info",
-      metrics: [{ key: "rate", name: "consume (README loop) with and without metrics", unit: "msg/s" }],
+      metrics: [
+        { key: "rate", name: "consume (README loop) with and without metrics", unit: "msg/s" },
+        { key: "cpu", name: "consume (README loop): process CPU per message", unit: "us" },
+      ],
       cases: [
         { system: ON, durability: SLUICE_DURABILITY, shape: con, run: (l) => consume(on, registry, l) },
         { system: OFF, durability: SLUICE_DURABILITY, shape: con, run: (l) => consume(off, null, l) },
       ],
-      ratios: [{ sluice: ON, peer: OFF, goal: { atLeast: 0.97 } }],
+      ratios: [
+        { sluice: ON, peer: OFF, goal: { atLeast: 0.97 } },
+        { sluice: ON, peer: OFF, key: "cpu", goal: { atMost: 1.03 } },
+      ],
       alternate: true,
       reps: 6,
     },
