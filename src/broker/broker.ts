@@ -351,6 +351,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     const t = await this.engine.getTopic(topic);
     const committed = await this.engine.getCommitted(group, topic);
     const now = Date.now();
+    const retentionMs = t.config.retentionMs;
     const partitions: GroupLag["partitions"] = [];
     for (let p = 0; p < t.config.partitions; p++) {
       const { logStartOffset, highWatermark } = await this.engine.offsets(topic, p);
@@ -358,12 +359,15 @@ export class EmbeddedBroker implements Broker, BrokerHost {
       const from = Math.min(Math.max(c ?? logStartOffset, logStartOffset), highWatermark);
       const lagRecords = highWatermark - from;
       let lagMs = 0;
+      // Caught up: the next record the group needs gets the whole retention period.
+      let headroomMs = retentionMs >= 0 ? retentionMs : null;
       let at = from;
       while (lagRecords > 0 && at < highWatermark) {
         try {
           const r = await this.engine.read(topic, p, at, 1);
           if (r.records.length > 0) {
             lagMs = Math.max(0, now - r.records[0].timestamp);
+            if (headroomMs !== null) headroomMs = r.records[0].timestamp + retentionMs - now;
             break;
           }
           if (r.nextOffset <= at) break;
@@ -373,13 +377,17 @@ export class EmbeddedBroker implements Broker, BrokerHost {
           else throw e;
         }
       }
-      partitions.push({ partition: p, committedOffset: c, logStartOffset, highWatermark, lagRecords, lagMs });
+      partitions.push({ partition: p, committedOffset: c, logStartOffset, highWatermark, lagRecords, lagMs, headroomMs });
     }
+    const headrooms = partitions.flatMap((x) => (x.headroomMs === null ? [] : [x.headroomMs]));
     return {
       group,
       topic,
       totalRecords: partitions.reduce((s, x) => s + x.lagRecords, 0),
       maxLagMs: partitions.reduce((s, x) => Math.max(s, x.lagMs), 0),
+      minHeadroomMs: headrooms.length === 0 ? null : Math.min(...headrooms),
+      generation: this.coordinator.generation(group, topic),
+      members: this.coordinator.members(group, topic),
       partitions,
     };
   }

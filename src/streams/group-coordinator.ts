@@ -62,6 +62,15 @@ export class GroupCoordinator {
     return out;
   }
 
+  /** The group's members now and the partitions each owns (empty when it has none here). */
+  members(group: string, topic: string): { memberId: string; partitions: number[] }[] {
+    const g = this.groups.get(this.key(group, topic));
+    if (!g) return [];
+    const owned = new Map<string, number[]>([...g.members.keys()].map((id) => [id, []]));
+    for (const [p, owner] of g.owners) owned.get(owner)?.push(p);
+    return [...owned].map(([memberId, partitions]) => ({ memberId, partitions: partitions.sort((a, b) => a - b) }));
+  }
+
   hasMembers(group: string, topic: string): boolean {
     return (this.groups.get(this.key(group, topic))?.members.size ?? 0) > 0;
   }

@@ -23,6 +23,7 @@ export function groupTests(t: DefineTest): void {
   t("graceful drain ends at drainTimeoutMs when the loop never comes back", drainTimeout);
   t("a member that left while its loop held a message does not join again when the loop comes back", noRejoinAfterLeave);
   t("listGroups: groups with commits or members, per topic, with lag; deleted topics' groups are gone", listGroupsTest);
+  t("groupLag: retention headroom per partition, the generation and the members with their partitions", lagHeadroomAndMembers);
   t("resetGroup per partition (exact offsets, others untouched, out of range refused); a bounded replay stops at its end offsets", resetPerPartitionAndReplay);
 }
 
@@ -305,4 +306,36 @@ async function listGroupsTest(b: Broker): Promise<void> {
   await sub.close();
   await b.deleteTopic(name);
   assert.ok(!(await b.listGroups()).some((l) => l.topic === name), "a deleted topic's groups are not listed");
+}
+
+async function lagHeadroomAndMembers(b: Broker): Promise<void> {
+  const name = uniq("headroom");
+  const group = uniq("g");
+  const retentionMs = 3_600_000;
+  await b.createTopic(name, { partitions: 2, retentionMs });
+  const t0 = Date.now() - 600_000; // records written "10 minutes ago": 50 minutes of headroom left
+  await b.publishBatch(name, Array.from({ length: 6 }, (_, i) => ({ value: i, partition: i % 2, timestamp: t0 + i })));
+  const idle = await b.groupLag(group, name);
+  assert.equal(idle.generation, 0, "never had members");
+  assert.deepEqual(idle.members, []);
+  const p0 = idle.partitions[0];
+  assert.ok(p0.headroomMs !== null && Math.abs(p0.headroomMs - (t0 + retentionMs - Date.now())) < 60_000, `headroom ~50 min, got ${p0.headroomMs}`);
+  assert.equal(idle.minHeadroomMs, Math.min(...idle.partitions.map((p) => p.headroomMs!)));
+  const sub = b.subscribe<number>(name, { group, start: "earliest" });
+  const got = await take(sub, 6);
+  for (const m of got) void m.commit();
+  await waitUntil(async () => (await b.groupLag(group, name)).totalRecords === 0, "every commit is durable");
+  const live = await b.groupLag(group, name);
+  assert.ok(live.generation >= 1, "a member joined: generation moved");
+  assert.equal(live.members.length, 1);
+  assert.deepEqual(live.members[0].partitions, [0, 1], "the one member owns both partitions");
+  for (const p of live.partitions) assert.equal(p.headroomMs, retentionMs, "caught up: the whole retention period");
+  await sub.close();
+  assert.deepEqual((await b.groupLag(group, name)).members, [], "the member left");
+  const unlimited = uniq("headroom-inf");
+  await b.createTopic(unlimited, { retentionMs: -1 });
+  await b.publish(unlimited, 1);
+  const inf = await b.groupLag(group, unlimited);
+  assert.equal(inf.partitions[0].headroomMs, null, "no time retention: no headroom figure");
+  assert.equal(inf.minHeadroomMs, null);
 }
