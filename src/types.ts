@@ -261,6 +261,11 @@ export interface GroupLag {
   generation: number;
   /** Members subscribed now (in this broker; through a server, its members) and the partitions each owns. */
   members: { memberId: string; partitions: number[] }[];
+  /**
+   * The group's last offset resets on this topic (at most 10), newest first: when, and each
+   * partition's committed offset before (null: none) and after.
+   */
+  recentResets: { at: number; partitions: { partition: number; from: number | null; to: number }[] }[];
   partitions: PartitionLag[];
 }
 

@@ -388,6 +388,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
       minHeadroomMs: headrooms.length === 0 ? null : Math.min(...headrooms),
       generation: this.coordinator.generation(group, topic),
       members: this.coordinator.members(group, topic),
+      recentResets: (await this.engine.recentResets?.(group, topic)) ?? [],
       partitions,
     };
   }

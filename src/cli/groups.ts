@@ -129,6 +129,8 @@ async function describeGroup(values: { url?: string; data?: string; json?: boole
       say(`group ${g.group}  topic ${g.topic}  generation ${g.generation}  lag ${g.totalRecords} records  max ${seconds(g.maxLagMs)} s  headroom ${headroom}`);
       const owner = new Map<number, string>();
       for (const m of g.members) for (const p of m.partitions) owner.set(p, m.memberId);
+      const last = g.recentResets[0];
+      if (last !== undefined) say(`last reset ${new Date(last.at).toISOString()}: ${last.partitions.map((p) => `p${p.partition} ${p.from ?? "none"}→${p.to}`).join(", ")} (${g.recentResets.length} remembered; sluice explain group ${g.group} lists them)`);
       say(g.members.length === 0 ? "members: none" : `members (${g.members.length}): ${g.members.map((m) => `${m.memberId} [${m.partitions.join(",")}]`).join("  ")}`);
       printTable(
         ["PARTITION", "COMMITTED", "LOG-START", "HIGH-WATERMARK", "LAG", "LAG-S", "HEADROOM-S", "OWNER"],

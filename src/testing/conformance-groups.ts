@@ -23,7 +23,7 @@ export function groupTests(t: DefineTest): void {
   t("graceful drain ends at drainTimeoutMs when the loop never comes back", drainTimeout);
   t("a member that left while its loop held a message does not join again when the loop comes back", noRejoinAfterLeave);
   t("listGroups: groups with commits or members, per topic, with lag; deleted topics' groups are gone", listGroupsTest);
-  t("groupLag: retention headroom per partition, the generation and the members with their partitions", lagHeadroomAndMembers);
+  t("groupLag: retention headroom per partition, the generation, the members with their partitions, the recent resets", lagHeadroomAndMembers);
   t("resetGroup per partition (exact offsets, others untouched, out of range refused); a bounded replay stops at its end offsets", resetPerPartitionAndReplay);
 }
 
@@ -332,6 +332,13 @@ async function lagHeadroomAndMembers(b: Broker): Promise<void> {
   for (const p of live.partitions) assert.equal(p.headroomMs, retentionMs, "caught up: the whole retention period");
   await sub.close();
   assert.deepEqual((await b.groupLag(group, name)).members, [], "the member left");
+  assert.deepEqual((await b.groupLag(group, name)).recentResets, [], "no reset yet");
+  await b.resetGroup(group, name, "earliest", { dryRun: true });
+  assert.deepEqual((await b.groupLag(group, name)).recentResets, [], "a dry run is not a reset");
+  await b.resetGroup(group, name, "earliest");
+  const resets = (await b.groupLag(group, name)).recentResets;
+  assert.equal(resets.length, 1);
+  assert.deepEqual(resets[0].partitions, [{ partition: 0, from: 3, to: 0 }, { partition: 1, from: 3, to: 0 }], "each partition's offset before and after");
   const unlimited = uniq("headroom-inf");
   await b.createTopic(unlimited, { retentionMs: -1 });
   await b.publish(unlimited, 1);
