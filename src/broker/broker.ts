@@ -11,7 +11,7 @@ import { telemetry, type Logger, type Telemetry } from "../observability/telemet
 import { decodeRecords, MAX_BATCH_BYTES, validateEncodedBatch, type PreparedRecord } from "../log/record-batch.js";
 import { DiskEngine } from "../store/disk/disk-engine.js";
 import { resolveTopicAlteration, resolveTopicConfig } from "../store/topic-config.js";
-import type { StorageEngine } from "../store/engine.js";
+import type { EngineTopic, StorageEngine } from "../store/engine.js";
 import { validateName } from "../store/names.js";
 import { GroupCoordinator } from "../streams/group-coordinator.js";
 import { QueueManager } from "../queues/index.js";
@@ -291,7 +291,17 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     const t = await this.engine.getTopic(topic);
     const dryRun = opts.dryRun ?? false;
     await this.yielder.turn();
-    if (!dryRun && this.coordinator.hasMembers(group, topic)) throw new GroupActiveError(group);
+    if (dryRun) return this.planReset(group, topic, t, to, true);
+    // GRP-2: a member joining while the reset is computed and written is assigned only after
+    // it, so it starts from the new offsets; one already there refuses the reset.
+    return this.coordinator.exclusive(group, topic, () => {
+      if (this.coordinator.hasMembers(group, topic)) throw new GroupActiveError(group);
+      return this.planReset(group, topic, t, to, false);
+    });
+  }
+
+  /** Resolves `to` per partition against the committed offsets and writes it unless `dryRun`. */
+  private async planReset(group: string, topic: string, t: EngineTopic, to: ResetTarget, dryRun: boolean): Promise<ResetResult> {
     const committed = await this.engine.getCommitted(group, topic);
     const partitions: ResetResult["partitions"] = [];
     const next = new Map<number, number>();

@@ -24,6 +24,7 @@ export function groupTests(t: DefineTest): void {
   t("a member that left while its loop held a message does not join again when the loop comes back", noRejoinAfterLeave);
   t("listGroups: groups with commits or members, per topic, with lag; deleted topics' groups are gone", listGroupsTest);
   t("groupLag: retention headroom per partition, the generation, the members with their partitions, the recent resets", lagHeadroomAndMembers);
+  t("a member joining while a reset runs starts from the reset's offsets, or the reset is refused (GRP-2)", resetRacesJoin);
   t("resetGroup per partition (exact offsets, others untouched, out of range refused); a bounded replay stops at its end offsets", resetPerPartitionAndReplay);
 }
 
@@ -345,4 +346,32 @@ async function lagHeadroomAndMembers(b: Broker): Promise<void> {
   const inf = await b.groupLag(group, unlimited);
   assert.equal(inf.partitions[0].headroomMs, null, "no time retention: no headroom figure");
   assert.equal(inf.minHeadroomMs, null);
+}
+
+async function resetRacesJoin(b: Broker): Promise<void> {
+  for (let round = 0; round < 5; round++) {
+    const name = uniq("reset-race");
+    const group = uniq("g");
+    await b.createTopic(name, { partitions: 2 });
+    await b.publishBatch(name, Array.from({ length: 10 }, (_, i) => ({ value: i, partition: i % 2 })));
+    await b.resetGroup(group, name, "latest"); // everything consumed
+    // The reset and the join race; whichever order they land in, no record may be skipped.
+    const reset = b.resetGroup(group, name, "earliest").then(
+      () => "applied",
+      (e: unknown) => {
+        if (e instanceof GroupActiveError) return "refused";
+        throw e;
+      },
+    );
+    const sub = b.subscribe<number>(name, { group, start: "earliest" });
+    const outcome = await reset;
+    if (outcome === "applied") {
+      const got = await take(sub, 10);
+      assert.deepEqual(got.map((m) => m.value).sort((x, y) => x - y), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], "the member starts from the reset's offsets");
+    } else {
+      await waitUntil(async () => (await b.groupLag(group, name)).members.length === 1, "the member that won holds the group");
+      assert.equal((await b.groupLag(group, name)).partitions.reduce((s, p) => s + (p.committedOffset ?? 0), 0), 10, "refused: offsets unchanged");
+    }
+    await sub.close();
+  }
 }
