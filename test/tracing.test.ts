@@ -10,7 +10,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { AsyncLocalStorage } from "node:async_hooks";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as api from "@opentelemetry/api";
@@ -393,4 +394,45 @@ test("tracing off (no tracer provider registered): no spans, headers unchanged",
 test("tracing off (@opentelemetry/api absent): no spans, headers unchanged", async () => {
   setTracingApi(null);
   await withEmbedded((b) => checkHeadersUnchanged(b, "absent"));
+});
+
+test("@opentelemetry/api not installed: the import fails quietly, nothing is traced, headers unchanged (child process)", { timeout: 60_000 }, () => {
+  const dir = tmpDir();
+  try {
+    // A module hook that makes the package unresolvable, as if it were not installed.
+    writeFileSync(
+      join(dir, "hooks.mjs"),
+      `export async function resolve(s, c, next) {
+        if (s === "@opentelemetry/api") { const e = new Error("Cannot find package '@opentelemetry/api'"); e.code = "ERR_MODULE_NOT_FOUND"; throw e; }
+        return next(s, c);
+      }`,
+    );
+    writeFileSync(join(dir, "register.mjs"), `import { register } from "node:module"; register(${JSON.stringify(new URL(`file://${join(dir, "hooks.mjs")}`).href)});`);
+    const broker = new URL("../src/broker/broker.js", import.meta.url).href;
+    const tracingModule = new URL("../src/observability/tracing.js", import.meta.url).href;
+    writeFileSync(
+      join(dir, "main.mjs"),
+      `import { openBroker } from ${JSON.stringify(broker)};
+      import * as t from ${JSON.stringify(tracingModule)};
+      const b = await openBroker({ dataDir: ${JSON.stringify(join(dir, "data"))}, retentionCheckIntervalMs: 0 });
+      await b.createTopic("t", { partitions: 1 });
+      await b.publish("t", 1, { headers: { app: "z" } });
+      const { records } = await b.fetch("t", 0, 0);
+      const q = b.queue("q");
+      await q.enqueue(1, { headers: { app: "z" } });
+      const ac = new AbortController();
+      let jobHeaders = null;
+      await q.process((job) => { jobHeaders = Object.keys(job.headers); ac.abort(); }, { signal: ac.signal });
+      await b.close();
+      let importable = true;
+      try { await import("@opentelemetry/api"); } catch { importable = false; }
+      console.log(JSON.stringify({ tracing: t.tracing, importable, headers: Object.keys(records[0].headers), jobHeaders }));`,
+    );
+    const r = spawnSync(process.execPath, ["--import", join(dir, "register.mjs"), join(dir, "main.mjs")], { encoding: "utf8", timeout: 50_000 });
+    assert.equal(r.status, 0, r.stderr);
+    const out = JSON.parse(r.stdout.trim().split("\n").pop()!);
+    assert.deepEqual(out, { tracing: null, importable: false, headers: ["app"], jobHeaders: ["app"] });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

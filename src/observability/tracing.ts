@@ -74,8 +74,25 @@ function injectable(h: unknown): h is Headers | undefined {
   return h === undefined || (typeof h === "object" && h !== null && !(h instanceof Uint8Array));
 }
 
-/** The live tracer: exists only once `@opentelemetry/api` was loaded. */
-export class Tracing {
+/**
+ * What the hooks call while tracing is on. Declared without `@opentelemetry/api` types so that
+ * sluice's declaration files never need the optional peer installed.
+ */
+export interface TracingHooks {
+  /** `publish()`: a PRODUCER span around `send`, its context injected into the record. */
+  publishOne(topic: string, opts: PublishOptions | undefined, send: (opts: PublishOptions | undefined) => Promise<PublishReceipt>): Promise<PublishReceipt>;
+  /** `publishBatch()`: one PRODUCER span for the batch. */
+  publishBatch(topic: string, records: PublishRecord[], send: (records: PublishRecord[]) => Promise<PublishReceipt[]>): Promise<PublishReceipt[]>;
+  /** `enqueue()` / `enqueueBatch()`: one PRODUCER span per call. */
+  enqueue(queue: string, items: EnqueueItem[], send: (items: EnqueueItem[]) => Promise<EnqueueResult[]>): Promise<EnqueueResult[]>;
+  /** A `process()` handler wrapped: a CONSUMER span `process <queue>` around each call. */
+  jobHandler<J extends Job<unknown>>(queue: string, fn: (job: J) => unknown): (job: J) => unknown;
+  /** A `processOrdered` handler wrapped: a CONSUMER span `process <topic>` around each call. */
+  messageHandler<M extends Message<unknown>>(fn: (msg: M) => unknown): (msg: M) => unknown;
+}
+
+/** The live tracer: exists only once `@opentelemetry/api` was loaded and a provider registered. */
+class Tracing implements TracingHooks {
   private readonly tracer: Otel.Tracer;
 
   constructor(readonly api: Api) {
@@ -287,7 +304,14 @@ function messageAttributes(msg: Message<unknown>): Otel.Attributes {
  * The tracer while tracing is on: `@opentelemetry/api` loaded and a tracer provider registered
  * (as of the last `loadTracing()`). Null otherwise. Hot paths test this binding and nothing else.
  */
-export let tracing: Tracing | null = null;
+export let tracing: TracingHooks | null = null;
+/** The same object as `tracing`, with its API (for traceContextOf / withTraceContext). */
+let live: Tracing | null = null;
+
+function setLive(t: Tracing | null): void {
+  live = t;
+  tracing = t;
+}
 
 /** The loaded API (null: absent, not yet looked for, or `SLUICE_TRACING=off`). */
 let loaded: Api | null = null;
@@ -315,7 +339,7 @@ export async function loadTracing(): Promise<void> {
   }
   await loading;
   const api = loaded;
-  tracing = api !== null && providerRegistered(api) ? (tracing?.api === api ? tracing : new Tracing(api)) : null;
+  setLive(api !== null && providerRegistered(api) ? (live?.api === api ? live : new Tracing(api)) : null);
 }
 
 /**
@@ -332,10 +356,10 @@ function providerRegistered(api: Api): boolean {
  * @internal Tests: use this API from now on, tracing on whatever provider is registered
  * (`null`: behave as if `@opentelemetry/api` were absent). Takes a fresh tracer.
  */
-export function setTracingApi(api: Api | null): void {
+export function setTracingApi(api: object | null): void {
   loading = Promise.resolve();
-  loaded = api;
-  tracing = api === null ? null : new Tracing(api);
+  loaded = api as Api | null;
+  setLive(loaded === null ? null : new Tracing(loaded));
 }
 
 /**
@@ -350,7 +374,7 @@ export function setTracingApi(api: Api | null): void {
  * }
  */
 export function traceContextOf(msg: Traced): TraceContext | undefined {
-  const t = tracing;
+  const t = live;
   if (t === null || msg === null || typeof msg !== "object") return undefined;
   const base = t.api.context.active();
   const ctx = t.extract(msg.headers, base);
@@ -370,7 +394,7 @@ export function traceContextOf(msg: Traced): TraceContext | undefined {
  * }
  */
 export function withTraceContext<R>(msg: Traced, fn: () => R, opts: { destination?: string } = {}): R {
-  const t = tracing;
+  const t = live;
   if (t === null || msg === null || typeof msg !== "object") return fn();
   const m = msg as Partial<Message<unknown>> & Partial<Job<unknown>>;
   const destination = opts.destination ?? (typeof m.topic === "string" ? m.topic : undefined);
