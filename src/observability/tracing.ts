@@ -101,7 +101,8 @@ class Tracing implements TracingHooks {
 
   /** `publish()`: a PRODUCER span around `send`, its context injected into the record. */
   publishOne(topic: string, opts: PublishOptions | undefined, send: (opts: PublishOptions | undefined) => Promise<PublishReceipt>): Promise<PublishReceipt> {
-    if (!injectable(opts?.headers)) return send(opts);
+    // Options or headers of the wrong shape: left for the publish's validation to refuse.
+    if ((opts !== undefined && (typeof opts !== "object" || opts === null)) || !injectable(opts?.headers)) return send(opts);
     const s = this.startSend("publish", topic, [opts?.headers], 1);
     if (s === null) return send(opts);
     const headers = s.carrier === null ? undefined : withCarrier(opts?.headers, s.carrier);
