@@ -352,6 +352,30 @@ test("processOrdered: a process span per handler call, continuing the publish's 
   });
 });
 
+test("withTraceContext over a batch of messages: one process span linked to each publish", async () => {
+  await withEmbedded(async (b) => {
+    await b.createTopic("many", { partitions: 1 });
+    await b.publish("many", 1);
+    await b.publish("many", 2);
+    const pubs = await waitUntil(() => {
+      const ps = finished.filter((s) => s.name === "publish many");
+      return ps.length === 2 ? ps : null;
+    }, "two publish spans");
+    const ac = new AbortController();
+    const sub = b.subscribe("many", { group: "g", start: "earliest", signal: ac.signal });
+    const got: Message[] = [];
+    for await (const batch of sub.batches({ maxMessages: 2, maxWaitMs: 1000 })) {
+      got.push(...batch.messages);
+      if (got.length >= 2) break;
+    }
+    assert.equal(await withTraceContext(got, async () => 3), 3);
+    await sub.close();
+    const proc = await spanNamed("process many", api.SpanKind.CONSUMER);
+    assert.equal(proc.attributes["messaging.batch.message_count"], 2);
+    assert.deepEqual(proc.links.map((l) => l.context.spanId).sort(), pubs.map((p) => p.spanId).sort());
+  });
+});
+
 // ── With tracing off (these change the module's state: they run last) ─────────────────────
 
 async function checkHeadersUnchanged(b: EmbeddedBroker, suffix: string): Promise<void> {

@@ -170,7 +170,7 @@ class Tracing implements TracingHooks {
   }
 
   /** Runs `fn(arg)` in a CONSUMER span that continues the trace `headers` carry. */
-  runProcess<A, R>(headers: AnyHeaders | undefined, destination: string | undefined, fn: (arg: A) => R, arg: A, attributes: Otel.Attributes = {}): R {
+  runProcess<A, R>(headers: AnyHeaders | undefined, destination: string | undefined, fn: (arg: A) => R, arg: A, attributes: Otel.Attributes = {}, links?: Otel.Link[]): R {
     const api = this.api;
     const parent = this.extract(headers, api.context.active());
     const span = this.tracer.startSpan(
@@ -184,6 +184,7 @@ class Tracing implements TracingHooks {
           "messaging.operation.name": "process",
           ...attributes,
         },
+        links,
       },
       parent,
     );
@@ -224,12 +225,7 @@ class Tracing implements TracingHooks {
       // publishing what an HTTP client sent, a relay forwarding a record).
       parent = this.extract(headers[0], parent);
     } else if (count > 1) {
-      for (const h of headers) {
-        if (links.length >= MAX_LINKS) break;
-        if (!hasTraceparent(h)) continue;
-        const sc = api.trace.getSpanContext(this.extract(h, api.ROOT_CONTEXT));
-        if (sc !== undefined) links.push({ context: sc });
-      }
+      links.push(...this.linksOf(headers));
     }
     const attributes: Otel.Attributes = {
       "messaging.system": "sluice",
@@ -252,6 +248,18 @@ class Tracing implements TracingHooks {
       if (ts !== undefined && ts.length > 0) carrier[TRACESTATE] = ts;
     }
     return { span, carrier };
+  }
+
+  /** Links to the contexts these headers carry (at most MAX_LINKS). */
+  linksOf(headers: readonly (AnyHeaders | undefined)[]): Otel.Link[] {
+    const links: Otel.Link[] = [];
+    for (const h of headers) {
+      if (links.length >= MAX_LINKS) break;
+      if (!hasTraceparent(h)) continue;
+      const sc = this.api.trace.getSpanContext(this.extract(h, this.api.ROOT_CONTEXT));
+      if (sc !== undefined) links.push({ context: sc });
+    }
+    return links;
   }
 
   /** Runs `send`, ending `span` when it settles; returns `send`'s own promise. */
@@ -281,7 +289,7 @@ function failed(api: Api, span: Otel.Span, e: unknown): void {
   span.end();
 }
 
-function hasTraceparent(h: Headers | undefined): boolean {
+function hasTraceparent(h: AnyHeaders | undefined): boolean {
   return h !== undefined && h !== null && typeof h === "object" && Object.prototype.hasOwnProperty.call(h, TRACEPARENT);
 }
 
@@ -388,18 +396,29 @@ export function traceContextOf(msg: Traced): TraceContext | undefined {
  * an error status if it throws. Without tracing it just calls `fn`. For `for await` loops; the
  * span name uses the message's topic, or `opts.destination` (a job's queue name).
  *
+ * Given several messages (a `sub.batches()` batch's `messages`, jobs handled together), the
+ * span is a child of the active context and **links** to each context they carry (at most
+ * 128), with `messaging.batch.message_count`, as the messaging conventions say for batches.
+ *
  * @example
  * for await (const job of emails.work()) {
  *   await withTraceContext(job, () => send(job.data), { destination: "emails" });
  *   await job.ack();
  * }
  */
-export function withTraceContext<R>(msg: Traced, fn: () => R, opts: { destination?: string } = {}): R {
+export function withTraceContext<R>(msg: Traced | readonly Traced[], fn: () => R, opts: { destination?: string } = {}): R {
   const t = live;
   if (t === null || msg === null || typeof msg !== "object") return fn();
+  if (Array.isArray(msg)) {
+    const msgs = msg as readonly Traced[];
+    const first = msgs[0] as Partial<Message<unknown>> | undefined;
+    const destination = opts.destination ?? (typeof first?.topic === "string" ? first.topic : undefined);
+    const links = t.linksOf(msgs.map((x) => (x !== null && typeof x === "object" ? x.headers : undefined)));
+    return t.runProcess(undefined, destination, fn, undefined, { "messaging.batch.message_count": msgs.length }, links);
+  }
   const m = msg as Partial<Message<unknown>> & Partial<Job<unknown>>;
   const destination = opts.destination ?? (typeof m.topic === "string" ? m.topic : undefined);
   const attributes: Otel.Attributes =
     typeof m.topic === "string" && typeof m.partition === "number" ? messageAttributes(m as Message<unknown>) : typeof m.id === "string" ? { "messaging.message.id": m.id } : {};
-  return t.runProcess(msg.headers, destination, fn, undefined, attributes);
+  return t.runProcess(m.headers, destination, fn, undefined, attributes);
 }
