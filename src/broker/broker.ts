@@ -20,6 +20,7 @@ import type { HostQueue } from "../queues/host-api.js";
 import type { QueueStats } from "../queues/types.js";
 import type { PrometheusOptions } from "../observability/prometheus.js";
 import { commitFailureCounter } from "../observability/commit-failures.js";
+import { loadTracing, tracing } from "../observability/tracing.js";
 import { toConsumed } from "../streams/records.js";
 import { GroupSubscription } from "../streams/subscription.js";
 import type { BrokerHost, EncodedAppend, MemberListener, MemberSubscription } from "./host.js";
@@ -122,6 +123,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
   static async open(opts: BrokerOptions): Promise<EmbeddedBroker> {
     if (!opts || (opts.engine === undefined && (typeof opts.dataDir !== "string" || opts.dataDir.length === 0)))
       throw new ValidationError("openBroker needs a dataDir (or an engine)");
+    await loadTracing(); // once per process: @opentelemetry/api when installed (tracing.ts)
     // prom-client is loaded only when metrics are asked for.
     const exporter = opts.metrics ? (await import("../observability/prometheus.js")).brokerExporter(opts.metrics, opts.telemetry?.metrics) : null;
     const b = new EmbeddedBroker(exporter ? { ...opts, telemetry: { ...opts.telemetry, metrics: exporter.sink } } : opts);
@@ -200,6 +202,8 @@ export class EmbeddedBroker implements Broker, BrokerHost {
         return Promise.reject(e);
       }
     }
+    // Tracing off: this one branch (src/observability/tracing.ts).
+    if (tracing !== null) return tracing.publishOne(topic, opts, (o) => this.publisher.publish(topic, value, o));
     return this.publisher.publish(topic, value, opts);
   }
 
@@ -212,6 +216,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
         return Promise.reject(e);
       }
     }
+    if (tracing !== null && Array.isArray(records)) return tracing.publishBatch(topic, records, (rs) => this.publisher.publishBatch(topic, rs, opts));
     return this.publisher.publishBatch(topic, records, opts);
   }
 
