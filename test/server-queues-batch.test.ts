@@ -428,7 +428,7 @@ test("client lookahead: QUEUE_SETTLE_BATCH's lookahead widens the push window, c
     const raw = await RawClient.open(url);
     try {
       const q = producer.queue<number>("client-lookahead", { visibilityTimeoutMs: 60_000 });
-      await q.enqueueBatch(Array.from({ length: 500 }, (_, k) => ({ data: k })));
+      await q.enqueueBatch(Array.from({ length: 1000 }, (_, k) => ({ data: k })));
       await raw.request(Op.QueueWork, { queue: "client-lookahead", worker: 3, prefetch: 4, batch: true });
       const held = new Map<number, number>();
       const collect = async (n: number): Promise<void> => {
@@ -444,7 +444,7 @@ test("client lookahead: QUEUE_SETTLE_BATCH's lookahead widens the push window, c
       await collect(4);
       await quiet();
       assert.equal(held.size, 4, "without a lookahead the window is prefetch");
-      // A hostile lookahead is clamped to maxLookahead(4) = 64: the window becomes 68.
+      // A hostile lookahead is clamped to maxLookahead(4) (512, below the 1,000 jobs waiting).
       const [first] = held.keys();
       await raw.request(Op.QueueSettleBatch, { worker: 3, lookahead: 1e9 }, encodeSettleItems([{ tag: first, action: "ack", arg: {} }]));
       held.delete(first);
