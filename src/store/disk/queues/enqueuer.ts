@@ -10,11 +10,13 @@ import type { PartitionLog } from "../../../log/partition-log.js";
 import type { PreparedRecord } from "../../../log/record-batch.js";
 import { validateIdentity, type EnqueueIdentity } from "../../../queues/idempotence.js";
 import type { EnqueueResult } from "../../../queues/types.js";
-import type { EnqueueOutcome, EnqueueRequestOptions, NewJob, QueueSettings } from "../../queue-store.js";
+import type { EnqueueOutcome, EnqueueRequestOptions, NewJob, QueueSettings, SingletonSpec } from "../../queue-store.js";
 import { DedupeTable, isSystemDedupeId } from "./dedupe.js";
 import { deferred, type Deferred } from "./journal.js";
 import { encodeIdemHeader, EnqueueProducers, H_IDEMPOTENCE, type IdemEntry } from "./producers.js";
-import { encodedSize, encodeJob, RESERVED_HEADER_ROOM, withHeader } from "./records.js";
+import { encodedSize, encodeJob, getHeader, H_SINGLETON, RESERVED_HEADER_ROOM, withHeader } from "./records.js";
+import type { JobState } from "./job-state.js";
+import type { SingletonEntry } from "./singletons.js";
 
 /** Records and bytes per message-log append (a single group may exceed them). */
 const MAX_APPEND_RECORDS = 8192;
@@ -29,6 +31,8 @@ interface PendingGroup {
   d: Deferred<number>;
   /** The request's idempotency entry, completed where the rows are added (IDEM-1). */
   idem: { id: EnqueueIdentity; entry: IdemEntry } | null;
+  /** Waiting jobs its debounce jobs replace (frozen until the append is durable). */
+  replaced: number[] | null;
 }
 
 /** Bytes a job counts against `maxBytes`: the policy measured the user's record; a copy made
@@ -49,6 +53,10 @@ export interface EnqueueHost {
   failed(err: unknown): Error;
   /** Rows for jobs just made durable (in offset order from `base`). */
   stored(base: number, jobs: readonly NewJob[], recs: readonly PreparedRecord[]): void;
+  /** The queue's state (singleton keys, and the jobs a debounce enqueue replaces). */
+  state(): JobState;
+  /** A debounce job is durable: the waiting job it replaced leaves the queue. */
+  replaced(off: number): void;
   /** Message-log bytes appended (snapshot pacing). */
   appended(bytes: number): void;
   now(): number;
@@ -151,12 +159,20 @@ export class Enqueuer {
 
   /** Dedupe, admission and append of one request. */
   private async evaluate(jobs: readonly NewJob[], recs: PreparedRecord[], signal: AbortSignal | undefined, idem: PendingGroup["idem"], compact: boolean): Promise<EnqueueOutcome> {
-    const now = this.host.now();
-    if (jobs.length > 0 && jobs.every((j) => j.dedupeId === null)) {
+    let now = this.host.now();
+    if (jobs.length > 0 && jobs.every((j) => j.dedupeId === null && !j.singleton)) {
       // The common case: every job is new, one group, no per-job bookkeeping.
       if (this.dedupe.size > 0) this.dedupe.sweep(now);
       const first = await this.appendGroup(jobs, recs, signal, idem);
       return compact ? { first, count: jobs.length } : this.freshResults(first, jobs.length);
+    }
+    const sg = jobs.some((j) => j.singleton) ? new SingletonRound(this.host.state(), jobs) : null;
+    if (sg !== null) {
+      // Decisions on a key are taken only while no enqueue of it is in flight, and taken and
+      // claimed in one synchronous step below (no two enqueues both take a key).
+      await sg.settle();
+      this.host.check();
+      now = this.host.now();
     }
     const results: (EnqueueResult | Promise<EnqueueResult>)[] = new Array(jobs.length);
     const fresh: number[] = [];
@@ -181,11 +197,20 @@ export class Enqueuer {
         if (window > 0 && !isSystemDedupeId(id) && this.dedupe.userSize >= this.host.settings().maxDedupeEntries) throw this.full();
         if (window > 0) seenInBatch.set(id, i);
       }
+      if (sg !== null && jobs[i].singleton) {
+        const r = sg.decide(i, fresh.length, now, recs);
+        if (r !== null) {
+          results[i] = r;
+          continue;
+        }
+      }
       fresh.push(i);
     }
     if (fresh.length > 0) {
       const group = fresh.map((i) => jobs[i]);
-      const base = await this.appendGroup(
+      let base: number;
+      try {
+        base = await this.appendGroup(
         group,
         fresh.map((i) => recs[i]),
         signal,
@@ -198,11 +223,23 @@ export class Enqueuer {
             if (id !== null && this.dedupe.window(id) > 0) this.dedupe.set(id, { off: -1, exp: now + this.dedupe.window(id), wait: d, idx: k });
           }
         },
+        sg?.d,
+        sg?.replaced(),
       );
-      for (let k = 0; k < fresh.length; k++) results[fresh[k]] = { id: String(base + k), duplicate: false };
+      } catch (e) {
+        sg?.undo(e, now);
+        throw e;
+      }
+      for (let k = 0; k < fresh.length; k++) {
+        const r: EnqueueResult = { id: String(base + k), duplicate: false };
+        const rp = sg?.replacedBy.get(fresh[k]);
+        if (rp !== undefined) r.replaced = String(rp);
+        results[fresh[k]] = r;
+      }
     }
     const out = await Promise.all(results);
     for (const [i, first] of dupOf) out[i] = { id: out[first].id, duplicate: true };
+    if (sg !== null) for (const [i, other] of sg.dupOf) out[i] = { id: out[other].id, duplicate: true };
     return out;
   }
 
@@ -213,13 +250,15 @@ export class Enqueuer {
     signal: AbortSignal | undefined,
     idem: PendingGroup["idem"],
     claim?: (d: Deferred<number>) => void,
+    pre?: Deferred<number>,
+    replaced: number[] | null = null,
   ): Promise<number> {
     let bytes = 0;
     for (let i = 0; i < jobs.length; i++) bytes += storedJobSize(jobs[i], recs[i]);
     await this.admit(jobs.length, bytes, signal);
-    const d = deferred<number>();
+    const d = pre ?? deferred<number>();
     claim?.(d);
-    this.push({ jobs, recs, bytes, d, idem });
+    this.push({ jobs, recs, bytes, d, idem, replaced });
     return d.promise;
   }
 
@@ -312,6 +351,7 @@ export class Enqueuer {
         for (const g of groups) {
           const gBase = off;
           this.host.stored(gBase, g.jobs, g.recs);
+          if (g.jobs.some((j) => j.singleton)) this.storedSingletons(g, gBase);
           for (const job of g.jobs) {
             const id = job.dedupeId;
             if (id !== null) {
@@ -335,6 +375,19 @@ export class Enqueuer {
         this.idleWaiter = null;
       }
     }
+  }
+
+  /** A group's singleton claims are durable (JOB-2); the jobs its debounce jobs replace go. */
+  private storedSingletons(g: PendingGroup, base: number): void {
+    const st = this.host.state();
+    const now = this.host.now();
+    for (let k = 0; k < g.jobs.length; k++) {
+      const sk = g.jobs[k].singleton;
+      if (!sk) continue;
+      const e = st.singletons.get(sk.mode, sk.key, now);
+      if (e !== undefined && e.wait === g.d && e.idx === k) st.singletons.stored(sk.mode, sk.key, e, base + k);
+    }
+    if (g.replaced !== null) for (const off of g.replaced) this.host.replaced(off);
   }
 
   /** Whole groups per append, up to MAX_APPEND_RECORDS / MAX_APPEND_BYTES (one group alone may exceed them). */
@@ -378,7 +431,7 @@ export class Enqueuer {
   private rebuildAnswer(jobs: readonly NewJob[], first: number, count: number, compact: boolean): EnqueueOutcome {
     const n = jobs.length;
     let plain = true;
-    for (const j of jobs) if (j.dedupeId !== null && this.dedupe.window(j.dedupeId) > 0) plain = false;
+    for (const j of jobs) if ((j.dedupeId !== null && this.dedupe.window(j.dedupeId) > 0) || j.singleton) plain = false;
     if (plain) return compact ? { first, count: n } : this.freshResults(first, n);
     const end = first + count;
     // Kinds: 0 new (no dedupe id: the next new offset), 1 new at a known offset, 2 duplicate of a
@@ -387,7 +440,31 @@ export class Enqueuer {
     const at = new Float64Array(n);
     const out: EnqueueResult[] = new Array(n);
     const firstIdx = new Map<string, number>();
+    const st = this.host.state();
+    const now = this.host.now();
     for (let i = 0; i < n; i++) {
+      const sk = jobs[i].singleton;
+      if (sk && sk.mode !== "debounce") {
+        // As a dedupe id: the key's entry names the job that took it.
+        const e = st.singletons.get(sk.mode, sk.key, now);
+        const id = `\u0000${sk.mode}:${sk.key}`;
+        const prev = firstIdx.get(id);
+        if (prev !== undefined) {
+          kind[i] = 3;
+          at[i] = prev;
+          continue;
+        }
+        firstIdx.set(id, i);
+        if (e === undefined || e.wait !== null || e.off >= end) kind[i] = 4;
+        else if (e.off >= first) {
+          kind[i] = 1;
+          at[i] = e.off;
+        } else {
+          kind[i] = 2;
+          out[i] = { id: String(e.off), duplicate: true };
+        }
+        continue;
+      }
       const d = jobs[i].dedupeId;
       if (d === null || this.dedupe.window(d) <= 0) continue;
       const prev = firstIdx.get(d);
@@ -434,5 +511,95 @@ export class Enqueuer {
     }
     for (let i = 0; i < n; i++) if (kind[i] === 3) out[i] = { id: out[at[i]].id, duplicate: true };
     return out;
+  }
+}
+
+/**
+ * The singleton decisions of one enqueue request (JOB-2): taken and claimed synchronously, with
+ * the group's promise created up front so that a claim names it before the admission wait.
+ */
+class SingletonRound {
+  readonly d = deferred<number>();
+  /** Jobs answered as duplicates of another job of the request: [job, the other job]. */
+  readonly dupOf: [number, number][] = [];
+  /** Job index -> the waiting job it replaces (debounce). */
+  readonly replacedBy = new Map<number, number>();
+  private readonly claims: { sk: SingletonSpec; claim: SingletonEntry; prev: SingletonEntry | undefined }[] = [];
+  private readonly holder = new Map<SingletonEntry, number>();
+  /** The last job of each debounce key in the request: earlier ones are replaced before they are stored. */
+  private readonly lastDebounce = new Map<string, number>();
+
+  constructor(
+    private readonly st: JobState,
+    private readonly jobs: readonly NewJob[],
+  ) {
+    // Nobody may wait on a round that stored nothing without a listener: no unhandled rejection.
+    this.d.promise.catch(() => {});
+    jobs.forEach((j, i) => {
+      if (j.singleton?.mode === "debounce") this.lastDebounce.set(j.singleton.key, i);
+    });
+  }
+
+  /** Waits until no enqueue of this request's keys is in flight. */
+  async settle(): Promise<void> {
+    for (;;) {
+      let wait: Promise<number> | null = null;
+      for (const j of this.jobs) {
+        const sk = j.singleton;
+        const e = sk ? this.st.singletons.get(sk.mode, sk.key, -Infinity) : undefined;
+        if (e !== undefined && e.wait !== null) {
+          wait = e.wait.promise;
+          break;
+        }
+      }
+      if (wait === null) return;
+      await wait.catch(() => {});
+    }
+  }
+
+  /** Job `i` (with a singleton key): null when it is to be stored as fresh job `pos`, else its answer. */
+  decide(i: number, pos: number, now: number, recs: PreparedRecord[]): EnqueueResult | null {
+    const sk = this.jobs[i].singleton!;
+    const tbl = this.st.singletons;
+    if (sk.mode === "debounce" && this.lastDebounce.get(sk.key) !== i) {
+      // A later job of the request replaces this one before either is stored.
+      this.dupOf.push([i, this.lastDebounce.get(sk.key)!]);
+      return { id: "", duplicate: true };
+    }
+    const prev = tbl.get(sk.mode, sk.key, now);
+    if (prev !== undefined && sk.mode !== "debounce") {
+      const first = prev.wait === this.d ? this.holder.get(prev) : undefined;
+      if (first !== undefined) {
+        this.dupOf.push([i, first]);
+        return { id: "", duplicate: true };
+      }
+      return { id: String(prev.off), duplicate: true };
+    }
+    if (prev !== undefined && prev.off >= 0 && this.st.isWaiting(prev.off)) {
+      // JOB-2 (debounce): held back from now on; removed once this job is durable. The record
+      // names it, so recovery removes it too if the DEAD event is lost in a crash.
+      this.st.freeze(prev.off);
+      this.replacedBy.set(i, prev.off);
+      getHeader(recs[i].headers, H_SINGLETON)?.writeDoubleLE(prev.off, 9);
+    }
+    const claim: SingletonEntry = { mode: sk.mode, off: -1, exp: sk.mode === "throttle" ? now + sk.windowMs : Infinity, wait: this.d, idx: pos };
+    tbl.set(sk.mode, sk.key, claim);
+    this.holder.set(claim, i);
+    this.claims.push({ sk, claim, prev });
+    return null;
+  }
+
+  replaced(): number[] | null {
+    return this.replacedBy.size > 0 ? [...this.replacedBy.values()] : null;
+  }
+
+  /** The request stored nothing: keys go back to their previous jobs, replaced jobs wait again. */
+  undo(err: unknown, now: number): void {
+    for (let k = this.claims.length - 1; k >= 0; k--) {
+      const c = this.claims[k];
+      this.st.singletons.restoreEntry(c.sk.mode, c.sk.key, c.claim, c.prev);
+    }
+    for (const off of this.replacedBy.values()) this.st.unfreeze(off, now);
+    this.d.reject(err);
   }
 }
