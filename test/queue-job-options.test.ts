@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: Apache-2.0
+// Priorities, singleton keys, expiry and remove(id) across crashes (power loss: recovered from
+// the logs and the journal, no final snapshot) and on data dirs written without them.
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { test } from "node:test";
+import { DiskEngine } from "../src/store/disk/disk-engine.js";
+import { NodeFileSystem } from "../src/log/io.js";
+import { FaultyFileSystem } from "../src/testing/faulty-fs.js";
+import { waitUntil } from "../src/testing/helpers.js";
+import { TestQueues, tempDir } from "./fixtures/queue-helpers.js";
+
+async function open(dir: string, fs = new NodeFileSystem()): Promise<TestQueues> {
+  const engine = new DiskEngine({ dataDir: dir, fs });
+  await engine.open();
+  return new TestQueues(engine);
+}
+
+/** Payloads of the next `n` jobs a prefetch-1 worker gets, in order, each acked. */
+async function drain(m: TestQueues, name: string, n: number): Promise<string[]> {
+  const w = m.queue<string>(name).work({ prefetch: 1 });
+  const it = w[Symbol.asyncIterator]();
+  const out: string[] = [];
+  try {
+    for (let i = 0; i < n; i++) {
+      const r = await it.next();
+      if (r.done) break;
+      out.push(r.value.data);
+      await r.value.ack();
+    }
+  } finally {
+    await w.close();
+  }
+  return out;
+}
+
+function snapshotMeta(dir: string, queueDir: string): Record<string, unknown> {
+  const buf = readFileSync(join(dir, "queues", queueDir, "snapshot.bin"));
+  return JSON.parse(buf.toString("utf8", 12, 12 + buf.readUInt32LE(8))) as Record<string, unknown>;
+}
+
+test("priorities, singleton keys, expiries and removals survive a power loss (recovered from the logs and the journal)", async () => {
+  const t = tempDir();
+  try {
+    const fs = new FaultyFileSystem();
+    {
+      const m = await open(t.dir, fs);
+      const q = m.queue<string>("opts", { onExpire: "drop" });
+      await q.enqueue("low");
+      await q.enqueue("high", { priority: 9 });
+      await q.enqueue("mid", { priority: 4 });
+      await q.enqueue("single", { singletonKey: "s" });
+      const gone = await q.enqueue("removed", { priority: 9 });
+      assert.equal(await q.remove(gone.id), true);
+      await q.enqueue("expiring", { expireInMs: 300, priority: 9 });
+      await fs.powerLoss();
+    }
+    const m = await open(t.dir);
+    try {
+      const q = m.queue<string>("opts");
+      assert.equal((await q.enqueue("single-2", { singletonKey: "s" })).duplicate, true, "the key is still taken");
+      await waitUntil(async () => (await q.stats()).depth === 4, "the expiring job expired after the restart");
+      assert.deepEqual(await drain(m, "opts", 4), ["high", "mid", "low", "single"]);
+    } finally {
+      await m.close();
+    }
+  } finally {
+    t.cleanup();
+  }
+});
+
+test("debounce: when the replaced job's removal is lost (journal write failed), recovery removes it from the new job's record", async () => {
+  const t = tempDir();
+  try {
+    const fs = new FaultyFileSystem();
+    {
+      const m = await open(t.dir, fs);
+      const q = m.queue<string>("deb");
+      const first = await q.enqueue("v1", { singletonKey: "k", singletonMode: "debounce" });
+      // The new job's append is durable; the journal write of the old job's removal fails.
+      fs.failNext("write", "EIO", { pathIncludes: "journal" });
+      const second = await q.enqueue("v2", { singletonKey: "k", singletonMode: "debounce" });
+      assert.equal(second.replaced, first.id);
+      await fs.powerLoss();
+    }
+    const m = await open(t.dir);
+    try {
+      const q = m.queue<string>("deb");
+      assert.equal((await q.stats()).depth, 1, "only the replacing job is left");
+      assert.deepEqual(await drain(m, "deb", 1), ["v2"]);
+    } finally {
+      await m.close();
+    }
+  } finally {
+    t.cleanup();
+  }
+});
+
+test("a queue written without the new options opens unchanged, and its snapshot carries none of their fields", async () => {
+  const t = tempDir();
+  try {
+    {
+      const m = await open(t.dir);
+      const q = m.queue<string>("plain");
+      await q.enqueueBatch([{ data: "a" }, { data: "b", key: "k" }, { data: "c", delayMs: 1 }]);
+      await m.close();
+    }
+    const queueDir = JSON.parse(readFileSync(join(t.dir, "queues", "queues.json"), "utf8")) as unknown;
+    const dirName = findQueueDir(queueDir, "plain");
+    const meta = snapshotMeta(t.dir, dirName);
+    assert.equal(meta.version, 1);
+    for (const field of ["priorities", "expiries", "singletons"]) assert.equal(field in meta, false, `no ${field}`);
+    const m = await open(t.dir);
+    try {
+      assert.deepEqual((await drain(m, "plain", 3)).sort(), ["a", "b", "c"]);
+    } finally {
+      await m.close();
+    }
+  } finally {
+    t.cleanup();
+  }
+});
+
+/** The incarnation directory of queue `name` (queues.json: {version, queues: {name: {incarnation}}}). */
+function findQueueDir(manifest: unknown, name: string): string {
+  const dir = (manifest as { queues: Record<string, { incarnation: string }> }).queues[name]?.incarnation;
+  assert.ok(dir, `queue ${name} in the manifest`);
+  return dir;
+}
