@@ -10,13 +10,13 @@ import type { PartitionLog } from "../../../log/partition-log.js";
 import type { PreparedRecord } from "../../../log/record-batch.js";
 import { validateIdentity, type EnqueueIdentity } from "../../../queues/idempotence.js";
 import type { EnqueueResult } from "../../../queues/types.js";
-import type { EnqueueOutcome, EnqueueRequestOptions, NewJob, QueueSettings, SingletonSpec } from "../../queue-store.js";
+import type { EnqueueOutcome, EnqueueRequestOptions, NewJob, QueueSettings } from "../../queue-store.js";
 import { DedupeTable, isSystemDedupeId } from "./dedupe.js";
 import { deferred, type Deferred } from "./journal.js";
 import { encodeIdemHeader, EnqueueProducers, H_IDEMPOTENCE, type IdemEntry } from "./producers.js";
-import { encodedSize, encodeJob, getHeader, H_SINGLETON, RESERVED_HEADER_ROOM, withHeader } from "./records.js";
+import { encodedSize, encodeJob, RESERVED_HEADER_ROOM, withHeader } from "./records.js";
 import type { JobState } from "./job-state.js";
-import type { SingletonEntry } from "./singletons.js";
+import { SingletonRound } from "./singletons.js";
 
 /** Records and bytes per message-log append (a single group may exceed them). */
 const MAX_APPEND_RECORDS = 8192;
@@ -166,7 +166,7 @@ export class Enqueuer {
       const first = await this.appendGroup(jobs, recs, signal, idem);
       return compact ? { first, count: jobs.length } : this.freshResults(first, jobs.length);
     }
-    const sg = jobs.some((j) => j.singleton) ? new SingletonRound(this.host.state(), jobs) : null;
+    const sg = jobs.some((j) => j.singleton) ? new SingletonRound(this.host.state(), jobs, () => this.full()) : null;
     if (sg !== null) {
       // Decisions on a key are taken only while no enqueue of it is in flight, and taken and
       // claimed in one synchronous step below (no two enqueues both take a key).
@@ -198,7 +198,7 @@ export class Enqueuer {
         if (window > 0) seenInBatch.set(id, i);
       }
       if (sg !== null && jobs[i].singleton) {
-        const r = sg.decide(i, fresh.length, now, recs);
+        const r = sg.decide(i, fresh.length, now, recs, this.host.settings().maxDedupeEntries);
         if (r !== null) {
           results[i] = r;
           continue;
@@ -511,95 +511,5 @@ export class Enqueuer {
     }
     for (let i = 0; i < n; i++) if (kind[i] === 3) out[i] = { id: out[at[i]].id, duplicate: true };
     return out;
-  }
-}
-
-/**
- * The singleton decisions of one enqueue request (JOB-2): taken and claimed synchronously, with
- * the group's promise created up front so that a claim names it before the admission wait.
- */
-class SingletonRound {
-  readonly d = deferred<number>();
-  /** Jobs answered as duplicates of another job of the request: [job, the other job]. */
-  readonly dupOf: [number, number][] = [];
-  /** Job index -> the waiting job it replaces (debounce). */
-  readonly replacedBy = new Map<number, number>();
-  private readonly claims: { sk: SingletonSpec; claim: SingletonEntry; prev: SingletonEntry | undefined }[] = [];
-  private readonly holder = new Map<SingletonEntry, number>();
-  /** The last job of each debounce key in the request: earlier ones are replaced before they are stored. */
-  private readonly lastDebounce = new Map<string, number>();
-
-  constructor(
-    private readonly st: JobState,
-    private readonly jobs: readonly NewJob[],
-  ) {
-    // Nobody may wait on a round that stored nothing without a listener: no unhandled rejection.
-    this.d.promise.catch(() => {});
-    jobs.forEach((j, i) => {
-      if (j.singleton?.mode === "debounce") this.lastDebounce.set(j.singleton.key, i);
-    });
-  }
-
-  /** Waits until no enqueue of this request's keys is in flight. */
-  async settle(): Promise<void> {
-    for (;;) {
-      let wait: Promise<number> | null = null;
-      for (const j of this.jobs) {
-        const sk = j.singleton;
-        const e = sk ? this.st.singletons.get(sk.mode, sk.key, -Infinity) : undefined;
-        if (e !== undefined && e.wait !== null) {
-          wait = e.wait.promise;
-          break;
-        }
-      }
-      if (wait === null) return;
-      await wait.catch(() => {});
-    }
-  }
-
-  /** Job `i` (with a singleton key): null when it is to be stored as fresh job `pos`, else its answer. */
-  decide(i: number, pos: number, now: number, recs: PreparedRecord[]): EnqueueResult | null {
-    const sk = this.jobs[i].singleton!;
-    const tbl = this.st.singletons;
-    if (sk.mode === "debounce" && this.lastDebounce.get(sk.key) !== i) {
-      // A later job of the request replaces this one before either is stored.
-      this.dupOf.push([i, this.lastDebounce.get(sk.key)!]);
-      return { id: "", duplicate: true };
-    }
-    const prev = tbl.get(sk.mode, sk.key, now);
-    if (prev !== undefined && sk.mode !== "debounce") {
-      const first = prev.wait === this.d ? this.holder.get(prev) : undefined;
-      if (first !== undefined) {
-        this.dupOf.push([i, first]);
-        return { id: "", duplicate: true };
-      }
-      return { id: String(prev.off), duplicate: true };
-    }
-    if (prev !== undefined && prev.off >= 0 && this.st.isWaiting(prev.off)) {
-      // JOB-2 (debounce): held back from now on; removed once this job is durable. The record
-      // names it, so recovery removes it too if the DEAD event is lost in a crash.
-      this.st.freeze(prev.off);
-      this.replacedBy.set(i, prev.off);
-      getHeader(recs[i].headers, H_SINGLETON)?.writeDoubleLE(prev.off, 9);
-    }
-    const claim: SingletonEntry = { mode: sk.mode, off: -1, exp: sk.mode === "throttle" ? now + sk.windowMs : Infinity, wait: this.d, idx: pos };
-    tbl.set(sk.mode, sk.key, claim);
-    this.holder.set(claim, i);
-    this.claims.push({ sk, claim, prev });
-    return null;
-  }
-
-  replaced(): number[] | null {
-    return this.replacedBy.size > 0 ? [...this.replacedBy.values()] : null;
-  }
-
-  /** The request stored nothing: keys go back to their previous jobs, replaced jobs wait again. */
-  undo(err: unknown, now: number): void {
-    for (let k = this.claims.length - 1; k >= 0; k--) {
-      const c = this.claims[k];
-      this.st.singletons.restoreEntry(c.sk.mode, c.sk.key, c.claim, c.prev);
-    }
-    for (const off of this.replacedBy.values()) this.st.unfreeze(off, now);
-    this.d.reject(err);
   }
 }

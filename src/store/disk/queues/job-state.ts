@@ -184,7 +184,13 @@ export class JobState {
   setExpiry(off: number, at: number): void {
     if (at <= 0) return;
     (this.expiry ??= new Map()).set(off, at);
-    (this.expiring ??= new OffsetHeap(64)).push(at, off);
+    const h = (this.expiring ??= new OffsetHeap(64));
+    h.push(at, off);
+    // Entries of jobs that finished before their expiry stay until it; rebuilt when they dominate.
+    if (h.size > 2 * this.expiry.size + 1024) {
+      h.clear();
+      for (const [o, a] of this.expiry) h.push(a, o);
+    }
   }
 
   /** Whether `off` has an expiry that passed at `now` and has not started (attempts 0). */
@@ -192,29 +198,6 @@ export class JobState {
     if (this.expiry === null) return false;
     const at = this.expiry.get(off);
     return at !== undefined && at <= now && this.table.attempts[this.table.idx(off)] === 0;
-  }
-
-  /**
-   * Jobs whose expiry passed at `now` and that were never started (waiting, delayed or held
-   * behind their key): the queue dead-letters or drops them. A job started once is past its
-   * expiry's reach (it is dropped from the map).
-   */
-  dueExpiries(now: number): number[] {
-    const h = this.expiring;
-    const out: number[] = [];
-    if (h === null || this.expiry === null) return out;
-    const t = this.table;
-    while (h.size > 0 && h.peekPriority() <= now) {
-      const at = h.peekPriority();
-      const off = h.pop();
-      if (this.expiry.get(off) !== at || !t.has(off)) continue;
-      const i = t.idx(off);
-      const s = t.status[i];
-      if (t.attempts[i] > 0 || isTerminal(s)) this.expiry.delete(off);
-      else if (s === St.READY || s === St.DELAYED || s === St.BLOCKED) out.push(off);
-      // INFLIGHT with attempts 0 is impossible; MOVING (being moved or replaced) is left alone.
-    }
-    return out;
   }
 
   /** Whether `off` is a live job that no worker holds (waiting, delayed, blocked by its key). */

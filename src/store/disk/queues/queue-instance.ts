@@ -14,14 +14,15 @@
  * (disk-queue.ts) reopens the queue from disk (Q-7).
  */
 import { join } from "node:path";
-import { BrokerClosedError, JobActiveError, LeaseExpiredError, StorageError } from "../../../errors.js";
+import { BrokerClosedError, LeaseExpiredError, StorageError } from "../../../errors.js";
 import type { FileSystem } from "../../../log/io.js";
 import { PartitionLog, type LogConfig } from "../../../log/partition-log.js";
 import type { Clock, Telemetry } from "../../../observability/telemetry.js";
 import type { AttemptRecord, QueueStats, RedriveOptions, RedriveResult } from "../../../queues/types.js";
 import type { EnqueueOutcome, EnqueueRequestOptions, GrantedJob, GrantRequest, Lease, NewJob, PreparedRecord, QueueSettings, StoredBrowsePage, StoredBrowseRequest, StoredJobInfo, StoredQueue } from "../../queue-store.js";
 import { Mover } from "./dead-letters.js";
-import { encodeEvent, encodeRawEvent, Ev, type RemovedReason } from "./events.js";
+import { Removals } from "./removals.js";
+import { encodeEvent, encodeRawEvent, Ev } from "./events.js";
 import { Enqueuer, storedJobSize } from "./enqueuer.js";
 import { JobState, type DiskLease } from "./job-state.js";
 import { Journal, MAX_JOURNAL_RECORD_BYTES } from "./journal.js";
@@ -77,14 +78,13 @@ export class QueueInstance {
   private enqueuer!: Enqueuer;
   private cache!: PayloadCache;
   private mover!: Mover;
+  private removals!: Removals;
   private msgBytesSinceSnapshot = 0;
   private lastSnapshotBytes = 0;
   private delayTimer: NodeJS.Timeout | null = null;
   private delayTimerAt = Infinity;
   private leaseTimer: NodeJS.Timeout | null = null;
   private leaseTimerAt = Infinity;
-  private expiryTimer: NodeJS.Timeout | null = null;
-  private expiryTimerAt = Infinity;
   private closed = false;
   private broken: StorageError | null = null;
   private background = new Set<Promise<unknown>>();
@@ -167,7 +167,8 @@ export class QueueInstance {
     this.mover = new Mover(this.moveHost());
     this.scheduleDelayTimer();
     this.scheduleLeaseTimer(0);
-    this.scheduleExpiryTimer();
+    this.removals = new Removals(this.moveHost(), this.mover);
+    this.removals.schedule();
     // Interrupted dead-letter moves and redrives continue in the background (they may need
     // other queues, which may need this one: never awaited inside open).
     this.mover.resume();
@@ -183,7 +184,7 @@ export class QueueInstance {
       failed: (e: unknown) => this.failed(e),
       stored: (base: number, jobs: readonly NewJob[], recs: readonly PreparedRecord[]) => this.stored(base, jobs, recs),
       state: () => this.st,
-      replaced: (off: number) => this.replaced(off),
+      replaced: (off: number) => this.removals.replaced(off),
       appended: (bytes: number) => {
         this.msgBytesSinceSnapshot += bytes;
         if (this.msgBytesSinceSnapshot > Math.max(SNAPSHOT_EVERY_MSG_BYTES, 2 * this.lastSnapshotBytes)) this.journal.requestSnapshot();
@@ -280,29 +281,8 @@ export class QueueInstance {
       if (job.deliverAt <= rec.timestamp) this.cache.add(base + i, rec);
     }
     this.scheduleDelayTimer();
-    this.scheduleExpiryTimer();
+    this.removals.schedule();
     this.o.available();
-  }
-
-  /**
-   * A debounce enqueue's job is durable: the waiting job it replaces (frozen since the
-   * decision) is removed, as a DEAD event without a dead-letter intent. Until that event is
-   * durable the new job's record names the replaced one, and recovery removes it again.
-   */
-  private replaced(off: number): void {
-    if (this.st.statusOf(off) !== St.MOVING || this.st.moving.has(off)) return;
-    void this.finishRemoved(off, this.now(), "replaced").catch(() => {});
-  }
-
-  /**
-   * A live, unleased job leaves the queue (removed, replaced, expired and dropped): DONE, as a
-   * purged job (getJob: null), journaled as DEAD with `{removed}` (versions without it read a
-   * terminal DEAD: the job stays gone either way).
-   */
-  private finishRemoved(off: number, now: number, why: RemovedReason): Promise<void> {
-    if (this.st.finish(off, St.DONE, now)) this.o.available();
-    this.settled(off);
-    return this.journal.event(encodeEvent(Ev.DEAD, off, 0, now, { removed: why }));
   }
 
   // ─────────────────────────────── grants ───────────────────────────────
@@ -313,7 +293,7 @@ export class QueueInstance {
     this.st.promoteDue(now);
     const mono = this.mono();
     const leases = this.st.grant(requests, this.settings.maxInFlight, now, mono);
-    if (this.st.expiredFound.length > 0) this.expireJobs(this.st.expiredFound.splice(0), now);
+    if (this.st.expiredFound.length > 0) this.removals.expire(this.st.expiredFound.splice(0), now);
     let durable: Promise<void> | null = null;
     let first = Infinity;
     for (const list of leases)
@@ -512,59 +492,12 @@ export class QueueInstance {
     void this.journal.event(encodeEvent(Ev.EXPIRE, l.off, l.attempt, rec.at, rec)).catch(() => {});
   }
 
-  private scheduleExpiryTimer(): void {
-    const h = this.st.expiring;
-    if (this.closed || h === null) return;
-    const at = h.peekPriority();
-    if (at === Infinity || at >= this.expiryTimerAt) return;
-    if (this.expiryTimer) clearTimeout(this.expiryTimer);
-    this.expiryTimerAt = at;
-    this.expiryTimer = setTimeout(() => {
-      this.expiryTimer = null;
-      this.expiryTimerAt = Infinity;
-      if (this.closed || this.broken) return;
-      const now = this.now();
-      this.expireJobs(this.st.dueExpiries(now), now);
-      this.scheduleExpiryTimer();
-    }, Math.min(MAX_TIMER_MS, Math.max(0, at - this.now() + 1)));
-    this.expiryTimer.unref();
-  }
-
-  /**
-   * JOB-3: jobs not started by their expiry leave the queue: dead-lettered (Q-4: the intent,
-   * the copy, DEAD; the failure names JobExpiredError) or, with `onExpire: "drop"`, removed by
-   * a DEAD event. Never granted meanwhile (popReady sets them aside).
-   */
-  private expireJobs(offs: readonly number[], now: number): void {
-    const drop = this.settings.onExpire === "drop";
-    for (const off of offs) {
-      if (!this.st.isWaiting(off)) continue;
-      this.st.expiry?.delete(off);
-      if (drop) {
-        void this.finishRemoved(off, now, "expired").catch(() => {});
-        continue;
-      }
-      const rec: AttemptRecord = { at: now, attempt: 0, consumer: "(expiry)", errorClass: "JobExpiredError", error: "job expired before it was started" };
-      this.track(this.mover.deadLetter(off, rec).catch((e) => this.logger.error({ err: e, queue: this.name }, "dead-letter move failed")));
-    }
-  }
-
   // ─────────────────────────────── admin ───────────────────────────────
 
-  /**
-   * JOB-4: removes a waiting, delayed or key-blocked job; resolves true once its DEAD event is
-   * durable. False for an id that is not a live job (unknown, finished, being dead-lettered or
-   * replaced); JobActiveError for a leased job (nothing changes).
-   */
-  async remove(id: string): Promise<boolean> {
+  /** JOB-4 (removals.ts). */
+  remove(id: string): Promise<boolean> {
     this.check();
-    const off = Number(id);
-    if (!Number.isSafeInteger(off) || String(off) !== id) return false;
-    const s = this.st.statusOf(off);
-    if (s === St.INFLIGHT) throw new JobActiveError(this.name, id);
-    if (!this.st.isWaiting(off)) return false;
-    await this.finishRemoved(off, this.now(), "removed");
-    return true;
+    return this.removals.remove(id);
   }
 
   async purge(): Promise<number> {
@@ -689,7 +622,7 @@ export class QueueInstance {
     this.closed = true;
     if (this.delayTimer) clearTimeout(this.delayTimer);
     if (this.leaseTimer) clearTimeout(this.leaseTimer);
-    if (this.expiryTimer) clearTimeout(this.expiryTimer);
+    this.removals.close();
     this.enqueuer.wakeAll();
     this.loseLeases(new BrokerClosedError(`queue ${this.name} is closing`));
     await Promise.allSettled([this.msgs.close(), this.journal.log.close()]);
