@@ -207,8 +207,8 @@ export class JobState {
   }
 
   /**
-   * Holds a waiting job back while a debounce enqueue that replaces it is being written (JOB-3 of
-   * singletons): MOVING, so it is neither granted, removed nor expired meanwhile.
+   * Holds a waiting job back while a debounce enqueue that replaces it is being written (JOB-2):
+   * MOVING, so it is neither granted, removed nor expired meanwhile.
    */
   freeze(off: number): void {
     this.setStatus(this.table.idx(off), St.MOVING);

@@ -4,7 +4,7 @@
  * per mode (a key means something only within its mode):
  *
  *  - singleton: the key's entry is its waiting-or-active job while that job is live (JOB-2);
- *  - debounce:  the key's entry is its latest job; a new one replaces it while it waits (JOB-3);
+ *  - debounce:  the key's entry is its latest job; a new one replaces it while it waits (JOB-2);
  *  - throttle:  the key's entry is the first job of its window, until the window ends.
  *
  * Durable through the job records (`sluice-sk`, records.ts) and the snapshot; the enqueuer
