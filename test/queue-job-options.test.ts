@@ -128,3 +128,48 @@ function findQueueDir(manifest: unknown, name: string): string {
   assert.ok(dir, `queue ${name} in the manifest`);
   return dir;
 }
+
+test("a retried idempotent request with singleton, throttle and debounce jobs gets its original answer", async () => {
+  const t = tempDir();
+  try {
+    const m = await open(t.dir);
+    try {
+      const q = m.queue<string>("idem");
+      const pre = await q.enqueue("held", { singletonKey: "s" });
+      const item = (v: string, opts: Record<string, unknown>) => ({ value: Buffer.from(v), valueKind: 1 as const, opts });
+      const items = [
+        item("dup-of-held", { singletonKey: "s" }),
+        item("t1", { singletonKey: "t", singletonMode: "throttle", singletonWindowMs: 60_000 }),
+        item("t2", { singletonKey: "t", singletonMode: "throttle", singletonWindowMs: 60_000 }),
+        item("d1", { singletonKey: "d", singletonMode: "debounce" }),
+        item("d2", { singletonKey: "d", singletonMode: "debounce" }),
+        item("plain", {}),
+      ];
+      const identity = { producerId: 7, sequence: 0 };
+      const answer = async () => {
+        const r = await q.enqueueCalls(items, undefined, { identity });
+        return "first" in r ? r : r.results;
+      };
+      const first = await answer();
+      assert.ok(Array.isArray(first));
+      const ids = first.map((r) => r!.id);
+      assert.deepEqual(first[0], { id: pre.id, duplicate: true });
+      assert.equal(first[1]!.duplicate, false);
+      assert.deepEqual(first[2], { id: ids[1], duplicate: true });
+      assert.deepEqual(first[3], { id: ids[4], duplicate: true }, "replaced within the request");
+      assert.equal(first[4]!.duplicate, false);
+      assert.equal(first[5]!.duplicate, false);
+      const again = await answer();
+      assert.deepEqual(
+        (again as { id: string; duplicate: boolean }[]).map((r) => ({ id: r.id, duplicate: r.duplicate })),
+        first.map((r) => ({ id: r!.id, duplicate: r!.duplicate })),
+        "the retry gets the same ids",
+      );
+      assert.equal((await q.stats()).depth, 4, "held, t1, d2, plain: nothing stored twice");
+    } finally {
+      await m.close();
+    }
+  } finally {
+    t.cleanup();
+  }
+});

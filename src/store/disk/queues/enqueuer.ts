@@ -442,9 +442,20 @@ export class Enqueuer {
     const firstIdx = new Map<string, number>();
     const st = this.host.state();
     const now = this.host.now();
+    const lastDebounce = new Map<string, number>();
+    for (let i = 0; i < n; i++) if (jobs[i].singleton?.mode === "debounce") lastDebounce.set(jobs[i].singleton!.key, i);
     for (let i = 0; i < n; i++) {
       const sk = jobs[i].singleton;
-      if (sk && sk.mode !== "debounce") {
+      if (sk?.mode === "debounce") {
+        // Replaced within the request before it was stored: answered as the later job.
+        const last = lastDebounce.get(sk.key)!;
+        if (last !== i) {
+          kind[i] = 3;
+          at[i] = last;
+        }
+        continue;
+      }
+      if (sk) {
         // As a dedupe id: the key's entry names the job that took it.
         const e = st.singletons.get(sk.mode, sk.key, now);
         const id = `\u0000${sk.mode}:${sk.key}`;
