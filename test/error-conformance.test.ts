@@ -286,7 +286,7 @@ const SCENARIOS: Record<string, Scenario> = {
         await w.close();
       }
     },
-    why: "HTTP has no remove route yet",
+    why: "an active job needs a worker, which HTTP has not",
   },
   QUEUE_FULL: {
     api: async (b) => {

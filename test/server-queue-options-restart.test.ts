@@ -60,3 +60,39 @@ test("sluice serve SIGKILLed and restarted: priorities, singleton keys, expiries
     await server.exited;
   }
 });
+
+test("HTTP: POST /v1/queues/:q/jobs takes priority and singleton options; DELETE /v1/queues/:q/jobs/:id removes a waiting job", { timeout: 30_000 }, async () => {
+  using tmp = tempDir("sluice-srv-qopts-http-");
+  const server = await spawnServer(["--data", tmp.dir, "--port", "0", "--http-port", "0", "--log-level", "error"]);
+  const base = `http://127.0.0.1:${server.httpPort}/v1/queues/web`;
+  const call = async (method: string, path: string, body?: unknown): Promise<{ status: number; json: Record<string, unknown> }> => {
+    const r = await fetch(base + path, { method, headers: { "content-type": "application/json" }, body: body === undefined ? undefined : JSON.stringify(body) });
+    return { status: r.status, json: (await r.json()) as Record<string, unknown> };
+  };
+  try {
+    const r = await call("POST", "/jobs", { jobs: [{ data: "low" }, { data: "high", priority: 9 }, { data: "s1", singletonKey: "k" }, { data: "s2", singletonKey: "k" }] });
+    assert.equal(r.status, 200);
+    const results = r.json.results as { id: string; duplicate: boolean }[];
+    assert.deepEqual(results[3], { id: results[2].id, duplicate: true });
+    assert.deepEqual(await call("DELETE", `/jobs/${results[0].id}`), { status: 200, json: { removed: true } });
+    assert.deepEqual(await call("DELETE", `/jobs/${results[0].id}`), { status: 200, json: { removed: false } });
+    const bad = await call("POST", "/jobs", { jobs: [{ data: "x", priority: 99 }] });
+    assert.equal(bad.status, 400);
+    const client = await connect({ url: server.url });
+    try {
+      const w = client.queue<string>("web").work({ prefetch: 1 });
+      const it = w[Symbol.asyncIterator]();
+      const first = await it.next();
+      assert.equal(first.done ? null : first.value.data, "high");
+      const active = await call("DELETE", `/jobs/${first.done ? "" : first.value.id}`);
+      assert.equal(active.status, 409);
+      assert.equal((active.json.error as { code?: string } | undefined)?.code ?? active.json.code, "JOB_ACTIVE");
+      await w.close();
+    } finally {
+      await client.close();
+    }
+  } finally {
+    server.proc.kill("SIGTERM");
+    await server.exited;
+  }
+});
