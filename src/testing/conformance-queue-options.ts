@@ -64,7 +64,9 @@ async function priorityOrder(b: Broker): Promise<void> {
 async function priorityStarvation(b: Broker): Promise<void> {
   const q = b.queue<string>(uniq("prio-starve"));
   const low = await q.enqueue("low");
-  await q.enqueueBatch(Array.from({ length: 100 }, (_, i) => ({ data: `high-${i}`, priority: 9 })));
+  // More than a worker's prefetch + lookahead can hold (MIN_LOOKAHEAD_CAP 512): some always wait.
+  const highs = 600;
+  await q.enqueueBatch(Array.from({ length: highs }, (_, i) => ({ data: `high-${i}`, priority: 9 })));
   const w = q.work({ prefetch: 1 });
   const it = w[Symbol.asyncIterator]();
   try {
@@ -77,7 +79,7 @@ async function priorityStarvation(b: Broker): Promise<void> {
     }
     assert.equal((await q.getJob(low.id))?.state, "waiting", "the low-priority job still waits");
     let last: Job<string> | null = null;
-    for (let i = 0; i < 101; i++) {
+    for (let i = 0; i < highs + 1; i++) {
       last = await nextJob(it);
       await last.ack();
     }
