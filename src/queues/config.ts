@@ -54,6 +54,10 @@ export const DEFAULT_BROWSE_LIMIT = 50;
 export const MAX_BROWSE_LIMIT = 1000;
 /** `queue.browse()`: payload bytes per page (a page ends early above it; at least one job). */
 export const MAX_BROWSE_BYTES = 4 * 1024 * 1024;
+/** `rateLimit.max`: starts per window, at most (the window remembers one entry per grant round). */
+export const MAX_RATE_LIMIT = 1_000_000;
+/** `rateLimit.durationMs`: the longest window, a day. */
+export const MAX_RATE_LIMIT_WINDOW_MS = 86_400_000;
 /** Names of redacted headers per queue. */
 const MAX_REDACT_HEADERS = 256;
 
@@ -128,6 +132,20 @@ export function resolveQueueConfig(name: string, c: QueueConfig = {}): ResolvedQ
     segmentBytes: intOption(c.segmentBytes, "segmentBytes", 16 * 1024, 1024 ** 3, 64 * 1024 * 1024),
     resultRetentionMs: strictInt(c.resultRetentionMs, "resultRetentionMs", 0, MAX_RESULT_RETENTION_MS, 0),
     onExpire,
+    rateLimit: rateLimitOption(c.rateLimit),
+  };
+}
+
+/** `rateLimit`: `{ max, durationMs }` integers within bounds, or null (none). */
+function rateLimitOption(v: unknown): { max: number; durationMs: number } | null {
+  if (v === undefined || v === null) return null;
+  if (typeof v !== "object" || Array.isArray(v)) throw new ValidationError("rateLimit must be an object { max, durationMs } or null");
+  const r = v as Record<string, unknown>;
+  for (const k of Object.keys(r)) if (k !== "max" && k !== "durationMs") throw new ValidationError(`rateLimit has an unknown field ${JSON.stringify(k)}`);
+  if (r.max === undefined || r.durationMs === undefined) throw new ValidationError("rateLimit needs both max and durationMs");
+  return {
+    max: strictInt(r.max, "rateLimit.max", 1, MAX_RATE_LIMIT, 0),
+    durationMs: strictInt(r.durationMs, "rateLimit.durationMs", 1, MAX_RATE_LIMIT_WINDOW_MS, 0),
   };
 }
 

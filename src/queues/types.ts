@@ -63,6 +63,20 @@ export interface QueueConfig {
    * or dropped when `deadLetter` is null) or `drop` (removed).
    */
   onExpire?: "dead-letter" | "drop";
+  /**
+   * Queue rate limit (BullMQ's limiter): at most `max` jobs started (leases granted) in any
+   * `durationMs` window, across all workers and all client processes (the broker grants every
+   * lease). Workers waiting for the limit are woken when the window next has room. The window is
+   * kept in memory: after a broker restart it starts empty, so a crash can allow up to `max`
+   * extra starts. Default none. `max` 1 .. 1,000,000; `durationMs` 1 .. 24 h.
+   */
+  rateLimit?: RateLimitConfig | null;
+}
+
+/** `QueueConfig.rateLimit`: at most `max` starts in any `durationMs` window (sliding). */
+export interface RateLimitConfig {
+  max: number;
+  durationMs: number;
 }
 
 export interface EnqueueOptions {

@@ -88,6 +88,8 @@ export interface QueueSettings {
   resultRetentionMs: number;
   /** What happens to a job whose `expiresAt` passed before it was started (absent: dead-letter). */
   onExpire?: "dead-letter" | "drop";
+  /** At most `max` leases granted in any `durationMs` window (absent or null: no limit). */
+  rateLimit?: { max: number; durationMs: number } | null;
 }
 
 /** Where a job came from when it is a copy made by the broker (a dead-letter move, a redrive). */

@@ -7,7 +7,7 @@
  * The tests live by area in conformance-topics.ts, conformance-produce.ts,
  * conformance-groups.ts, conformance-commits.ts, conformance-replay.ts, conformance-queues.ts
  * conformance-queue-results.ts, conformance-queue-declare.ts, conformance-queue-browse.ts and
- * conformance-queue-options.ts (shared helpers:
+ * conformance-queue-options.ts, conformance-queue-limits.ts (shared helpers:
  * conformance-helpers.ts).
  * Rules for them: they only use the public `Broker` interface and error classes; every test
  * uses its own topic and group names (a factory may hand out the same broker repeatedly);
@@ -31,6 +31,7 @@ import { queueResultTests } from "./conformance-queue-results.js";
 import { queueDeclareTests } from "./conformance-queue-declare.js";
 import { queueBrowseTests } from "./conformance-queue-browse.js";
 import { queueOptionTests } from "./conformance-queue-options.js";
+import { queueLimitTests } from "./conformance-queue-limits.js";
 import { queueTests } from "./conformance-queues.js";
 import { topicTests } from "./conformance-topics.js";
 
@@ -66,4 +67,5 @@ export function defineConformanceSuite(name: string, factory: () => Promise<Conf
   queueDeclareTests(t);
   queueBrowseTests(t);
   queueOptionTests(t);
+  queueLimitTests(t);
 }

@@ -29,6 +29,7 @@ import { Journal, MAX_JOURNAL_RECORD_BYTES } from "./journal.js";
 import { browseJobs } from "./browse.js";
 import { lookupJob } from "./lookup.js";
 import { PayloadCache } from "./payload-cache.js";
+import { RateLimiter } from "./rate-limit.js";
 import { recoverQueue } from "./recovery.js";
 import { RESERVED_HEADER_ROOM } from "./records.js";
 import { encodeSnapshot, writeSnapshot } from "./snapshot.js";
@@ -85,6 +86,9 @@ export class QueueInstance {
   private delayTimerAt = Infinity;
   private leaseTimer: NodeJS.Timeout | null = null;
   private leaseTimerAt = Infinity;
+  /** `settings.rateLimit` (RATE-1), or null: a queue without one pays one branch per grant. */
+  private limiter: RateLimiter | null = null;
+  private limitTimer: NodeJS.Timeout | null = null;
   private closed = false;
   private broken: StorageError | null = null;
   private background = new Set<Promise<unknown>>();
@@ -95,6 +99,7 @@ export class QueueInstance {
     this.name = o.name;
     this.incarnation = o.incarnation;
     this._settings = o.settings;
+    this.configureLimit(o.settings);
   }
 
   get settings(): QueueSettings {
@@ -106,6 +111,17 @@ export class QueueInstance {
     if (this.st !== undefined) this.st.retained.retentionMs = s.resultRetentionMs;
     // A window set on an open queue must dedupe the very next enqueue, as it would after a reopen.
     if (this.enqueuer !== undefined) this.enqueuer.dedupe.setWindow(s.dedupeWindowMs);
+    this.configureLimit(s);
+  }
+
+  /** A rate limit set, changed or lifted on an open queue applies to the next grant. */
+  private configureLimit(s: QueueSettings): void {
+    const r = s.rateLimit;
+    if (r == null) this.limiter = null;
+    else if (this.limiter === null) this.limiter = new RateLimiter(r.max, r.durationMs);
+    else this.limiter.configure(r);
+    // Workers may have waited for a window that is now lifted or wider.
+    if (this.st !== undefined) this.o.available();
   }
 
   static async open(o: InstanceOptions): Promise<QueueInstance> {
@@ -292,18 +308,39 @@ export class QueueInstance {
     const now = this.now();
     this.st.promoteDue(now);
     const mono = this.mono();
-    const leases = this.st.grant(requests, this.settings.maxInFlight, now, mono);
+    const lim = this.limiter;
+    // RATE-1: the window's room caps this round (counted at grant, before any lookahead).
+    const cap = lim === null ? this.settings.maxInFlight : Math.min(this.settings.maxInFlight, this.st.leases.size + lim.room(mono));
+    const leases = this.st.grant(requests, cap, now, mono);
     if (this.st.expiredFound.length > 0) this.removals.expire(this.st.expiredFound.splice(0), now);
     let durable: Promise<void> | null = null;
     let first = Infinity;
+    let n = 0;
     for (const list of leases)
       for (const l of list) {
         durable = this.journal.fixed(Ev.DELIVER, l.off, l.attempt, l.deadlineWall);
         if (l.deadlineMono < first) first = l.deadlineMono;
+        n++;
       }
+    if (lim !== null) this.limited(lim, n, mono);
     if (durable === null) return Promise.resolve(leases.map(() => []));
     this.scheduleLeaseTimer(first);
     return this.handOut(leases, durable);
+  }
+
+  /**
+   * RATE-1: counts a round's grants; a full window wakes the workers once it has room again
+   * (one timer, so a worker waiting for the limit never polls).
+   */
+  private limited(lim: RateLimiter, n: number, mono: number): void {
+    lim.take(n, mono);
+    if (this.limitTimer !== null || lim.room(mono) > 0) return;
+    const at = lim.nextOpening();
+    this.limitTimer = setTimeout(() => {
+      this.limitTimer = null;
+      if (!this.closed && !this.broken) this.o.available();
+    }, Math.min(MAX_TIMER_MS, Math.max(0, Math.ceil(at - this.mono()) + 1)));
+    this.limitTimer.unref();
   }
 
   /** Q-1: jobs reach consumers only once their DELIVER events are durable. */
@@ -622,6 +659,7 @@ export class QueueInstance {
     this.closed = true;
     if (this.delayTimer) clearTimeout(this.delayTimer);
     if (this.leaseTimer) clearTimeout(this.leaseTimer);
+    if (this.limitTimer) clearTimeout(this.limitTimer);
     this.removals.close();
     this.enqueuer.wakeAll();
     this.loseLeases(new BrokerClosedError(`queue ${this.name} is closing`));

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: Apache-2.0
+// Queue rate limit (RATE-1): the window (rate-limit.ts) and its accuracy with 8 workers in two
+// client processes of one `sluice serve`.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, type ChildProcess } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { connect } from "../src/client/index.js";
+import { RateLimiter } from "../src/store/disk/queues/rate-limit.js";
+import { tempDir, waitUntil } from "../src/testing/helpers.js";
+import { spawnServer } from "./fixtures/server-spawn.js";
+
+const CHILD = fileURLToPath(new URL("./fixtures/rate-limit-child.js", import.meta.url));
+
+test("RateLimiter: at most max grants in any window; rounds leave it durationMs after they were counted", () => {
+  const r = new RateLimiter(5, 100);
+  assert.equal(r.nextOpening(), Infinity);
+  assert.equal(r.room(0), 5);
+  r.take(3, 0);
+  r.take(2, 40);
+  assert.equal(r.room(40), 0);
+  assert.equal(r.nextOpening(), 100);
+  assert.equal(r.room(99.9), 0);
+  assert.equal(r.room(100), 3, "the first round left the window");
+  r.take(3, 100);
+  assert.equal(r.room(139), 0);
+  assert.equal(r.nextOpening(), 140);
+  assert.equal(r.room(140), 2);
+  r.configure({ max: 10, durationMs: 100 });
+  assert.equal(r.room(140), 7, "a raised limit applies at once, counted grants stay");
+  assert.equal(r.room(1000), 10);
+  // Many rounds: the log is compacted and stays exact.
+  const big = new RateLimiter(1_000_000, 1000);
+  for (let t = 0; t < 5000; t++) big.take(1, t);
+  assert.equal(big.room(4999), 1_000_000 - 1000);
+});
+
+test("rate limit accuracy: 8 workers in 2 client processes start max jobs per window (within 5%)", { timeout: 60_000 }, async () => {
+  using tmp = tempDir("sluice-rate-");
+  const server = await spawnServer(["--data", tmp.dir, "--port", "0", "--log-level", "warn"]);
+  const children: ChildProcess[] = [];
+  const starts: number[] = [];
+  const max = 50;
+  const durationMs = 500;
+  const windows = 8;
+  const total = max * windows;
+  try {
+    const admin = await connect({ url: server.url });
+    const q = admin.queue<number>("limited", { rateLimit: { max, durationMs } });
+    await q.enqueueBatch(Array.from({ length: total }, (_, i) => ({ data: i })));
+    let ready = 0;
+    for (let c = 0; c < 2; c++) {
+      const child = spawn(process.execPath, [CHILD, server.url, "limited", "4", String(max), String(durationMs)], { stdio: ["pipe", "pipe", "inherit"] });
+      children.push(child);
+      let buf = "";
+      child.stdout!.on("data", (d: Buffer) => {
+        buf += d.toString();
+        let i: number;
+        while ((i = buf.indexOf("\n")) >= 0) {
+          const line = buf.slice(0, i);
+          buf = buf.slice(i + 1);
+          if (line === "READY") ready++;
+          else if (line.startsWith("S ")) starts.push(Number(line.slice(2)));
+        }
+      });
+    }
+    await waitUntil(() => ready === 2, "both client processes run their workers", 15_000);
+    await waitUntil(() => starts.length >= total, `all ${total} jobs started`, 30_000);
+    await waitUntil(async () => (await q.stats()).completed === total, "every job completed");
+    assert.equal(starts.length, total, "no job started twice");
+    starts.sort((a, b) => a - b);
+    // Starts come in bursts at each window's opening: count them in windows centred on the
+    // bursts (half a window either side absorbs the hand-out's jitter).
+    const t0 = starts[0] - durationMs / 2;
+    const perWindow = new Array<number>(windows + 2).fill(0);
+    for (const t of starts) perWindow[Math.floor((t - t0) / durationMs)]++;
+    const used = perWindow.filter((n) => n > 0);
+    assert.equal(used.length, windows, `${windows} windows' worth of starts: ${perWindow.join(",")}`);
+    for (const n of used) assert.ok(Math.abs(n - max) <= max * 0.05, `a window started ${n} jobs, limit ${max}: ${perWindow.join(",")}`);
+    await admin.close();
+  } finally {
+    for (const c of children) c.stdin!.end();
+    await Promise.all(children.map((c) => new Promise((r) => (c.exitCode !== null ? r(null) : c.once("exit", r)))));
+    server.proc.kill("SIGTERM");
+    await server.exited;
+  }
+});
