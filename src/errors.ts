@@ -374,6 +374,22 @@ export class PermanentError extends RegisteredError {
   static override readonly spec = spec("PERMANENT", false, 500, "handler", () => new PermanentError(""));
 }
 
+/**
+ * Thrown by a job handler whose downstream is rate limited (an HTTP 429): the job goes back,
+ * visible after `retryAfterMs`, without spending an attempt (`job.retryAfter`).
+ */
+export class RateLimitedError extends RegisteredError {
+  static override readonly spec = spec("RATE_LIMITED", true, 429, "handler", (d) => new RateLimitedError(num(d.retryAfterMs)));
+  readonly retryAfterMs: number;
+  constructor(retryAfterMs: number, message?: string, options?: ErrorOptions) {
+    super(message ?? `rate limited downstream: retry after ${retryAfterMs} ms`, options);
+    this.retryAfterMs = retryAfterMs;
+  }
+  override wireDetails(): WireDetails {
+    return { retryAfterMs: this.retryAfterMs };
+  }
+}
+
 /** A message's envelope headers (docs/patterns.md) are partial or malformed. */
 export class InvalidEnvelopeError extends RegisteredError {
   static override readonly spec = spec("INVALID_ENVELOPE", false, 400, "broker", (d) => new InvalidEnvelopeError(str(d.header), str(d.reason)));
@@ -490,6 +506,7 @@ export const errors = {
   LeaseExpiredError,
   QueueFullError,
   PermanentError,
+  RateLimitedError,
   InvalidEnvelopeError,
   SchemaViolationError,
   SchemaIncompatibleError,

@@ -297,6 +297,7 @@ const SCENARIOS: Record<string, Scenario> = {
     http: () => ({ method: "POST", path: "/v1/queues/full-queue/jobs", body: { jobs: [{ data: "three" }] } }),
   },
   PERMANENT: { why: "thrown by application job handlers, never by the broker" },
+  RATE_LIMITED: { why: "thrown by application job handlers (process() gives the job back), never by the broker" },
   INVALID_ENVELOPE: {
     why: "raised by envelope() / readEnvelope() in the application's own process (src/contracts/envelope.ts)",
     embedded: async () => readEnvelope({ [ENVELOPE_HEADERS.type]: "T" }),

@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // Queue rate limit (RATE-1): the window (rate-limit.ts) and its accuracy with 8 workers in two
-// client processes of one `sluice serve`.
+// client processes of one `sluice serve`. Give-backs (`job.retryAfter`, RATE-2) across a power loss.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { connect } from "../src/client/index.js";
 import { RateLimiter } from "../src/store/disk/queues/rate-limit.js";
+import { DiskEngine } from "../src/store/disk/disk-engine.js";
+import { NodeFileSystem } from "../src/log/io.js";
+import { FaultyFileSystem } from "../src/testing/faulty-fs.js";
+import { iter, nextJob, TestQueues } from "./fixtures/queue-helpers.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";
 import { spawnServer } from "./fixtures/server-spawn.js";
 
@@ -83,5 +87,61 @@ test("rate limit accuracy: 8 workers in 2 client processes start max jobs per wi
     await Promise.all(children.map((c) => new Promise((r) => (c.exitCode !== null ? r(null) : c.once("exit", r)))));
     server.proc.kill("SIGTERM");
     await server.exited;
+  }
+});
+
+async function openQueues(dir: string, fs = new NodeFileSystem()): Promise<TestQueues> {
+  const engine = new DiskEngine({ dataDir: dir, fs });
+  await engine.open();
+  return new TestQueues(engine);
+}
+
+test("retryAfter: a durable give-back survives a power loss (replayed from the journal); later deliveries are never lowered", async () => {
+  using tmp = tempDir("sluice-give-back-");
+  const fs = new FaultyFileSystem();
+  let aId = "";
+  {
+    const m = await openQueues(tmp.dir, fs);
+    const q = m.queue<string>("gb", { maxAttempts: 5 });
+    aId = (await q.enqueue("a")).id;
+    await q.enqueue("b");
+    const w = q.work({ prefetch: 1 });
+    const it = iter(w);
+    // a: delivered (1), given back, delivered (1) again, nacked (1 counted), delivered (2), given back: 1 counted.
+    let job = await nextJob(it);
+    assert.equal(job.data, "a");
+    await job.retryAfter(0);
+    job = await nextJob(it);
+    assert.equal([job.data, job.attempt].join(), "a,1");
+    await job.nack({ delayMs: 0 });
+    job = await nextJob(it);
+    assert.equal([job.data, job.attempt].join(), "a,2");
+    await job.retryAfter(60_000);
+    // b: delivered (1) and given back: nothing counted.
+    job = await nextJob(it);
+    assert.equal([job.data, job.attempt].join(), "b,1");
+    await job.retryAfter(0);
+    job = await nextJob(it);
+    assert.equal([job.data, job.attempt].join(), "b,1");
+    // Not visible before the worker closed (its lookahead would lease it again meanwhile).
+    await job.retryAfter(300);
+    await w.close();
+    await fs.powerLoss();
+  }
+  const m = await openQueues(tmp.dir);
+  try {
+    const q = m.queue<string>("gb");
+    const w = q.work({ prefetch: 1 });
+    const it = iter(w);
+    const job = await nextJob(it);
+    assert.equal([job.data, job.attempt].join(), "b,1", "b's give-backs were replayed; a waits for its minute");
+    await job.ack();
+    assert.equal((await q.stats()).delayed, 1);
+    const a = await q.getJob(aId);
+    assert.equal(a?.state, "delayed");
+    assert.equal(a?.attempts, 1, "a: the nacked delivery counts, the given-back ones do not");
+    await w.close();
+  } finally {
+    await m.close();
   }
 });

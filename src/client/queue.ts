@@ -74,6 +74,8 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
   private batchServer = false;
   /** The queue keeps acks' results (PUSH_JOB_BATCH `results`): only then are they sent. */
   keepsResults = false;
+  /** The server takes `retryAfter` settlements (PUSH_JOB_BATCH `giveBack`); an older one does not. */
+  givesBack = false;
   /** Delivered, unsettled jobs by delivery tag. */
   private readonly live = new Map<number, RemoteJob<T>>();
   /** Tags for jobs of an older server (PUSH_JOBS carries none): negative, never a server tag. */
@@ -268,6 +270,7 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
         this.batchServer = true;
         // Each batch says whether the queue keeps results (its config may change meanwhile).
         this.keepsResults = f.meta.results === true;
+        this.givesBack = f.meta.giveBack === true;
         const id = this.id;
         const decoded = decodeJobBatch(f.body, 100_000, true);
         const jobs: RemoteJob<T>[] = new Array(decoded.length);
@@ -362,7 +365,7 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
     if (job.workerId !== this.id || this.live.get(job.tag) !== job) return handledRejection(new LeaseExpiredError());
     // Acks and nacks end the job's time in application code now, and count as pending until
     // answered (maxPendingSettlements).
-    const counted = action === "ack" || action === "nack";
+    const counted = action === "ack" || action === "nack" || action === "retryAfter";
     if (counted) {
       this.unhand(job);
       this.pendingCount++;

@@ -4,6 +4,7 @@
  * settlements, which the worker sends in batches (QUEUE_SETTLE_BATCH).
  */
 import { ValidationError } from "../errors.js";
+import { MAX_DELAY_MS } from "../queues/config.js";
 import { handledRejection } from "../queues/job.js";
 import { encodeResult } from "../queues/results.js";
 import type { DeadLetterInfo, Job, NackOptions } from "../queues/types.js";
@@ -21,12 +22,14 @@ export interface JobMeta {
   redriveCount: number;
 }
 
-export type SettleAction = "ack" | "nack" | "extend" | "release";
+export type SettleAction = "ack" | "nack" | "extend" | "release" | "retryAfter";
 
 /** What a job needs from the worker that received it. */
 export interface JobSettler<T> {
   /** Whether the queue keeps acks' results (else a result is dropped, as embedded). */
   readonly keepsResults: boolean;
+  /** Whether the server takes `retryAfter` settlements (an older one: a nack with that delay). */
+  readonly givesBack: boolean;
   settle(job: RemoteJob<T>, action: SettleAction, arg: Record<string, unknown>): Promise<void>;
 }
 
@@ -120,6 +123,12 @@ export class RemoteJob<T> implements Job<T> {
       arg.errorMessage = e instanceof Error ? String(e.message) : String(opts.error);
     }
     return this.worker.settle(this, "nack", arg);
+  }
+  retryAfter(ms: number): Promise<void> {
+    if (typeof ms !== "number" || !(ms >= 0) || ms > MAX_DELAY_MS) return handledRejection(new ValidationError("retryAfter(ms) needs a number in [0, 1 year]"));
+    if (this.worker.givesBack) return this.worker.settle(this, "retryAfter", { ms });
+    // An older server: the delay is kept, the attempt is spent (docs/queues.md).
+    return this.worker.settle(this, "nack", { delayMs: ms, errorClass: "RateLimitedError", errorMessage: `rate limited downstream: retry after ${ms} ms` });
   }
   extend(ms: number): Promise<void> {
     if (!Number.isFinite(ms) || ms <= 0) return Promise.reject(new ValidationError("extend(ms) needs a positive number of milliseconds"));

@@ -15,6 +15,8 @@ export interface JobOwner {
   ack(job: LeasedJob<unknown>, result: unknown): Promise<void>;
   nack(job: LeasedJob<unknown>, opts: NackOptions): Promise<void>;
   extend(job: LeasedJob<unknown>, ms: number): Promise<void>;
+  /** Gives the job back after `ms` without counting this delivery (RATE-2). */
+  retryAfter(job: LeasedJob<unknown>, ms: number): Promise<void>;
   /** Gives the job back without a failure record (`counted` false: not an attempt). */
   release(job: LeasedJob<unknown>, counted: boolean): void;
   restartLease(job: LeasedJob<unknown>): void;
@@ -138,6 +140,13 @@ export class LeasedJob<T> implements DeliveredJob {
   extend(ms: number): Promise<void> {
     try {
       return this.owner.extend(this, ms);
+    } catch (e) {
+      return handledRejection(e);
+    }
+  }
+  retryAfter(ms: number): Promise<void> {
+    try {
+      return this.owner.retryAfter(this, ms);
     } catch (e) {
       return handledRejection(e);
     }

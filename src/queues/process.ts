@@ -17,7 +17,7 @@
  * the queue was deleted), running handlers' signals abort, and `process()` rejects with that
  * error (BrokerClosedError when none was given) once they are done.
  */
-import { AbortedError, BrokerClosedError, PermanentError, ValidationError } from "../errors.js";
+import { AbortedError, BrokerClosedError, PermanentError, RateLimitedError, ValidationError } from "../errors.js";
 import { DEFAULT_PROCESS_CONCURRENCY, prefetchOption } from "./config.js";
 import type { Job, ProcessOptions, WorkOptions } from "./types.js";
 
@@ -83,6 +83,7 @@ export async function runProcess<T>(worker: ProcessWorker<T>, fn: Handler<T>, si
   };
   const fail = (job: Job<T>, e: unknown): void => {
     if (e instanceof PermanentError) void job.nack({ requeue: false, error: e });
+    else if (e instanceof RateLimitedError) void job.retryAfter(e.retryAfterMs);
     else if (!(stopping && job.signal.aborted)) void job.nack({ error: e });
     // else interrupted by the shutdown: not nacked, released on close
     finish();

@@ -176,6 +176,12 @@ export class QueueRuntime implements QueueListener {
     return this.stored.retry(job.lease, now + delay, failure);
   }
 
+  /** RATE-2: back to the queue after `ms`, this delivery not counted as an attempt. */
+  retryAfter(job: LeasedJob<unknown>, ms: number): Promise<void> {
+    if (typeof ms !== "number" || !(ms >= 0) || ms > MAX_DELAY_MS) throw new ValidationError("retryAfter(ms) needs a number in [0, 1 year]");
+    return this.stored.giveBack(job.lease, this.now() + ms);
+  }
+
   extend(job: LeasedJob<unknown>, ms: number): Promise<void> {
     if (typeof ms !== "number" || !Number.isFinite(ms) || ms < 1 || ms > MAX_LEASE_MS) throw new ValidationError("extend(ms) needs a number in [1, 12 h]");
     return this.stored.extend(job.lease, ms);

@@ -226,6 +226,13 @@ export interface Job<T = unknown> {
   nack(opts?: NackOptions): Promise<void>;
   /** Pushes the lease out to `ms` from now. */
   extend(ms: number): Promise<void>;
+  /**
+   * Gives the job back without spending an attempt (the work was rate limited downstream, e.g.
+   * an HTTP 429): visible again after `ms` (0 .. 1 year), `attempt` unchanged on its next
+   * delivery, no entry in its history. Resolves once durable (after a crash the count stays
+   * given back). A `process()` handler can throw `RateLimitedError` instead.
+   */
+  retryAfter(ms: number): Promise<void>;
 }
 
 export interface WorkOptions {

@@ -264,6 +264,12 @@ export class QueueWorker<T> implements Worker<T>, RuntimeWorker, PushWorker, Pro
     this.forget(job);
     return this.onJobs === null ? this.track(p) : p;
   }
+  retryAfter(job: LeasedJob<unknown>, ms: number): Promise<void> {
+    // Throws (bad ms, stale lease) before the job is forgotten: it stays leased, as a bad nack.
+    const p = handled(this.runtime!.retryAfter(job, ms));
+    this.forget(job);
+    return this.onJobs === null ? this.track(p) : p;
+  }
   extend(job: LeasedJob<unknown>, ms: number): Promise<void> {
     return handled(this.runtime!.extend(job, ms));
   }

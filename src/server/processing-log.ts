@@ -13,7 +13,7 @@
  */
 import type { Logger } from "../observability/telemetry.js";
 
-export type JobResult = "ack" | "nack" | "dead-letter" | "release";
+export type JobResult = "ack" | "nack" | "dead-letter" | "release" | "retry-after";
 
 /** The parts of a delivered job a processing line reads (headers as stored: name, bytes). */
 export interface LoggedJob {
@@ -22,7 +22,7 @@ export interface LoggedJob {
   readonly stored: { readonly headers: [string, Buffer][] | null };
 }
 
-const LEVEL: Record<JobResult, "debug" | "info" | "warn"> = { ack: "debug", release: "debug", nack: "info", "dead-letter": "warn" };
+const LEVEL: Record<JobResult, "debug" | "info" | "warn"> = { ack: "debug", release: "debug", nack: "info", "dead-letter": "warn", "retry-after": "info" };
 /** Envelope headers copied into the line (docs/patterns.md#envelope); nothing else of the job. */
 const ENVELOPE: [string, string][] = [
   ["sluice-message-id", "messageId"],

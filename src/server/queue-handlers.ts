@@ -69,7 +69,8 @@ function work(s: Session, f: Frame): Reply {
     queueName: str(m, "queue", 300),
     push: (jobs, firstTag) => {
       // `results`: the queue keeps acks' results, so the client sends them (else it drops them).
-      if (batch) return s.send(encodeJobBatchFrame(Op.PushJobBatch, FLAG_PUSH, worker.keepsResults ? { worker: id, results: true } : { worker: id }, firstTag, jobs.map(toWireJob)));
+      // `giveBack`: this server takes settle action 5 (`job.retryAfter`).
+      if (batch) return s.send(encodeJobBatchFrame(Op.PushJobBatch, FLAG_PUSH, worker.keepsResults ? { worker: id, results: true, giveBack: true } : { worker: id, giveBack: true }, firstTag, jobs.map(toWireJob)));
       const metaJobs = jobs.map((j) => ({
         id: j.id,
         key: j.key,

@@ -355,6 +355,17 @@ export class RemoteWorker {
         }
         return p;
       }
+      case "retryAfter": {
+        if (typeof arg.ms !== "number") throw new ValidationError("retryAfter needs ms");
+        // Refused for its ms (ValidationError): the lease stays, as a bad nack's.
+        const p = job.retryAfter(arg.ms);
+        this.opts.log.job(this.opts.queueName, this.consumer, job, "retry-after");
+        if (!job.leaseHeld) {
+          this.forget(tag!, job);
+          this.settledCount++;
+        }
+        return p;
+      }
       case "extend": {
         if (typeof arg.ms !== "number") throw new ValidationError("extend needs ms");
         return job.extend(arg.ms);

@@ -288,6 +288,11 @@ export interface StoredQueue {
   ack(lease: Lease, result?: string): Promise<void>;
   /** A failed attempt: visible again at `visibleAt` (`failure` joins the job's history). */
   retry(lease: Lease, visibleAt: number, failure: AttemptRecord): Promise<void>;
+  /**
+   * Gives the delivery back (the job was rate limited downstream): visible again at
+   * `visibleAt`, and this delivery is not an attempt (the count goes back by one), durably.
+   */
+  giveBack(lease: Lease, visibleAt: number): Promise<void>;
   /** Moves the job to the dead-letter queue (or drops it without one), Q-4. */
   deadLetter(lease: Lease, failure: AttemptRecord): Promise<void>;
   /** Pushes the deadline out to `ms` from now. */

@@ -80,6 +80,9 @@ class CountingStoredQueue implements StoredQueue {
   extend(lease: Lease, ms: number): Promise<void> {
     return this.count("queues.extend", () => this.inner.extend(lease, ms));
   }
+  giveBack(lease: Lease, visibleAt: number): Promise<void> {
+    return this.count("queues.giveBack", () => this.inner.giveBack(lease, visibleAt));
+  }
   release(lease: Lease, counted: boolean): void {
     this.count("queues.release", () => this.inner.release(lease, counted));
   }

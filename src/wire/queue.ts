@@ -27,13 +27,15 @@ export const enum SettleAction {
   Release = 3,
   /** An ack with the job's result (JSON text); sent only to a server that keeps results. */
   AckResult = 4,
+  /** Give the job back after `ms` (f64) without counting the delivery (`job.retryAfter`). */
+  RetryAfter = 5,
 }
 
 export interface SettleItem {
   tag: number;
-  action: "ack" | "nack" | "extend" | "release";
+  action: "ack" | "nack" | "extend" | "release" | "retryAfter";
   /** nack: {delayMs?, requeue?, reason?, errorClass?, errorMessage?}; extend: {ms}; ack:
-   * {result?} (the result as JSON text). */
+   * {result?} (the result as JSON text); retryAfter: {ms}. */
   arg: Record<string, unknown>;
 }
 
@@ -43,7 +45,8 @@ const MIN_SETTLE_ITEM_BYTES = 5;
 /**
  * Settle items: u32 count, then per item action u8 | tag u32 | argument:
  * ack (0) none; nack (1) i32 length + UTF-8 JSON object (failures only: rare); extend (2)
- * ms f64; release (3) none; ack with a result (4) i32 length + the result as UTF-8 JSON.
+ * ms f64; release (3) none; ack with a result (4) i32 length + the result as UTF-8 JSON;
+ * retryAfter (5) ms f64.
  */
 export function encodeSettleItems(items: readonly SettleItem[]): Buffer {
   const w = new Writer(8 + items.length * 5);
@@ -74,6 +77,11 @@ export function encodeSettleItems(items: readonly SettleItem[]): Buffer {
         w.u8(SettleAction.Release);
         w.u32(it.tag);
         break;
+      case "retryAfter":
+        w.u8(SettleAction.RetryAfter);
+        w.u32(it.tag);
+        w.f64(Number(it.arg.ms));
+        break;
       default:
         throw new ValidationError(`unknown settle action ${JSON.stringify(it.action)}`);
     }
@@ -101,6 +109,9 @@ export function decodeSettleItems(buf: Buffer, maxItems: number): SettleItem[] {
         break;
       case SettleAction.Release:
         out[i] = { tag, action: "release", arg: ACK_ARG };
+        break;
+      case SettleAction.RetryAfter:
+        out[i] = { tag, action: "retryAfter", arg: { ms: r.f64("retryAfter ms") } };
         break;
       case SettleAction.AckResult:
         // Checked (JSON, size) where it is applied, as an embedded ack checks it.

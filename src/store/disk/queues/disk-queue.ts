@@ -151,6 +151,9 @@ export class DiskQueue implements StoredQueue {
   retry(lease: Lease, visibleAt: number, failure: AttemptRecord): Promise<void> {
     return this.live().retry(lease, visibleAt, failure);
   }
+  giveBack(lease: Lease, visibleAt: number): Promise<void> {
+    return this.live().giveBack(lease, visibleAt);
+  }
   deadLetter(lease: Lease, failure: AttemptRecord): Promise<void> {
     return this.live().deadLetter(lease, failure);
   }

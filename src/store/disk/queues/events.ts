@@ -29,6 +29,12 @@ export const enum Ev {
   DEAD = 7,
   /** Every row below `offset` is done. */
   PURGE = 8,
+  /**
+   * A delivery given back (`job.retryAfter(ms)`, RATE-2): attempt = the job's attempt count
+   * without it (the given-back delivery's number - 1), time = wall-clock visibleAt. Replayed only
+   * while the given-back delivery is the job's latest (a conditional assignment, JRN-1).
+   */
+  GIVE_BACK = 9,
 }
 
 /** Why a job left the queue without a copy (the var of a DEAD event). */

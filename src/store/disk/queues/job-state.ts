@@ -458,16 +458,29 @@ export class JobState {
   /** Gives the job back at once; `counted` false undoes this delivery's attempt. */
   release(l: DiskLease, counted: boolean, now: number): void {
     this.endLease(l);
-    if (!counted) {
-      // Never handed to any consumer: this delivery is not an attempt. (Replay may still see
-      // its DELIVER and count it; attempts can skip after a restart, never go back.)
-      const i = this.table.idx(l.off);
-      if (this.table.attempts[i] === l.attempt && l.attempt > 0) {
-        this.table.attempts[i] = l.attempt - 1;
-        if (l.attempt > 1) this.redeliveries--;
-      }
-    }
+    // Never handed to any consumer: this delivery is not an attempt. (Replay may still see
+    // its DELIVER and count it; attempts can skip after a restart, never go back.)
+    if (!counted) this.uncount(l);
     this.makeVisible(l.off, now, now);
+  }
+
+  /**
+   * Gives the delivery back (RATE-2, `job.retryAfter`): visible again at `visibleAt`, and this
+   * delivery is not an attempt (no history, the count goes back by one).
+   */
+  giveBack(l: DiskLease, visibleAt: number, now: number): void {
+    this.endLease(l);
+    this.uncount(l);
+    this.makeVisible(l.off, visibleAt, now);
+  }
+
+  /** Undoes the attempt `l` counted, if it is still the job's latest. */
+  private uncount(l: DiskLease): void {
+    const i = this.table.idx(l.off);
+    if (this.table.attempts[i] === l.attempt && l.attempt > 0) {
+      this.table.attempts[i] = l.attempt - 1;
+      if (l.attempt > 1) this.redeliveries--;
+    }
   }
 
   /**

@@ -431,6 +431,17 @@ export class QueueInstance {
     return this.journal.event(encodeEvent(Ev.NACK, l.off, l.attempt, visibleAt, failure));
   }
 
+  /**
+   * RATE-2: the holder gives the delivery back (rate limited downstream): visible at
+   * `visibleAt`, and the attempt it counted is undone, durably (GIVE_BACK, Q-2).
+   */
+  giveBack(lease: Lease, visibleAt: number): Promise<void> {
+    const l = this.leaseOf(lease, this.mono());
+    this.st.giveBack(l, visibleAt, this.now());
+    this.afterVisible();
+    return this.journal.fixed(Ev.GIVE_BACK, l.off, l.attempt - 1, visibleAt);
+  }
+
   deadLetter(lease: Lease, failure: AttemptRecord): Promise<void> {
     const l = this.leaseOf(lease, this.mono());
     this.st.endLease(l);

@@ -233,6 +233,14 @@ export function replay(st: JobState, ev: JournalEvent, leases: Map<number, Lease
       leases.delete(o);
       if (ev.data !== undefined) st.pushHistory(o, ev.data as AttemptRecord);
       break;
+    case Ev.GIVE_BACK:
+      // RATE-2: only while the given-back delivery (ev.attempt + 1) is the latest: a later
+      // delivery's count is never lowered, and a replay of it twice changes nothing more.
+      if (t.attempts[i] === ev.attempt + 1) t.attempts[i] = ev.attempt;
+      t.status[i] = St.DELAYED;
+      t.visibleAt[i] = ev.time;
+      leases.delete(o);
+      break;
     case Ev.DLQ_INTENT:
       t.status[i] = St.MOVING;
       leases.delete(o);
