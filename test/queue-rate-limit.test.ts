@@ -7,10 +7,16 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { connect } from "../src/client/index.js";
 import { RateLimiter } from "../src/store/disk/queues/rate-limit.js";
+import { openBroker } from "../src/index.js";
+import { CountingEngine } from "../src/testing/counting-engine.js";
 import { DiskEngine } from "../src/store/disk/disk-engine.js";
 import { NodeFileSystem } from "../src/log/io.js";
 import { FaultyFileSystem } from "../src/testing/faulty-fs.js";
 import { iter, nextJob, TestQueues } from "./fixtures/queue-helpers.js";
+import { JobState } from "../src/store/disk/queues/job-state.js";
+import { JobTable } from "../src/store/disk/queues/table.js";
+import { replay } from "../src/store/disk/queues/recovery.js";
+import { Ev, type JournalEvent } from "../src/store/disk/queues/events.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";
 import { spawnServer } from "./fixtures/server-spawn.js";
 
@@ -37,6 +43,32 @@ test("RateLimiter: at most max grants in any window; rounds leave it durationMs 
   const big = new RateLimiter(1_000_000, 1000);
   for (let t = 0; t < 5000; t++) big.take(1, t);
   assert.equal(big.room(4999), 1_000_000 - 1000);
+});
+
+test("rate limit: workers waiting for the window do not poll (a handful of grant calls per window)", async () => {
+  using tmp = tempDir("sluice-rate-idle-");
+  const engine = new CountingEngine(new DiskEngine({ dataDir: tmp.dir, fs: new NodeFileSystem() }));
+  const broker = await openBroker({ engine });
+  try {
+    const q = broker.queue<number>("slow", { rateLimit: { max: 1, durationMs: 500 } });
+    await q.enqueueBatch([{ data: 1 }, { data: 2 }, { data: 3 }]);
+    const before = engine.calls.get("queues.grant") ?? 0;
+    let started = 0;
+    const ac = new AbortController();
+    const run = q.process(
+      () => {
+        if (++started === 3) ac.abort();
+      },
+      { concurrency: 4, signal: ac.signal },
+    );
+    await waitUntil(() => started === 3, "three windows passed", 10_000);
+    await run;
+    const grants = (engine.calls.get("queues.grant") ?? 0) - before;
+    // One round per wake-up and per settlement, roughly: far from a polling loop's thousands.
+    assert.ok(grants <= 20, `${grants} grant calls over about a second`);
+  } finally {
+    await broker.close();
+  }
 });
 
 test("rate limit accuracy: 8 workers in 2 client processes start max jobs per window (within 5%)", { timeout: 60_000 }, async () => {
@@ -144,4 +176,27 @@ test("retryAfter: a durable give-back survives a power loss (replayed from the j
   } finally {
     await m.close();
   }
+});
+
+test("GIVE_BACK replay (RATE-2): lowers the count only while the given-back delivery is the latest; replaying twice changes nothing more", () => {
+  const st = new JobState(new JobTable(0));
+  st.addJob(0, null, 0, 0, 1, 0);
+  const t = st.table;
+  const leases = new Map();
+  const ev = (type: Ev, attempt: number, time = 0): JournalEvent => ({ type, offset: 0, attempt, time, data: undefined });
+  const attempts = (): number => t.attempts[t.idx(0)];
+  replay(st, ev(Ev.DELIVER, 1, 9e12), leases);
+  replay(st, ev(Ev.GIVE_BACK, 0, 5), leases);
+  assert.equal(attempts(), 0);
+  assert.equal(leases.size, 0, "the lease ended");
+  replay(st, ev(Ev.GIVE_BACK, 0, 5), leases);
+  assert.equal(attempts(), 0, "idempotent");
+  replay(st, ev(Ev.DELIVER, 1, 9e12), leases);
+  replay(st, ev(Ev.NACK, 1, 6), leases);
+  replay(st, ev(Ev.DELIVER, 2, 9e12), leases);
+  // A stale give-back of delivery 1 (already reflected) never lowers delivery 2's count.
+  replay(st, ev(Ev.GIVE_BACK, 0, 5), leases);
+  assert.equal(attempts(), 2);
+  replay(st, ev(Ev.GIVE_BACK, 1, 7), leases);
+  assert.equal(attempts(), 1);
 });
