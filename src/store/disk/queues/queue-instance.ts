@@ -88,7 +88,6 @@ export class QueueInstance {
   private leaseTimerAt = Infinity;
   /** `settings.rateLimit` (RATE-1), or null: a queue without one pays one branch per grant. */
   private limiter: RateLimiter | null = null;
-  private limitTimer: NodeJS.Timeout | null = null;
   private closed = false;
   private broken: StorageError | null = null;
   private background = new Set<Promise<unknown>>();
@@ -117,9 +116,14 @@ export class QueueInstance {
   /** A rate limit set, changed or lifted on an open queue applies to the next grant. */
   private configureLimit(s: QueueSettings): void {
     const r = s.rateLimit;
-    if (r == null) this.limiter = null;
-    else if (this.limiter === null) this.limiter = new RateLimiter(r.max, r.durationMs);
-    else this.limiter.configure(r);
+    if (r == null) {
+      this.limiter?.close();
+      this.limiter = null;
+    } else if (this.limiter === null) {
+      this.limiter = new RateLimiter(r.max, r.durationMs, () => {
+        if (!this.closed && !this.broken) this.o.available();
+      });
+    } else this.limiter.configure(r);
     // Workers may have waited for a window that is now lifted or wider.
     if (this.st !== undefined) this.o.available();
   }
@@ -322,25 +326,10 @@ export class QueueInstance {
         if (l.deadlineMono < first) first = l.deadlineMono;
         n++;
       }
-    if (lim !== null) this.limited(lim, n, mono);
+    if (lim !== null) lim.counted(n, mono, () => this.mono());
     if (durable === null) return Promise.resolve(leases.map(() => []));
     this.scheduleLeaseTimer(first);
     return this.handOut(leases, durable);
-  }
-
-  /**
-   * RATE-1: counts a round's grants; a full window wakes the workers once it has room again
-   * (one timer, so a worker waiting for the limit never polls).
-   */
-  private limited(lim: RateLimiter, n: number, mono: number): void {
-    lim.take(n, mono);
-    if (this.limitTimer !== null || lim.room(mono) > 0) return;
-    const at = lim.nextOpening();
-    this.limitTimer = setTimeout(() => {
-      this.limitTimer = null;
-      if (!this.closed && !this.broken) this.o.available();
-    }, Math.min(MAX_TIMER_MS, Math.max(0, Math.ceil(at - this.mono()) + 1)));
-    this.limitTimer.unref();
   }
 
   /** Q-1: jobs reach consumers only once their DELIVER events are durable. */
@@ -670,7 +659,7 @@ export class QueueInstance {
     this.closed = true;
     if (this.delayTimer) clearTimeout(this.delayTimer);
     if (this.leaseTimer) clearTimeout(this.leaseTimer);
-    if (this.limitTimer) clearTimeout(this.limitTimer);
+    this.limiter?.close();
     this.removals.close();
     this.enqueuer.wakeAll();
     this.loseLeases(new BrokerClosedError(`queue ${this.name} is closing`));

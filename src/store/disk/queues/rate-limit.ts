@@ -10,6 +10,9 @@
  * durable: after a reopen (restart, crash, Q-7 recovery) the window starts empty, so up to
  * `max` extra starts may follow a crash. A lease given back without an attempt (`release`
  * with `counted` false) keeps its place in the window: the limit errs on the side of fewer.
+ *
+ * A full window sets one timer for its next opening, which calls `wake` (the queue's
+ * `available`): workers waiting for the limit never poll.
  */
 export class RateLimiter {
   /** Grant rounds in the window, oldest first from `head`: monotonic ms and lease count. */
@@ -18,10 +21,12 @@ export class RateLimiter {
   private head = 0;
   /** Leases counted in the window (the sum of `counts` from `head`). */
   private used = 0;
+  private timer: NodeJS.Timeout | null = null;
 
   constructor(
     private max: number,
     private durationMs: number,
+    private readonly wake: () => void = () => {},
   ) {}
 
   /** Leases that may be granted at `mono` (drops rounds that left the window). */
@@ -49,6 +54,30 @@ export class RateLimiter {
       this.counts.push(n);
     }
     this.used += n;
+  }
+
+  /**
+   * Counts a grant round's `n` leases at `mono` (`monoNow` reads the clock when the timer is
+   * set); a full window schedules the wake-up at its next opening (one timer at a time).
+   */
+  counted(n: number, mono: number, monoNow: () => number): void {
+    this.take(n, mono);
+    if (this.timer !== null || this.room(mono) > 0) return;
+    const ms = Math.ceil(this.nextOpening() - monoNow()) + 1;
+    this.timer = setTimeout(
+      () => {
+        this.timer = null;
+        this.wake();
+      },
+      Math.min(2 ** 31 - 1, Math.max(0, ms)),
+    );
+    this.timer.unref();
+  }
+
+  /** Stops the wake-up timer (the queue closed or failed). */
+  close(): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
   }
 
   /** Monotonic ms when the window next gains room (its oldest round leaves it); Infinity if empty. */
