@@ -3,19 +3,17 @@
  * How much of a queue's state journal outlives the snapshot that covers it (EVT-2). Recovery
  * needs nothing below the snapshot's journal offset (JRN-3), but `queue.events()` readers read
  * the journal as the queue's event history, so only whole segments beyond the newest
- * EVENT_HISTORY_BYTES are deleted: the journal keeps at least that much history (and at most
- * that plus one segment), however often snapshots are taken (every close takes one).
+ * `keepBytes` are deleted: the queue's journal segment size (a quarter of `segmentBytes`,
+ * within 16 KiB .. 16 MiB), so the journal keeps at least one segment of history below the
+ * active one and at most two, however often snapshots are taken (every close takes one).
  */
-
-/** Journal bytes kept for events readers below the latest snapshot: 16 MiB. */
-export const EVENT_HISTORY_BYTES = 16 * 1024 * 1024;
 
 /**
  * The journal's new start after a snapshot at `snapshotOffset`: the base of the oldest segment
- * that the newest EVENT_HISTORY_BYTES need, never above `snapshotOffset`. Returns the first
- * segment's base (no change) while the journal is smaller than that.
+ * that the newest `keepBytes` need, never above `snapshotOffset`. Returns the first segment's
+ * base (no change) while the journal is smaller than that.
  */
-export function retainedJournalStart(segments: readonly { baseOffset: number; size: number }[], snapshotOffset: number, keepBytes = EVENT_HISTORY_BYTES): number {
+export function retainedJournalStart(segments: readonly { baseOffset: number; size: number }[], snapshotOffset: number, keepBytes: number): number {
   let bytes = 0;
   for (let i = segments.length - 1; i >= 0; i--) {
     bytes += segments[i].size;

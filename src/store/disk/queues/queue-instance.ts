@@ -601,7 +601,7 @@ export class QueueInstance {
     // The snapshot is durable: what it covers may go (storage proportional to backlog), except
     // the newest journal segments, which `queue.events()` readers read (EVT-2).
     const jl = this.journal.log;
-    await jl.advanceLogStart(Math.min(retainedJournalStart(jl.describeSegments(), meta.journalOffset), jl.highWatermark));
+    await jl.advanceLogStart(Math.min(retainedJournalStart(jl.describeSegments(), meta.journalOffset, jl.config.segmentBytes), jl.highWatermark));
     await this.msgs.advanceLogStart(messageLogStart(this.msgs.describeSegments(), Math.min(meta.floor, this.msgs.highWatermark)));
   }
 
