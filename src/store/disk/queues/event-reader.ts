@@ -16,10 +16,10 @@
  * they arrive. The position after each event is `e1.<journal record>.<event in record>.<next
  * job offset>`: resuming from it repeats nothing and skips nothing the logs still hold.
  *
- * Retention: the journal below a snapshot is deleted only beyond the newest
- * EVENT_HISTORY_BYTES (queue-instance.ts); a position below the journal's start resumes at
- * the oldest kept event after a `gap` event. "enqueued" events of jobs whose records were
- * deleted (finished jobs below the message log's floor) are not reported.
+ * Retention (EVT-2, journal-retention.ts): a snapshot deletes only journal segments beyond the
+ * newest journal segment's worth of history; a position below the journal's start resumes at
+ * the oldest kept event after a `gap` event (as does a damaged journal range, REC-1).
+ * "enqueued" events of finished jobs whose message-log segment was deleted are not reported.
  */
 import { CorruptRecordError, OffsetOutOfRangeError, ValidationError } from "../../../errors.js";
 import type { PartitionLog } from "../../../log/partition-log.js";
