@@ -20,6 +20,7 @@ export function queueEventTests(t: DefineTest): void {
   t("queue events: from a position resumes after that event (nothing repeated or skipped); from now skips the past", resumeFromPosition);
   t("queue events: a reader that stops reading does not hold up workers, and later reads everything", slowReaderDoesNotBlock);
   t("queue events: progress and events survive a restart", survivesRestart);
+  t("queue events: an expired lease reports stalled, a nack without requeue failed (willRetry false) then dead-lettered; purge reports purged", stalledAndDead);
 }
 
 /** Reads events until `n` arrived (with a deadline), leaving the iterator open. */
@@ -187,4 +188,37 @@ async function survivesRestart(b: Broker, kit: ConformanceKit): Promise<void> {
   // Resuming from a position taken before the restart.
   const resumed = await takeEvents(q.events({ from: before[5].position })[Symbol.asyncIterator](), 3);
   assert.deepEqual(resumed, before.slice(6));
+}
+
+async function stalledAndDead(b: Broker): Promise<void> {
+  const q = b.queue<string>(uniq("ev-stalled"), { maxAttempts: 5 });
+  await using events = q.events({ from: "earliest" });
+  const it = events[Symbol.asyncIterator]();
+  const { id } = await q.enqueue("s");
+  const w = q.work({ prefetch: 1, visibilityTimeoutMs: 200 });
+  try {
+    const jobs = w[Symbol.asyncIterator]();
+    const first = await nextJob(jobs);
+    assert.equal(first.attempt, 1);
+    // Not settled: the lease runs out and the job comes back with attempt 2.
+    const second = await nextJob(jobs);
+    assert.equal(second.attempt, 2);
+    await second.nack({ requeue: false, reason: "bad input" });
+  } finally {
+    await w.close();
+  }
+  const evs = await takeEvents(it, 6);
+  assert.deepEqual(summary(evs), ["enqueued", "active", "stalled", "active", "failed", "dead-lettered"].map((t) => `${t}:${id}`));
+  const stalled = evs[2];
+  assert.ok(stalled.type === "stalled" && stalled.attempt === 1 && stalled.willRetry === true);
+  const failed = evs[4];
+  assert.ok(failed.type === "failed");
+  assert.equal(failed.willRetry, false);
+  assert.equal(failed.error, "bad input");
+  assert.equal(failed.attempt, 2);
+  const { id: later } = await q.enqueue("p");
+  assert.equal(await q.purge(), 1);
+  const tail = await takeEvents(it, 2);
+  assert.deepEqual(summary(tail), [`enqueued:${later}`, "purged"]);
+  assert.ok(tail[1].type === "purged" && BigInt(tail[1].beforeId) > BigInt(later));
 }
