@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // Job progress and lifecycle events on the disk engine: how much journal outlives a snapshot
 // (EVT-2), a position older than the kept journal (a gap event, then the oldest kept event),
-// and progress replayed from the journal after a crash (no final snapshot).
+// progress replayed from the journal after a crash (no final snapshot), and a reader that
+// keeps reading while its queue reopens after a storage fault.
 import assert from "node:assert/strict";
 import { cpSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
+import { StorageError } from "../src/errors.js";
 import type { QueueEvent } from "../src/queues/types.js";
+import { FaultyFileSystem } from "../src/testing/faulty-fs.js";
 import { messageLogStart, retainedJournalStart } from "../src/store/disk/queues/journal-retention.js";
-import { iter, nextJob, openManager, tempDir } from "./fixtures/queue-helpers.js";
+import { iter, nextJob, openManager, tempDir, waitFor } from "./fixtures/queue-helpers.js";
 
 /** Reads events until the reader has nothing more for 0 ms (one page at a time). */
 async function drain(it: AsyncIterator<QueueEvent>, n: number): Promise<QueueEvent[]> {
@@ -102,5 +105,31 @@ test("progress and its event are replayed from the journal after a crash (no fin
   } finally {
     cleanup();
     image.cleanup();
+  }
+});
+
+test("an events reader keeps reading across a storage fault (the queue reopens itself, Q-7)", async () => {
+  const { dir, cleanup } = tempDir();
+  const fs = new FaultyFileSystem();
+  const m = await openManager(dir, undefined, fs);
+  try {
+    const q = m.queue<string>("faulty");
+    const { id } = await q.enqueue("before");
+    const ac = new AbortController();
+    const it = q.events({ from: "earliest", signal: ac.signal })[Symbol.asyncIterator]();
+    assert.deepEqual((await drain(it, 1)).map((e) => e.type), ["enqueued"]);
+    const next = it.next(); // waiting on the logs when the fault comes
+    fs.failAlways("write", "EIO", "/msgs/");
+    await assert.rejects(q.enqueue("lost"), (e: unknown) => e instanceof StorageError);
+    fs.clearFaults();
+    const after = await waitFor(() => q.enqueue("after").catch(() => null), "the queue is back", 20_000);
+    const e = (await next).value as QueueEvent;
+    assert.ok(e.type === "enqueued" && e.jobId === after!.id && e.jobId !== id, `got ${JSON.stringify(e)}`);
+    ac.abort();
+    assert.equal((await it.next()).done, true);
+  } finally {
+    fs.clearFaults();
+    await m.close();
+    cleanup();
   }
 });
