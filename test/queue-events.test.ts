@@ -133,3 +133,23 @@ test("an events reader keeps reading across a storage fault (the queue reopens i
     cleanup();
   }
 });
+
+test("a position from before the queue was deleted and re-created resumes at the new queue's oldest event after a gap", async () => {
+  const { dir, cleanup } = tempDir();
+  const m = await openManager(dir);
+  try {
+    const q = m.queue<string>("again", { deadLetter: null });
+    await q.enqueueBatch([{ data: "a" }, { data: "b" }]);
+    const [first] = await drain(q.events({ from: "earliest" })[Symbol.asyncIterator](), 1);
+    await m.deleteQueue("again");
+    const q2 = m.queue<string>("again", { deadLetter: null });
+    const { id } = await q2.enqueue("new");
+    const evs = await drain(q2.events({ from: first.position })[Symbol.asyncIterator](), 2);
+    assert.equal(evs[0].type, "gap");
+    assert.ok(evs[1].type === "enqueued" && evs[1].jobId === id);
+    assert.notEqual(evs[1].position, first.position);
+  } finally {
+    await m.close();
+    cleanup();
+  }
+});

@@ -13,8 +13,10 @@
  * The two logs are merged by one rule: before a journal event about job `o` is reported, the
  * "enqueued" events of every job up to `o` are (Q-1: a job's DELIVER is written only once its
  * enqueue is durable, so they are readable). At the journal's end, new jobs are reported as
- * they arrive. The position after each event is `e1.<journal record>.<event in record>.<next
- * job offset>`: resuming from it repeats nothing and skips nothing the logs still hold.
+ * they arrive. The position after each event is `e1.<incarnation>.<journal record>.<event in
+ * record>.<next job offset>`: resuming from it repeats nothing and skips nothing the logs still
+ * hold; a position of an earlier incarnation of the queue (deleted and re-created) resumes at
+ * the new one's oldest event after a `gap` event.
  *
  * Retention (EVT-2, journal-retention.ts): a snapshot deletes only journal segments beyond the
  * newest journal segment's worth of history; a position below the journal's start resumes at
@@ -36,6 +38,8 @@ const READ_BYTES = 256 * 1024;
 export interface EventSource {
   journal: PartitionLog;
   msgs: PartitionLog;
+  /** The queue's incarnation: positions of an earlier one (the queue deleted and re-created) do not apply. */
+  incarnation: string;
 }
 
 /** Where a reader is: journal record, event index in it, next job whose "enqueued" is due. */
@@ -45,31 +49,43 @@ interface Cursor {
   m: number;
 }
 
-const POSITION = /^e1\.(0|[1-9][0-9]{0,15})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,15})$/;
+const POSITION = /^e1\.([0-9a-z]{1,40})\.(0|[1-9][0-9]{0,15})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,15})$/;
 
-export function encodePosition(c: Cursor): string {
-  return `e1.${c.j}.${c.k}.${c.m}`;
+/** The incarnation's unique part (its name is `<queue>.<time><random>`). */
+function tagOf(incarnation: string): string {
+  return incarnation.slice(incarnation.lastIndexOf(".") + 1).replace(/[^0-9a-z]/g, "").slice(0, 40) || "0";
 }
 
-function resolveFrom(src: EventSource, from: string): Cursor {
-  if (from === "now") return { j: src.journal.highWatermark, k: 0, m: src.msgs.highWatermark };
-  if (from === "earliest") return { j: src.journal.logStartOffset, k: 0, m: src.msgs.logStartOffset };
+export function encodePosition(tag: string, c: Cursor): string {
+  return `e1.${tag}.${c.j}.${c.k}.${c.m}`;
+}
+
+/** The cursor `from` names, and whether events it asks for are gone (an earlier incarnation's position). */
+function resolveFrom(src: EventSource, from: string): { c: Cursor; gone: boolean } {
+  const earliest = { j: src.journal.logStartOffset, k: 0, m: src.msgs.logStartOffset };
+  if (from === "now") return { c: { j: src.journal.highWatermark, k: 0, m: src.msgs.highWatermark }, gone: false };
+  if (from === "earliest") return { c: earliest, gone: false };
   const p = POSITION.exec(from);
   if (p === null) throw new ValidationError(`events: from must be "now", "earliest" or an event's position, got ${JSON.stringify(from).slice(0, 80)}`);
-  const c = { j: Number(p[1]), k: Number(p[2]), m: Number(p[3]) };
+  // The queue was deleted and created again: everything after that position is gone.
+  if (p[1] !== tagOf(src.incarnation)) return { c: earliest, gone: true };
+  const c = { j: Number(p[2]), k: Number(p[3]), m: Number(p[4]) };
   if (c.j > src.journal.logEndOffset || c.m > src.msgs.logEndOffset) throw new ValidationError(`events: position ${from} is not one this queue issued`);
-  return c;
+  return { c, gone: false };
 }
 
 /** One page of events (at most `req.max`), waiting up to `req.maxWaitMs` while there is none. */
 export async function readEvents(src: () => EventSource, req: StoredEventsRequest): Promise<StoredEventsPage> {
-  const r = new PageReader(src(), resolveFrom(src(), req.from), req.max);
+  const s = src();
+  const from = resolveFrom(s, req.from);
+  const r = new PageReader(s, from.c, req.max);
+  if (from.gone) r.gap();
   const deadline = Date.now() + req.maxWaitMs;
   for (;;) {
     await r.fill();
     const left = deadline - Date.now();
-    if (r.out.length > 0 || left <= 0 || req.signal?.aborted) return { events: r.out, position: encodePosition(r.c) };
-    if (!(await waitForEither(src(), r.c, left, req.signal))) return { events: r.out, position: encodePosition(r.c) };
+    if (r.out.length > 0 || left <= 0 || req.signal?.aborted) return { events: r.out, position: r.position() };
+    if (!(await waitForEither(src(), r.c, left, req.signal))) return { events: r.out, position: r.position() };
     r.src = src();
   }
 }
@@ -96,6 +112,15 @@ class PageReader {
     private readonly max: number,
   ) {}
 
+  position(): string {
+    return encodePosition(tagOf(this.src.incarnation), this.c);
+  }
+
+  /** EVT-2: events after the reader's position are gone; it goes on from the oldest kept one. */
+  gap(): void {
+    this.push({ type: "gap", at: Date.now() } as QueueEvent);
+  }
+
   private get full(): boolean {
     return this.out.length >= this.max;
   }
@@ -108,7 +133,7 @@ class PageReader {
         // EVT-2: the journal below its start was deleted after a snapshot: say so, go on.
         this.c.j = journal.logStartOffset;
         this.c.k = 0;
-        this.push({ type: "gap", at: Date.now() } as QueueEvent);
+        this.gap();
         continue;
       }
       if (this.c.m < msgs.logStartOffset) this.c.m = msgs.logStartOffset;
@@ -121,7 +146,7 @@ class PageReader {
   }
 
   private push(e: QueueEvent): void {
-    e.position = encodePosition(this.c);
+    e.position = this.position();
     this.out.push(e);
   }
 
@@ -136,7 +161,7 @@ class PageReader {
       // REC-1: a damaged journal range is skipped (those events are lost), as recovery does.
       this.c.j = Math.max(this.c.j + 1, e.nextOffset ?? this.c.j + 1);
       this.c.k = 0;
-      this.push({ type: "gap", at: Date.now() } as QueueEvent);
+      this.gap();
       return true;
     }
     for (const r of recs) {

@@ -526,7 +526,7 @@ export class QueueInstance {
   /** The logs `readEvents` reads (event-reader.ts); they change when the queue is reopened. */
   eventSource(): EventSource {
     this.check();
-    return { journal: this.journal.log, msgs: this.msgs };
+    return { journal: this.journal.log, msgs: this.msgs, incarnation: this.incarnation };
   }
 
   browse(req: StoredBrowseRequest): Promise<StoredBrowsePage> {
