@@ -5,6 +5,7 @@ export * from "./errors.js";
 export type * from "./types.js";
 export type { Logger, MetricsSink, Clock, Telemetry } from "./observability/telemetry.js";
 export type { PrometheusOptions } from "./observability/prometheus.js";
+export { traceContextOf, withTraceContext, type TraceContext, type Traced } from "./observability/tracing.js";
 export type { FileSystem, FileHandle } from "./log/io.js";
 export { partitionForKey, murmur2 } from "./streams/murmur2.js";
 export type * from "./queues/types.js";

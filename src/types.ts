@@ -227,6 +227,13 @@ export interface PartitionLag {
   lagRecords: number;
   /** now − timestamp of the oldest unprocessed record, in ms; 0 when caught up. */
   lagMs: number;
+  /**
+   * Retention headroom: ms until time retention removes the oldest record the group still
+   * needs (that record's timestamp + `retentionMs` − now; negative once it is overdue for
+   * removal). When caught up, the whole retention period. null when the topic has no time
+   * retention.
+   */
+  headroomMs: number | null;
 }
 
 /** One consumer group on one topic, as `listGroups()` reports it. */
@@ -248,6 +255,17 @@ export interface GroupLag {
   topic: string;
   totalRecords: number;
   maxLagMs: number;
+  /** Smallest headroom over the partitions (see PartitionLag.headroomMs); null: no time retention. */
+  minHeadroomMs: number | null;
+  /** Rebalance generation of the group on this topic (0: never had members here). */
+  generation: number;
+  /** Members subscribed now (in this broker; through a server, its members) and the partitions each owns. */
+  members: { memberId: string; partitions: number[] }[];
+  /**
+   * The group's last offset resets on this topic (at most 10), newest first: when, and each
+   * partition's committed offset before (null: none) and after.
+   */
+  recentResets: { at: number; partitions: { partition: number; from: number | null; to: number }[] }[];
   partitions: PartitionLag[];
 }
 

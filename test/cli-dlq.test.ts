@@ -138,8 +138,13 @@ test("sluice dlq and explain against a running server", { timeout: 90_000 }, asy
     assert.doesNotMatch(stuck, /stuck: partition 1/);
     assert.match(stuck, /^ok\s+members: 1 member on events/m);
     assert.match(await ok(["explain", "topic", "events", ...u]), /^ok\s+skew: hottest partition of events is 0 with 50% of its 10 records/m);
+    assert.match(stuck, /^ok\s+resets: no offset reset of g1 on events remembered/m);
     await sub.close();
     await consume.catch(() => {});
+    // After a reset (the member gone), explain names it with each partition's move.
+    await ok(["groups", "reset", "g1", "events", "--to-earliest", "--execute", ...u]);
+    assert.match(await ok(["explain", "group", "g1", "--sample-ms", "0", ...u]), /^warn\s+resets: 1 reset of g1 on events remembered, newest first: \S+ \(p0 2→0, p1 5→0\)/m);
+    assert.match(await ok(["groups", "describe", "g1", ...u]), /^last reset \S+: p0 2→0, p1 5→0 \(1 remembered/m);
   } finally {
     await c.close();
     server.proc.kill("SIGTERM");

@@ -84,7 +84,10 @@ test("sluice CLI against a running server (--url)", { timeout: 60_000 }, async (
     assert.deepEqual(committed(server.url, "billing", "events"), [2]);
     const groups = JSON.parse(ok(["groups", "list", "--json", ...u])) as { group: string; lagRecords: number }[];
     assert.deepEqual(groups.map((g) => [g.group, g.lagRecords]), [["auditor", 0], ["billing", 2]]);
-    assert.match(ok(["groups", "describe", "billing", ...u]), /LAG-S/);
+    const described = ok(["groups", "describe", "billing", ...u]);
+    assert.match(described, /LAG-S +HEADROOM-S +OWNER/);
+    assert.match(described, /generation \d+ .*headroom /, "generation and the smallest headroom in the heading");
+    assert.match(described, /members: none/, "the tail member left");
     const unknown = cli(["groups", "describe", "nobody", ...u]);
     assert.equal(unknown.status, 1);
     assert.match(unknown.stderr, /^error \[NOT_FOUND\]: group "nobody" does not exist/);

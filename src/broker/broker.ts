@@ -11,7 +11,7 @@ import { telemetry, type Logger, type Telemetry } from "../observability/telemet
 import { decodeRecords, MAX_BATCH_BYTES, validateEncodedBatch, type PreparedRecord } from "../log/record-batch.js";
 import { DiskEngine } from "../store/disk/disk-engine.js";
 import { resolveTopicAlteration, resolveTopicConfig } from "../store/topic-config.js";
-import type { StorageEngine } from "../store/engine.js";
+import type { EngineTopic, StorageEngine } from "../store/engine.js";
 import { validateName } from "../store/names.js";
 import { GroupCoordinator } from "../streams/group-coordinator.js";
 import { QueueManager } from "../queues/index.js";
@@ -20,6 +20,7 @@ import type { HostQueue } from "../queues/host-api.js";
 import type { QueueStats } from "../queues/types.js";
 import type { PrometheusOptions } from "../observability/prometheus.js";
 import { commitFailureCounter } from "../observability/commit-failures.js";
+import { loadTracing, tracing } from "../observability/tracing.js";
 import { toConsumed } from "../streams/records.js";
 import { GroupSubscription } from "../streams/subscription.js";
 import type { BrokerHost, EncodedAppend, MemberListener, MemberSubscription } from "./host.js";
@@ -122,6 +123,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
   static async open(opts: BrokerOptions): Promise<EmbeddedBroker> {
     if (!opts || (opts.engine === undefined && (typeof opts.dataDir !== "string" || opts.dataDir.length === 0)))
       throw new ValidationError("openBroker needs a dataDir (or an engine)");
+    await loadTracing(); // once per process: @opentelemetry/api when installed (tracing.ts)
     // prom-client is loaded only when metrics are asked for.
     const exporter = opts.metrics ? (await import("../observability/prometheus.js")).brokerExporter(opts.metrics, opts.telemetry?.metrics) : null;
     const b = new EmbeddedBroker(exporter ? { ...opts, telemetry: { ...opts.telemetry, metrics: exporter.sink } } : opts);
@@ -200,6 +202,8 @@ export class EmbeddedBroker implements Broker, BrokerHost {
         return Promise.reject(e);
       }
     }
+    // Tracing off: this one branch (src/observability/tracing.ts).
+    if (tracing !== null) return tracing.publishOne(topic, opts, (o) => this.publisher.publish(topic, value, o));
     return this.publisher.publish(topic, value, opts);
   }
 
@@ -212,6 +216,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
         return Promise.reject(e);
       }
     }
+    if (tracing !== null && Array.isArray(records)) return tracing.publishBatch(topic, records, (rs) => this.publisher.publishBatch(topic, rs, opts));
     return this.publisher.publishBatch(topic, records, opts);
   }
 
@@ -291,7 +296,17 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     const t = await this.engine.getTopic(topic);
     const dryRun = opts.dryRun ?? false;
     await this.yielder.turn();
-    if (!dryRun && this.coordinator.hasMembers(group, topic)) throw new GroupActiveError(group);
+    if (dryRun) return this.planReset(group, topic, t, to, true);
+    // GRP-2: a member joining while the reset is computed and written is assigned only after
+    // it, so it starts from the new offsets; one already there refuses the reset.
+    return this.coordinator.exclusive(group, topic, () => {
+      if (this.coordinator.hasMembers(group, topic)) throw new GroupActiveError(group);
+      return this.planReset(group, topic, t, to, false);
+    });
+  }
+
+  /** Resolves `to` per partition against the committed offsets and writes it unless `dryRun`. */
+  private async planReset(group: string, topic: string, t: EngineTopic, to: ResetTarget, dryRun: boolean): Promise<ResetResult> {
     const committed = await this.engine.getCommitted(group, topic);
     const partitions: ResetResult["partitions"] = [];
     const next = new Map<number, number>();
@@ -351,6 +366,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     const t = await this.engine.getTopic(topic);
     const committed = await this.engine.getCommitted(group, topic);
     const now = Date.now();
+    const retentionMs = t.config.retentionMs;
     const partitions: GroupLag["partitions"] = [];
     for (let p = 0; p < t.config.partitions; p++) {
       const { logStartOffset, highWatermark } = await this.engine.offsets(topic, p);
@@ -358,12 +374,15 @@ export class EmbeddedBroker implements Broker, BrokerHost {
       const from = Math.min(Math.max(c ?? logStartOffset, logStartOffset), highWatermark);
       const lagRecords = highWatermark - from;
       let lagMs = 0;
+      // Caught up: the next record the group needs gets the whole retention period.
+      let headroomMs = retentionMs >= 0 ? retentionMs : null;
       let at = from;
       while (lagRecords > 0 && at < highWatermark) {
         try {
           const r = await this.engine.read(topic, p, at, 1);
           if (r.records.length > 0) {
             lagMs = Math.max(0, now - r.records[0].timestamp);
+            if (headroomMs !== null) headroomMs = r.records[0].timestamp + retentionMs - now;
             break;
           }
           if (r.nextOffset <= at) break;
@@ -373,13 +392,18 @@ export class EmbeddedBroker implements Broker, BrokerHost {
           else throw e;
         }
       }
-      partitions.push({ partition: p, committedOffset: c, logStartOffset, highWatermark, lagRecords, lagMs });
+      partitions.push({ partition: p, committedOffset: c, logStartOffset, highWatermark, lagRecords, lagMs, headroomMs });
     }
+    const headrooms = partitions.flatMap((x) => (x.headroomMs === null ? [] : [x.headroomMs]));
     return {
       group,
       topic,
       totalRecords: partitions.reduce((s, x) => s + x.lagRecords, 0),
       maxLagMs: partitions.reduce((s, x) => Math.max(s, x.lagMs), 0),
+      minHeadroomMs: headrooms.length === 0 ? null : Math.min(...headrooms),
+      generation: this.coordinator.generation(group, topic),
+      members: this.coordinator.members(group, topic),
+      recentResets: (await this.engine.recentResets?.(group, topic)) ?? [],
       partitions,
     };
   }

@@ -178,9 +178,24 @@ export async function explainGroup(b: CliBroker, group: string, topic: string | 
     const second = await b.groupLag(group, l.topic);
     out.push(...(await stuck(b, first, second, sampleMs)));
     out.push(skew(await b.describeTopic(l.topic)));
+    out.push(resetsFinding(second));
   }
-  out.push({ step: "resets", status: "info", message: "offset resets are not recorded by the broker API; check the server log (reset group)" });
   return out;
+}
+
+/** Resets within the last day warn (a replay or a skip an operator made); older ones inform. */
+function resetsFinding(g: GroupLag): Finding {
+  const r = g.recentResets;
+  if (r.length === 0) return { step: "resets", status: "ok", message: `no offset reset of ${g.group} on ${g.topic} remembered (the last 10 are kept)` };
+  const moves = (x: GroupLag["recentResets"][number]) => x.partitions.map((p) => `p${p.partition} ${p.from ?? "none"}→${p.to}`).join(", ");
+  const recent = Date.now() - r[0].at < 86_400_000;
+  const list = r.slice(0, 3).map((x) => `${new Date(x.at).toISOString()} (${moves(x)})`).join("; ");
+  return {
+    step: "resets",
+    status: recent ? "warn" : "info",
+    message: `${plural(r.length, "reset")} of ${g.group} on ${g.topic} remembered, newest first: ${list}${recent ? " — records below the old positions are replays (msg.replay)" : ""}`,
+    data: { topic: g.topic, resets: r },
+  };
 }
 
 function lagFinding(g: GroupLag): Finding {

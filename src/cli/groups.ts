@@ -14,7 +14,8 @@ export const GROUPS_USAGE = `Usage: sluice groups <command> [options]
 
 Commands:
   list [--topic T]                 consumer groups per topic: members, lag
-  describe GROUP [--topic T]       lag per partition (records and seconds), members
+  describe GROUP [--topic T]       lag per partition (records and seconds), retention headroom,
+                                   generation, members and the partitions each owns
   reset GROUP TOPIC (--to-earliest | --to-latest | --to-offset N | --to-datetime ISO | --shift-by N)
         [--partition P ...] [--execute]
                                    plan (dry run, the default) or apply an offset reset
@@ -120,14 +121,20 @@ async function describe(argv: string[]): Promise<void> {
 async function describeGroup(values: { url?: string; data?: string; json?: boolean }, group: string, topic: string | undefined): Promise<void> {
   await withBroker(values, { readOnly: true }, async (b) => {
     const out = [];
-    for (const l of await groupListings(b, group, topic)) out.push({ ...(await b.groupLag(group, l.topic)), members: l.members });
+    for (const l of await groupListings(b, group, topic)) out.push(await b.groupLag(group, l.topic));
     if (values.json) return printJson(out);
     out.forEach((g, i) => {
       if (i > 0) say("");
-      say(`group ${g.group}  topic ${g.topic}  members ${g.members}  lag ${g.totalRecords} records  max ${seconds(g.maxLagMs)} s`);
+      const headroom = g.minHeadroomMs === null ? "unlimited" : `${seconds(g.minHeadroomMs)} s`;
+      say(`group ${g.group}  topic ${g.topic}  generation ${g.generation}  lag ${g.totalRecords} records  max ${seconds(g.maxLagMs)} s  headroom ${headroom}`);
+      const owner = new Map<number, string>();
+      for (const m of g.members) for (const p of m.partitions) owner.set(p, m.memberId);
+      const last = g.recentResets[0];
+      if (last !== undefined) say(`last reset ${new Date(last.at).toISOString()}: ${last.partitions.map((p) => `p${p.partition} ${p.from ?? "none"}→${p.to}`).join(", ")} (${g.recentResets.length} remembered; sluice explain group ${g.group} lists them)`);
+      say(g.members.length === 0 ? "members: none" : `members (${g.members.length}): ${g.members.map((m) => `${m.memberId} [${m.partitions.join(",")}]`).join("  ")}`);
       printTable(
-        ["PARTITION", "COMMITTED", "LOG-START", "HIGH-WATERMARK", "LAG", "LAG-S"],
-        g.partitions.map((p) => [p.partition, p.committedOffset, p.logStartOffset, p.highWatermark, p.lagRecords, seconds(p.lagMs)]),
+        ["PARTITION", "COMMITTED", "LOG-START", "HIGH-WATERMARK", "LAG", "LAG-S", "HEADROOM-S", "OWNER"],
+        g.partitions.map((p) => [p.partition, p.committedOffset, p.logStartOffset, p.highWatermark, p.lagRecords, seconds(p.lagMs), p.headroomMs === null ? "-" : seconds(p.headroomMs), owner.get(p.partition) ?? "-"]),
       );
     });
   });

@@ -36,6 +36,7 @@ import { drainEnqueues, RemoteWorker } from "./queue.js";
 import { RemoteQueue } from "./queue-handle.js";
 import type { Queue, QueueConfig } from "../queues/types.js";
 import { Transport } from "./transport.js";
+import { loadTracing, tracing } from "../observability/tracing.js";
 
 export interface ConnectOptions {
   /** `sluice://host:port` (port defaults to 7070). */
@@ -168,11 +169,18 @@ class RemoteBroker implements Broker {
         return Promise.reject(e);
       }
     }
+    // Tracing off: this one branch (src/observability/tracing.ts).
+    if (tracing !== null) return tracing.publishOne(topic, opts, (o) => this.producer.publishOne(topic, value, o));
     // One object and one promise per record when the topic and producer id are known.
     return this.producer.publishOne(topic, value, opts);
   }
 
-  async publishBatch(topic: string, records: PublishRecord[], opts: PublishBatchOptions = {}): Promise<PublishReceipt[]> {
+  publishBatch(topic: string, records: PublishRecord[], opts: PublishBatchOptions = {}): Promise<PublishReceipt[]> {
+    if (tracing !== null && Array.isArray(records)) return tracing.publishBatch(topic, records, (rs) => this.sendBatch(topic, rs, opts));
+    return this.sendBatch(topic, records, opts);
+  }
+
+  private async sendBatch(topic: string, records: PublishRecord[], opts: PublishBatchOptions): Promise<PublishReceipt[]> {
     // The whole batch is refused when one record is invalid: nothing of it is sent.
     if (this.o.schemas !== undefined && Array.isArray(records)) for (const r of records) this.o.schemas.validate("topic", topic, r?.value, r?.headers);
     if (opts.producerId === undefined) return this.producer.send(topic, records);
@@ -279,6 +287,7 @@ export type RemoteBrokerHandle = Broker & {
 
 export async function connect(opts: ConnectOptions): Promise<RemoteBrokerHandle> {
   const { host, port } = parseUrl(opts.url);
+  await loadTracing(); // once per process: @opentelemetry/api when installed (tracing.ts)
   const transport = new Transport({
     host,
     port,

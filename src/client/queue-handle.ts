@@ -7,6 +7,7 @@
 import type { SchemaRegistry } from "../contracts/schemas.js";
 import { AbortedError, ProtocolError, ValidationError } from "../errors.js";
 import { processWorkerOptions, runProcess } from "../queues/process.js";
+import { tracing } from "../observability/tracing.js";
 import { browseRequest, readableHeaders } from "../queues/results.js";
 import type { ResolvedQueueConfig } from "../queues/config.js";
 import type { BrowsedJob, BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, Queue, QueueConfig, QueueEvent, QueueEvents, QueueEventsOptions, QueueStats, RedriveOptions, RedriveResult, WorkOptions, Worker } from "../queues/types.js";
@@ -51,7 +52,13 @@ export class RemoteQueue<T> implements Queue<T> {
     return r;
   }
 
-  async enqueueBatch(items: EnqueueItem[], opts: { signal?: AbortSignal } = {}): Promise<EnqueueResult[]> {
+  enqueueBatch(items: EnqueueItem[], opts: { signal?: AbortSignal } = {}): Promise<EnqueueResult[]> {
+    // One PRODUCER span per call when tracing is on (src/observability/tracing.ts).
+    if (tracing !== null && Array.isArray(items)) return tracing.enqueue(this.name, items, (its) => this.sendBatch(its, opts));
+    return this.sendBatch(items, opts);
+  }
+
+  private async sendBatch(items: EnqueueItem[], opts: { signal?: AbortSignal }): Promise<EnqueueResult[]> {
     if (!Array.isArray(items)) throw new ValidationError("enqueueBatch needs an array");
     if (opts.signal?.aborted) throw new AbortedError("enqueue aborted before it was sent; nothing was stored", opts.signal.reason);
     if (items.length === 0) return [];
@@ -103,7 +110,7 @@ export class RemoteQueue<T> implements Queue<T> {
       const { work, signal } = processWorkerOptions(opts);
       // Push mode: `prefetch = concurrency` bounds running handlers (the server sends a job only
       // in place of a settled one). Shutdown semantics: src/queues/process.ts (PROC-1).
-      return runProcess(new RemoteWorker<T>(this.transport, this.workers, this.meta(), work), fn, signal);
+      return runProcess(new RemoteWorker<T>(this.transport, this.workers, this.meta(), work), tracing === null ? fn : tracing.jobHandler(this.name, fn), signal);
     } catch (e) {
       return Promise.reject(e);
     }

@@ -15,6 +15,7 @@
  */
 import { AbortedError, ValidationError } from "../errors.js";
 import type { Message } from "../types.js";
+import { tracing } from "../observability/tracing.js";
 import { attemptRecord, classifyFailure, deadLetterRecord, type AttemptRecord, type DeadLetterTopicOptions, type FailureClass } from "./poison.js";
 
 /** What to do with failures by class (poison.ts). Without it: retries, then `onExhausted`. */
@@ -118,7 +119,8 @@ export async function processOrdered<T>(source: AsyncIterable<Message<T>>, handl
 
 /** `processOrdered` with a handle on its paused keys (poison policy). */
 export function orderedProcessor<T>(source: AsyncIterable<Message<T>>, handler: (msg: Message<T>) => unknown, opts: OrderedOptions<T> = {}): OrderedProcessor {
-  const runner = new OrderedRunner(handler, opts);
+  // A CONSUMER span around each handler call when tracing is on (src/observability/tracing.ts).
+  const runner = new OrderedRunner(tracing === null ? handler : tracing.messageHandler(handler), opts);
   return { done: runner.run(source), paused: () => runner.pausedKeys(), resume: (k) => runner.resume(k), skip: (k) => runner.skip(k) };
 }
 

@@ -7,6 +7,7 @@
  */
 import { BrokerClosedError, QueueNotFoundError, ValidationError } from "../errors.js";
 import { systemClock, type Clock } from "../observability/telemetry.js";
+import { tracing } from "../observability/tracing.js";
 import type { EnqueueOutcome, QueueSettings, QueueStore, StoredQueue } from "../store/queue-store.js";
 import { MAX_BATCH_ITEMS, resolveQueueConfig, validateQueueName } from "./config.js";
 import type { EnqueueCallsOutcome, HostQueue, PushWorker, PushWorkerOptions, QueueHostApi, RawEnqueueItem } from "./host-api.js";
@@ -181,7 +182,13 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
     return r;
   }
 
-  async enqueueBatch(items: EnqueueItem[], opts: { signal?: AbortSignal } = {}): Promise<EnqueueResult[]> {
+  enqueueBatch(items: EnqueueItem[], opts: { signal?: AbortSignal } = {}): Promise<EnqueueResult[]> {
+    // One PRODUCER span per call when tracing is on (src/observability/tracing.ts).
+    if (tracing !== null && Array.isArray(items)) return tracing.enqueue(this.name, items, (its) => this.storeBatch(its, opts));
+    return this.storeBatch(items, opts);
+  }
+
+  private async storeBatch(items: EnqueueItem[], opts: { signal?: AbortSignal }): Promise<EnqueueResult[]> {
     if (!Array.isArray(items)) throw new ValidationError("enqueueBatch needs an array");
     if (items.length > MAX_BATCH_ITEMS) throw new ValidationError(`at most ${MAX_BATCH_ITEMS} jobs per batch`);
     // A batch with one invalid job is refused whole, before anything is stored.
@@ -252,7 +259,7 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
   process(fn: (job: Job<T>) => Promise<unknown> | unknown, opts: ProcessOptions = {}): Promise<void> {
     try {
       const { work, signal } = processWorkerOptions(opts);
-      return runProcess(new QueueWorker<T>(this.runtime(), work), fn, signal);
+      return runProcess(new QueueWorker<T>(this.runtime(), work), tracing === null ? fn : tracing.jobHandler(this.name, fn), signal);
     } catch (e) {
       return Promise.reject(e);
     }

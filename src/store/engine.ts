@@ -40,6 +40,17 @@ export interface CommittedOffset {
   replayUntil?: number;
 }
 
+/** One administrative reset of a group on a topic, as the engine remembers it (newest kept). */
+export interface OffsetReset {
+  /** Wall-clock ms of the reset. */
+  at: number;
+  /** Each partition it set: the committed offset before (null: none) and after. */
+  partitions: { partition: number; from: number | null; to: number }[];
+}
+
+/** Resets remembered per group and topic (older ones are forgotten). */
+export const MAX_REMEMBERED_RESETS = 10;
+
 /**
  * The replay mark a partition has after a reset moves it from `prev` to `next` (META-4): the
  * highest position reached before (the previous offset, or an earlier mark if higher) when
@@ -139,6 +150,11 @@ export interface StorageEngine {
    * the moment of the write, so a concurrent commit cannot leave a mark inconsistent with them.
    */
   resetOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void>;
+  /**
+   * The last resets (at most MAX_REMEMBERED_RESETS) of a group on the current incarnation of a
+   * topic, newest first, durable like the offsets. Optional: an engine without it reports none.
+   */
+  recentResets?(group: string, topic: string): Promise<OffsetReset[]>;
   /** Every (group, topic) with committed offsets for the topic's current incarnation. Reads only. */
   listCommittedGroups(): Promise<{ group: string; topic: string }[]>;
 

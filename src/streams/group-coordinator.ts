@@ -19,6 +19,7 @@ export interface GroupMember {
 }
 
 interface GroupState {
+  key: string;
   members: Map<string, GroupMember>;
   owners: Map<number, string>;
   generation: number;
@@ -34,6 +35,8 @@ export function newMemberId(prefix = "member"): string {
 
 export class GroupCoordinator {
   private groups = new Map<string, GroupState>();
+  /** Administrative sections running per group and topic (`exclusive`); rebalances wait for them. */
+  private admin = new Map<string, Promise<void>>();
   /** Last generation of groups that emptied, so a re-formed group never reuses a generation. */
   private lastGeneration = new Map<string, number>();
 
@@ -45,7 +48,7 @@ export class GroupCoordinator {
     const k = this.key(group, topic);
     let g = this.groups.get(k);
     if (!g) {
-      g = { members: new Map(), owners: new Map(), generation: this.lastGeneration.get(k) ?? 0, strategy, partitions, lock: Promise.resolve() };
+      g = { key: k, members: new Map(), owners: new Map(), generation: this.lastGeneration.get(k) ?? 0, strategy, partitions, lock: Promise.resolve() };
       this.groups.set(k, g);
     }
     return g;
@@ -60,6 +63,37 @@ export class GroupCoordinator {
       out.push({ group, topic, members: g.members.size });
     }
     return out;
+  }
+
+  /** The group's members now and the partitions each owns (empty when it has none here). */
+  members(group: string, topic: string): { memberId: string; partitions: number[] }[] {
+    const g = this.groups.get(this.key(group, topic));
+    if (!g) return [];
+    const owned = new Map<string, number[]>([...g.members.keys()].map((id) => [id, []]));
+    for (const [p, owner] of g.owners) owned.get(owner)?.push(p);
+    return [...owned].map(([memberId, partitions]) => ({ memberId, partitions: partitions.sort((a, b) => a - b) }));
+  }
+
+  /**
+   * Runs `fn` with the group's assignments held back (GRP-2): a member that joins while `fn`
+   * runs is assigned its partitions, and so reads its committed offsets, only after `fn` is
+   * done, so it starts from what `fn` wrote (an offset reset), never from what it replaced.
+   * Sections on one group run one at a time.
+   */
+  async exclusive<T>(group: string, topic: string, fn: () => Promise<T>): Promise<T> {
+    const k = this.key(group, topic);
+    const before = this.admin.get(k) ?? Promise.resolve();
+    let release!: () => void;
+    const done = new Promise<void>((r) => (release = r));
+    const mine = before.then(() => done);
+    this.admin.set(k, mine);
+    await before;
+    try {
+      return await fn();
+    } finally {
+      release();
+      if (this.admin.get(k) === mine) this.admin.delete(k);
+    }
   }
 
   hasMembers(group: string, topic: string): boolean {
@@ -127,7 +161,9 @@ export class GroupCoordinator {
         m.assign(added, gen);
       }
     };
-    const r = g.lock.then(run, run);
+    // GRP-2: no assignment while an administrative section (a reset) runs on this group.
+    const gate = (): Promise<void> | undefined => this.admin.get(g.key);
+    const r = g.lock.then(gate, gate).then(run, run);
     g.lock = r.catch(() => {});
     return r;
   }

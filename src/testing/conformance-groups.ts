@@ -23,6 +23,8 @@ export function groupTests(t: DefineTest): void {
   t("graceful drain ends at drainTimeoutMs when the loop never comes back", drainTimeout);
   t("a member that left while its loop held a message does not join again when the loop comes back", noRejoinAfterLeave);
   t("listGroups: groups with commits or members, per topic, with lag; deleted topics' groups are gone", listGroupsTest);
+  t("groupLag: retention headroom per partition, the generation, the members with their partitions, the recent resets", lagHeadroomAndMembers);
+  t("a member joining while a reset runs starts from the reset's offsets, or the reset is refused (GRP-2)", resetRacesJoin);
   t("resetGroup per partition (exact offsets, others untouched, out of range refused); a bounded replay stops at its end offsets", resetPerPartitionAndReplay);
 }
 
@@ -305,4 +307,71 @@ async function listGroupsTest(b: Broker): Promise<void> {
   await sub.close();
   await b.deleteTopic(name);
   assert.ok(!(await b.listGroups()).some((l) => l.topic === name), "a deleted topic's groups are not listed");
+}
+
+async function lagHeadroomAndMembers(b: Broker): Promise<void> {
+  const name = uniq("headroom");
+  const group = uniq("g");
+  const retentionMs = 3_600_000;
+  await b.createTopic(name, { partitions: 2, retentionMs });
+  const t0 = Date.now() - 600_000; // records written "10 minutes ago": 50 minutes of headroom left
+  await b.publishBatch(name, Array.from({ length: 6 }, (_, i) => ({ value: i, partition: i % 2, timestamp: t0 + i })));
+  const idle = await b.groupLag(group, name);
+  assert.equal(idle.generation, 0, "never had members");
+  assert.deepEqual(idle.members, []);
+  const p0 = idle.partitions[0];
+  assert.ok(p0.headroomMs !== null && Math.abs(p0.headroomMs - (t0 + retentionMs - Date.now())) < 60_000, `headroom ~50 min, got ${p0.headroomMs}`);
+  assert.equal(idle.minHeadroomMs, Math.min(...idle.partitions.map((p) => p.headroomMs!)));
+  const sub = b.subscribe<number>(name, { group, start: "earliest" });
+  const got = await take(sub, 6);
+  for (const m of got) void m.commit();
+  await waitUntil(async () => (await b.groupLag(group, name)).totalRecords === 0, "every commit is durable");
+  const live = await b.groupLag(group, name);
+  assert.ok(live.generation >= 1, "a member joined: generation moved");
+  assert.equal(live.members.length, 1);
+  assert.deepEqual(live.members[0].partitions, [0, 1], "the one member owns both partitions");
+  for (const p of live.partitions) assert.equal(p.headroomMs, retentionMs, "caught up: the whole retention period");
+  await sub.close();
+  assert.deepEqual((await b.groupLag(group, name)).members, [], "the member left");
+  assert.deepEqual((await b.groupLag(group, name)).recentResets, [], "no reset yet");
+  await b.resetGroup(group, name, "earliest", { dryRun: true });
+  assert.deepEqual((await b.groupLag(group, name)).recentResets, [], "a dry run is not a reset");
+  await b.resetGroup(group, name, "earliest");
+  const resets = (await b.groupLag(group, name)).recentResets;
+  assert.equal(resets.length, 1);
+  assert.deepEqual(resets[0].partitions, [{ partition: 0, from: 3, to: 0 }, { partition: 1, from: 3, to: 0 }], "each partition's offset before and after");
+  const unlimited = uniq("headroom-inf");
+  await b.createTopic(unlimited, { retentionMs: -1 });
+  await b.publish(unlimited, 1);
+  const inf = await b.groupLag(group, unlimited);
+  assert.equal(inf.partitions[0].headroomMs, null, "no time retention: no headroom figure");
+  assert.equal(inf.minHeadroomMs, null);
+}
+
+async function resetRacesJoin(b: Broker): Promise<void> {
+  for (let round = 0; round < 5; round++) {
+    const name = uniq("reset-race");
+    const group = uniq("g");
+    await b.createTopic(name, { partitions: 2 });
+    await b.publishBatch(name, Array.from({ length: 10 }, (_, i) => ({ value: i, partition: i % 2 })));
+    await b.resetGroup(group, name, "latest"); // everything consumed
+    // The reset and the join race; whichever order they land in, no record may be skipped.
+    const reset = b.resetGroup(group, name, "earliest").then(
+      () => "applied",
+      (e: unknown) => {
+        if (e instanceof GroupActiveError) return "refused";
+        throw e;
+      },
+    );
+    const sub = b.subscribe<number>(name, { group, start: "earliest" });
+    const outcome = await reset;
+    if (outcome === "applied") {
+      const got = await take(sub, 10);
+      assert.deepEqual(got.map((m) => m.value).sort((x, y) => x - y), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], "the member starts from the reset's offsets");
+    } else {
+      await waitUntil(async () => (await b.groupLag(group, name)).members.length === 1, "the member that won holds the group");
+      assert.equal((await b.groupLag(group, name)).partitions.reduce((s, p) => s + (p.committedOffset ?? 0), 0), 10, "refused: offsets unchanged");
+    }
+    await sub.close();
+  }
 }

@@ -6,7 +6,7 @@
  * only through `StorageEngine` (a reach-around would bypass the counts, and any method the
  * interface lacks would not compile here).
  */
-import type { AppendResult, CommittedOffset, EncodedBatches, EngineTopic, PartitionOffsets, PreparedRecord, ProducerInfo, StorageEngine, StoredRecord } from "../store/engine.js";
+import type { AppendResult, CommittedOffset, EncodedBatches, EngineTopic, OffsetReset, PartitionOffsets, PreparedRecord, ProducerInfo, StorageEngine, StoredRecord } from "../store/engine.js";
 import type { TopicConfig, TopicDescription } from "../types.js";
 import type { QueueStore } from "../store/queue-store.js";
 import { CountingQueueStore } from "./counting-queue-store.js";
@@ -100,5 +100,8 @@ export class CountingEngine implements StorageEngine {
   }
   resetOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void> {
     return this.count("resetOffsets", () => this.inner.resetOffsets(group, topic, offsets));
+  }
+  recentResets(group: string, topic: string): Promise<OffsetReset[]> {
+    return this.count("recentResets", () => this.inner.recentResets?.(group, topic) ?? Promise.resolve([]));
   }
 }

@@ -38,6 +38,7 @@ export function defineEngineContract(name: string, factory: () => Promise<Engine
     });
   // Registration order is report order: keep it.
   withEngine("topics: create, list, describe, delete; re-create is a new incarnation", topicIncarnations);
+  withEngine("group offsets: the last resets are remembered, newest first, bounded and durable", resetHistory);
   withEngine("append/read: contiguous offsets, record fields, bounds, durability across reopen", appendAndRead);
   withEngine("readRaw and appendEncoded (the optional encoded capability): whole stored batches as bytes; client batches validated, stored as sent", encodedBatches);
   withEngine("waitFor resolves when data arrives and false on timeout", waitFor);
@@ -182,6 +183,35 @@ async function replayMarks(f: EngineFixture): Promise<void> {
   await e.deleteTopic("t");
   await e.createTopic("t", resolveTopicConfig({ partitions: 3 }));
   assert.deepEqual(await marks(e, "g", "t"), {}, "no resurrected marks");
+  if (e.recentResets) assert.deepEqual(await e.recentResets("g", "t"), [], "no resurrected reset history");
+}
+
+/** Resets are remembered (newest first, bounded, durable, through a compaction of the offsets log); commits are not resets. */
+async function resetHistory(f: EngineFixture): Promise<void> {
+  let e = f.engine;
+  if (!e.recentResets) return; // optional capability
+  await e.createTopic("t", resolveTopicConfig({ partitions: 2 }));
+  for (const p of [0, 1]) await e.append("t", p, Array.from({ length: 20 }, (_, i) => rec(String(i))));
+  await e.commitOffsets("g", "t", new Map([[0, 10]]));
+  const before = Date.now();
+  await e.resetOffsets("g", "t", new Map([[0, 2], [1, 5]]));
+  await e.commitOffsets("g", "t", new Map([[0, 6]]));
+  await e.resetOffsets("g", "t", new Map([[0, 20]]));
+  const want = [
+    { partitions: [{ partition: 0, from: 6, to: 20 }] },
+    { partitions: [{ partition: 0, from: 10, to: 2 }, { partition: 1, from: null, to: 5 }] },
+  ];
+  const strip = (rs: { at: number; partitions: unknown[] }[]) => rs.map((r) => ({ partitions: r.partitions }));
+  const got = await e.recentResets("g", "t");
+  assert.deepEqual(strip(got), want, "newest first, each partition's offset before and after");
+  assert.ok(got.every((r) => r.at >= before - 1000 && r.at <= Date.now() + 1000), "stamped with the time of the reset");
+  e = await f.reopen();
+  assert.deepEqual(strip(await e.recentResets!("g", "t")), want, "durable");
+  for (let i = 0; i < 12; i++) await e.resetOffsets("g", "t", new Map([[1, i]]));
+  const last = await e.recentResets!("g", "t");
+  assert.equal(last.length, 10, "bounded");
+  assert.deepEqual(last[0].partitions, [{ partition: 1, from: 10, to: 11 }]);
+  assert.deepEqual(await e.recentResets!("other", "t"), []);
 }
 
 async function idempotentProducers(f: EngineFixture): Promise<void> {

@@ -25,7 +25,7 @@ import { METRICS } from "../../observability/metrics.js";
 import { PartitionLog } from "../../log/partition-log.js";
 import { HEADER_SIZE, readHeader, type PreparedRecord, type ProducerInfo, type StoredRecord } from "../../log/record-batch.js";
 import type { TopicConfig, TopicDescription } from "../../types.js";
-import type { AppendResult, CommittedOffset, EncodedBatches, EngineTopic, PartitionOffsets, StorageEngine } from "../engine.js";
+import type { AppendResult, CommittedOffset, EncodedBatches, EngineTopic, OffsetReset, PartitionOffsets, StorageEngine } from "../engine.js";
 import { validateName } from "../names.js";
 import { resolveTopicConfig } from "../topic-config.js";
 import { DiskQueueStore } from "./queues/store.js";
@@ -390,6 +390,12 @@ export class DiskEngine implements StorageEngine {
     const t = this.topic(topic);
     const g = this.groups.get(validateName("group", group));
     return g ? g.get(topic, t.topicId) : new Map();
+  }
+
+  async recentResets(group: string, topic: string): Promise<OffsetReset[]> {
+    const t = this.topic(topic);
+    const g = this.groups.get(validateName("group", group));
+    return g ? g.resets(topic, t.topicId) : [];
   }
 
   async listCommittedGroups(): Promise<{ group: string; topic: string }[]> {

@@ -8,11 +8,18 @@ import { join } from "node:path";
 import { readJsonFile, writeFileAtomic, type FileHandle, type FileSystem } from "../../log/io.js";
 import { crc32c } from "../../log/crc32c.js";
 import type { Logger } from "../../observability/telemetry.js";
-import { markAfterCommit, markAfterReset, type CommittedOffset } from "../engine.js";
+import { markAfterCommit, markAfterReset, MAX_REMEMBERED_RESETS, type CommittedOffset, type OffsetReset } from "../engine.js";
+
+interface TopicOffsets {
+  topicId: string;
+  offsets: Record<string, CommittedOffset>;
+  /** The last resets, newest first (absent in files written before resets were remembered). */
+  resets?: OffsetReset[];
+}
 
 interface GroupFile {
   group: string;
-  topics: Record<string, { topicId: string; offsets: Record<string, CommittedOffset> }>;
+  topics: Record<string, TopicOffsets>;
   /** Generation of the offsets log that continues this snapshot (absent: 0). */
   logEpoch?: number;
 }
@@ -41,6 +48,11 @@ function applyCommit(data: GroupFile, r: CommitRecord): void {
   let t = data.topics[r.t];
   if (!t || t.topicId !== r.i) t = data.topics[r.t] = { topicId: r.i, offsets: {} };
   const marks = r.m ? new Map(r.m) : null;
+  // A reset record always carries `m` (possibly empty): remember it with the offsets it replaced.
+  if (marks !== null) {
+    const partitions = r.o.map(([p, o]) => ({ partition: p, from: t.offsets[String(p)]?.offset ?? null, to: o }));
+    t.resets = [{ at: r.c, partitions }, ...(t.resets ?? [])].slice(0, MAX_REMEMBERED_RESETS);
+  }
   for (const [p, o] of r.o) {
     const key = String(p);
     // META-4: a reset names its partitions' marks; a commit keeps a mark until it reaches it.
@@ -153,6 +165,12 @@ export class GroupOffsets {
     if (!t || t.topicId !== topicId) return m;
     for (const [p, o] of Object.entries(t.offsets)) m.set(Number(p), o);
     return m;
+  }
+
+  /** The last resets on this incarnation of `topic`, newest first. */
+  resets(topic: string, topicId: string): OffsetReset[] {
+    const t = this.durable.topics[topic];
+    return t && t.topicId === topicId ? (t.resets ?? []).map((r) => ({ at: r.at, partitions: r.partitions.map((p) => ({ ...p })) })) : [];
   }
 
   /** Resolves once a write that includes these offsets is durable. */
