@@ -153,3 +153,33 @@ test("a position from before the queue was deleted and re-created resumes at the
     cleanup();
   }
 });
+
+test("a page of events is bounded in bytes (large results), and the next page goes on from it", async () => {
+  const { dir, cleanup } = tempDir();
+  const m = await openManager(dir);
+  try {
+    const q = m.queue<number>("big", { resultRetentionMs: 60_000, deadLetter: null });
+    const n = 40;
+    await q.enqueueBatch(Array.from({ length: n }, (_, i) => ({ data: i })));
+    const big = "r".repeat(60 * 1024);
+    let done = 0;
+    const ac = new AbortController();
+    await q.process(() => (++done === n && ac.abort(), big), { concurrency: 4, signal: ac.signal });
+    let from = "earliest";
+    let completed = 0;
+    let pages = 0;
+    for (;;) {
+      const page = await q.readEvents(from, 1000, 0);
+      if (page.events.length === 0) break;
+      pages++;
+      assert.ok(JSON.stringify(page.events).length < 1.5 * 1024 * 1024, `page ${pages}: ${JSON.stringify(page.events).length} bytes`);
+      completed += page.events.filter((e) => e.type === "completed").length;
+      from = page.position;
+    }
+    assert.equal(completed, n);
+    assert.ok(pages >= 2, `${pages} pages`);
+  } finally {
+    await m.close();
+    cleanup();
+  }
+});

@@ -34,6 +34,12 @@ import { deliverAtOf } from "./records.js";
 
 /** Bytes per read of either log. */
 const READ_BYTES = 256 * 1024;
+/**
+ * A page ends once the journal records its events came from (an upper bound of their results,
+ * progress values and errors) reach this, so a page of events with 64 KiB results stays far
+ * below a frame (16 MiB) and a reader's memory stays bounded.
+ */
+const MAX_PAGE_BYTES = 1024 * 1024;
 
 export interface EventSource {
   journal: PartitionLog;
@@ -105,6 +111,10 @@ async function waitForEither(src: EventSource, c: Cursor, ms: number, signal: Ab
 
 class PageReader {
   readonly out: QueueEvent[] = [];
+  /** Bytes the page's events may take (their journal records' sizes, ~100 per enqueued). */
+  private bytes = 0;
+  /** The journal record whose size `bytes` counts already. */
+  private counted = -1;
 
   constructor(
     public src: EventSource,
@@ -122,7 +132,7 @@ class PageReader {
   }
 
   private get full(): boolean {
-    return this.out.length >= this.max;
+    return this.out.length >= this.max || this.bytes >= MAX_PAGE_BYTES;
   }
 
   /** Reads what both logs hold from the cursor, up to `max` events. */
@@ -176,7 +186,11 @@ class PageReader {
         if (this.full) return true;
         this.c.k++;
         const e = journalEvent(ev, r.timestamp);
-        if (e !== null) this.push(e);
+        if (e !== null) {
+          if (this.counted !== r.offset) this.bytes += r.value?.length ?? 0;
+          this.counted = r.offset;
+          this.push(e);
+        }
         if (this.full) return true;
       }
       this.c.j = r.offset + 1;
@@ -215,6 +229,7 @@ class PageReader {
         const delayedUntil = deliverAtOf(r);
         const e = { type: "enqueued", jobId: String(r.offset), at: r.timestamp, key: r.key === null ? null : r.key.toString("utf8") } as QueueEvent & { delayedUntil?: number };
         if (delayedUntil > r.timestamp) e.delayedUntil = delayedUntil;
+        this.bytes += 100 + (r.key?.length ?? 0);
         this.push(e);
       }
     }
