@@ -174,6 +174,7 @@ class PageReader {
       this.gap();
       return true;
     }
+    const start = this.c.j;
     for (const r of recs) {
       if (r.offset < this.c.j) continue;
       const evs = r.value === null ? [] : decodeEvents(r.value);
@@ -196,7 +197,8 @@ class PageReader {
       this.c.j = r.offset + 1;
       this.c.k = 0;
     }
-    return recs.length > 0;
+    // Nothing at or after the cursor (never expected): end the page rather than spin.
+    return this.c.j > start;
   }
 
   /** Reports "enqueued" for the jobs from the cursor through `last` (while there is room). */
