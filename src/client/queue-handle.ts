@@ -10,7 +10,8 @@ import { processWorkerOptions, runProcess } from "../queues/process.js";
 import { tracing } from "../observability/tracing.js";
 import { browseRequest, readableHeaders } from "../queues/results.js";
 import type { ResolvedQueueConfig } from "../queues/config.js";
-import type { BrowsedJob, BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, Queue, QueueConfig, QueueStats, RedriveOptions, RedriveResult, WorkOptions, Worker } from "../queues/types.js";
+import type { BrowsedJob, BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, Queue, QueueConfig, QueueEvent, QueueEvents, QueueEventsOptions, QueueStats, RedriveOptions, RedriveResult, WorkOptions, Worker } from "../queues/types.js";
+import { QueueEventStream } from "../queues/events.js";
 import type { PublishValue } from "../value-types.js";
 import { Op, decodePublishRecords, encodePublishRecords, parseJobJson } from "../wire/index.js";
 import type { Transport } from "./transport.js";
@@ -143,6 +144,17 @@ export class RemoteQueue<T> implements Queue<T> {
     const { valueKind, ...info } = job;
     if (valueKind !== undefined) info.data = decodeJobData(valueKind, f.body) as T;
     return info;
+  }
+
+  /**
+   * QUEUE_EVENTS, one long-poll per page (a read: re-sent after a reconnect, from the same
+   * position, so nothing is lost or repeated); the server keeps nothing between pages.
+   */
+  events(opts?: QueueEventsOptions): QueueEvents {
+    return new QueueEventStream(async (from, max, maxWaitMs, signal) => {
+      const f = await this.transport.request(Op.QueueEvents, { queue: this.name, from, max, maxWaitMs }, null, { retry: true, signal, extraTimeoutMs: maxWaitMs });
+      return { events: (f.meta.events ?? []) as QueueEvent[], position: String(f.meta.position) };
+    }, opts);
   }
 
   /** QUEUE_BROWSE (a read: re-sent after a reconnect; never leases, never creates the queue). */

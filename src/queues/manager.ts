@@ -15,13 +15,14 @@ import type { EnqueueIdentity } from "./idempotence.js";
 import { prepareItem, prepareRaw } from "./prepare.js";
 import { processWorkerOptions, runProcess } from "./process.js";
 import { browseRequest, toBrowsedJob, toJobInfo } from "./results.js";
+import { eventsBounds, QueueEventStream, type EventsPage } from "./events.js";
 import { QueueRuntime } from "./runtime.js";
 import { QueueWorker } from "./worker.js";
 import { TurnYield } from "../turn-yield.js";
 
 /** `stats()` completes without waiting for I/O: a polling loop over it must still yield (turn-yield.ts). */
 const statsYield = new TurnYield();
-import type { BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, QueueConfig, QueueStats, RedriveOptions, RedriveResult, WorkOptions, Worker } from "./types.js";
+import type { BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, QueueConfig, QueueEvents, QueueEventsOptions, QueueStats, RedriveOptions, RedriveResult, WorkOptions, Worker } from "./types.js";
 import type { PublishValue } from "../value-types.js";
 import type { NewJob } from "../store/queue-store.js";
 import type { SchemaRegistry } from "../contracts/schemas.js";
@@ -294,6 +295,16 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
     // A read: QueueNotFoundError for a queue that does not exist, nothing created or leased.
     const page = await (await this.existing()).stored.browse(req);
     return { jobs: page.jobs.map((j) => toBrowsedJob<T>(j)), next: page.next };
+  }
+
+  events(opts?: QueueEventsOptions): QueueEvents {
+    return new QueueEventStream((from, max, maxWaitMs, signal) => this.readEvents(from, max, maxWaitMs, signal), opts);
+  }
+
+  /** One page of events after `from` (a read: QueueNotFoundError for a queue that does not exist). */
+  async readEvents(from: string, max: number, maxWaitMs: number, signal?: AbortSignal): Promise<EventsPage> {
+    const b = eventsBounds(max, maxWaitMs);
+    return (await this.existing()).stored.readEvents({ from, max: b.max, maxWaitMs: b.maxWaitMs, signal });
   }
 
   /** The stored config, defaults filled in (a read: never creates the queue). Topology plans compare it. */

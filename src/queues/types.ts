@@ -164,6 +164,14 @@ export interface Job<T = unknown> {
   nack(opts?: NackOptions): Promise<void>;
   /** Pushes the lease out to `ms` from now. */
   extend(ms: number): Promise<void>;
+  /**
+   * Records the job's progress: a number or a small JSON value (at most `MAX_PROGRESS_BYTES`,
+   * 4 KiB, as JSON; ValidationError beyond, nothing written). Resolves once durable, like
+   * `ack`; LeaseExpiredError with a stale lease. Readable through `queue.getJob(id)` while the
+   * job is not yet completed, and reported to `queue.events()` readers. Each call replaces the
+   * previous value.
+   */
+  progress(value: unknown): Promise<void>;
 }
 
 export interface WorkOptions {
@@ -285,6 +293,8 @@ export interface JobInfo<T = unknown> {
   lastError?: string;
   /** Wall-clock ms of the ack (completed) or of the dead-letter move (dead). */
   completedAt?: number;
+  /** The last `job.progress(value)` of a job not yet completed or dead-lettered. */
+  progress?: unknown;
 }
 
 /** Which jobs `Queue.browse` lists. */
@@ -326,6 +336,49 @@ export interface BrowsePage<T = unknown> {
   next: string | null;
 }
 
+/** Where `Queue.events` starts: `"now"` (default), `"earliest"` retained, or after an event's `position`. */
+export type QueueEventsFrom = "now" | "earliest" | string;
+
+export interface QueueEventsOptions {
+  /**
+   * `"now"` (default): events from the call on. `"earliest"`: from the oldest event the queue
+   * still keeps. An event's `position`: the events after that one. A position older than what
+   * the queue keeps starts at the oldest kept event, after a `gap` event.
+   */
+  from?: QueueEventsFrom;
+  /** Aborting ends the iteration cleanly (no throw). */
+  signal?: AbortSignal;
+}
+
+interface QueueEventBase {
+  /** Pass as `from` to resume after this event. Opaque. */
+  position: string;
+  /** Wall-clock ms the event was stored. */
+  at: number;
+}
+
+/** A job's lifecycle, as `Queue.events` reports it (docs/queues.md, "Lifecycle events"). */
+export type QueueEvent =
+  | (QueueEventBase & { type: "enqueued"; jobId: string; key: string | null; delayedUntil?: number })
+  | (QueueEventBase & { type: "active"; jobId: string; attempt: number; leaseExpiresAt: number })
+  | (QueueEventBase & { type: "progress"; jobId: string; attempt: number; progress: unknown })
+  | (QueueEventBase & { type: "completed"; jobId: string; attempt: number; result?: unknown })
+  | (QueueEventBase & { type: "failed"; jobId: string; attempt: number; errorClass: string; error: string; willRetry: boolean; retryAt?: number })
+  | (QueueEventBase & { type: "stalled"; jobId: string; attempt: number; willRetry: boolean; retryAt?: number })
+  | (QueueEventBase & { type: "released"; jobId: string; attempt: number })
+  | (QueueEventBase & { type: "dead-lettered"; jobId: string })
+  | (QueueEventBase & { type: "removed"; jobId: string })
+  | (QueueEventBase & { type: "purged"; beforeId: string })
+  | (QueueEventBase & { type: "gap" });
+
+export type QueueEventType = QueueEvent["type"];
+
+/** The iterable `Queue.events` returns; `close()` (or `await using`) ends it. */
+export interface QueueEvents extends AsyncIterable<QueueEvent> {
+  close(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
 export interface Queue<T = unknown> {
   readonly name: string;
   enqueue(data: T & PublishValue, opts?: EnqueueOptions): Promise<EnqueueResult>;
@@ -354,4 +407,11 @@ export interface Queue<T = unknown> {
    * entry carries its `deadLetter` record. Pages with `after: page.next`.
    */
   browse(opts?: BrowseOptions): Promise<BrowsePage<T>>;
+  /**
+   * The queue's lifecycle events (enqueued, active, progress, completed, failed, stalled,
+   * dead-lettered, ...) in the order they were stored, read from the queue's durable journal:
+   * a slow reader holds no memory in the broker and never slows workers down. Each event's
+   * `position` resumes after it (`from: position`). `from: "now"` is taken when this is called.
+   */
+  events(opts?: QueueEventsOptions): QueueEvents;
 }

@@ -34,6 +34,7 @@ import type {
   EnqueueResult,
   JobStatus,
   QueueConfig,
+  QueueEvent,
   QueueStats,
   RedriveOptions,
   RedriveResult,
@@ -195,6 +196,26 @@ export interface StoredJobInfo {
   result?: string;
   lastError?: string;
   completedAt?: number;
+  /** The last progress as JSON text (jobs not yet completed or dead-lettered). */
+  progress?: string;
+}
+
+/** What `readEvents` reads (the policy validated and bounded it). */
+export interface StoredEventsRequest {
+  /** `"now"`, `"earliest"`, or a `position` this store issued (ValidationError otherwise). */
+  from: string;
+  /** At most this many events (at least 1). */
+  max: number;
+  /** With no event at `from` yet, wait up to this long for one (0: answer at once). */
+  maxWaitMs: number;
+  signal?: AbortSignal;
+}
+
+export interface StoredEventsPage {
+  /** In the order they were stored; each with the position after it. */
+  events: QueueEvent[];
+  /** Where the next read starts (after the last event, or `from` resolved when there is none). */
+  position: string;
 }
 
 /** What `browse` lists (the policy validated and bounded it). */
@@ -269,6 +290,12 @@ export interface StoredQueue {
   /** Pushes the deadline out to `ms` from now. */
   extend(lease: Lease, ms: number): Promise<void>;
   /**
+   * Records the job's progress (`json`: JSON text the policy validated, at most
+   * MAX_PROGRESS_BYTES); resolves once durable (Q-2), LeaseExpiredError for a stale lease (Q-3).
+   * Kept while the job is live (getJob), dropped when it completes or dead-letters.
+   */
+  progress(lease: Lease, json: string): Promise<void>;
+  /**
    * Gives an unsettled job back, visible at once, without a failure record. `counted` false:
    * it never reached application code, so this delivery is not an attempt. Not awaited: if the
    * record is lost in a crash, the lease simply expires. No-op for a lease that already ended.
@@ -290,6 +317,12 @@ export interface StoredQueue {
    * the engine reads only the records it returns. ValidationError for a cursor it never issued.
    */
   browse(req: StoredBrowseRequest): Promise<StoredBrowsePage>;
+  /**
+   * EVT-1: the queue's lifecycle events from durable storage, in stored order, each with a
+   * position to resume after it; reads only (memory bounded by `max`), and costs the queue
+   * nothing while nobody reads.
+   */
+  readEvents(req: StoredEventsRequest): Promise<StoredEventsPage>;
   /** Durably drops every job enqueued before the call; returns how many. */
   purge(): Promise<number>;
   /** Treats this queue as a dead-letter queue and moves matching entries back (Q-5). */

@@ -20,6 +20,8 @@ import type {
   QueueStore,
   StoredBrowsePage,
   StoredBrowseRequest,
+  StoredEventsPage,
+  StoredEventsRequest,
   StoredJobInfo,
   StoredQueue,
 } from "../store/queue-store.js";
@@ -79,6 +81,12 @@ class CountingStoredQueue implements StoredQueue {
   }
   extend(lease: Lease, ms: number): Promise<void> {
     return this.count("queues.extend", () => this.inner.extend(lease, ms));
+  }
+  progress(lease: Lease, json: string): Promise<void> {
+    return this.count("queues.progress", () => this.inner.progress(lease, json));
+  }
+  readEvents(req: StoredEventsRequest): Promise<StoredEventsPage> {
+    return this.count("queues.readEvents", () => this.inner.readEvents(req));
   }
   release(lease: Lease, counted: boolean): void {
     this.count("queues.release", () => this.inner.release(lease, counted));

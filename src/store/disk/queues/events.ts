@@ -25,6 +25,8 @@ export const enum Ev {
   DEAD = 7,
   /** Every row below `offset` is done. */
   PURGE = 8,
+  /** Progress of a leased job: var = the progress as JSON (MAX_PROGRESS_BYTES). Kept while the job is live. */
+  PROGRESS = 9,
 }
 
 export const EVENT_FIXED_BYTES = 25;

@@ -38,6 +38,8 @@ export interface SnapshotMeta {
   idem?: IdemSnapshot;
   /** Completed and dead-lettered jobs not yet expired (retained.ts; absent in older versions). */
   retained?: RetainedRow[];
+  /** Last progress (JSON text) of live jobs (job.progress; absent when none or in older versions). */
+  progress?: [number, string][];
 }
 
 /** Everything a snapshot holds besides the state (dedupe ids and idempotent requests). */
@@ -48,6 +50,8 @@ export interface SnapshotExtras {
   idem: IdemSnapshot;
   /** Wall-clock ms: retained outcomes expired by then are left out. */
   now: number;
+  /** Last progress of live jobs (JSON text). */
+  progress?: [number, string][];
 }
 
 /** Serialises the state (its floor advanced first). */
@@ -73,6 +77,7 @@ export function encodeSnapshot(st: JobState, x: SnapshotExtras): { body: Buffer;
     counters: { redeliveries: st.redeliveries, retries: st.retries, completed: st.completed, deadLettered: st.deadLettered },
     idem: x.idem,
     ...(st.retained.size > 0 ? { retained: st.retained.rows(x.now) } : {}),
+    ...(x.progress !== undefined && x.progress.length > 0 ? { progress: x.progress } : {}),
   };
   const json = Buffer.from(JSON.stringify(meta), "utf8");
   const head = Buffer.alloc(12);
