@@ -135,7 +135,9 @@ export class EmbeddedBroker implements Broker, BrokerHost {
       }
     }
     // Queues reach storage only through the engine's queue store.
-    b.queues = new QueueManager({ store: b.engine.queues, clock: b.telemetry.clock, schemas: opts.schemas });
+    b.queues = new QueueManager({ store: b.engine.queues, clock: b.telemetry.clock, schemas: opts.schemas, logger: b.logger });
+    // Job schedules run in the process holding the data dir (FS-3), never in network clients.
+    await b.queues.startSchedules();
     const every = opts.retentionCheckIntervalMs ?? 5 * 60_000;
     if (every > 0) {
       b.retentionTimer = setInterval(() => {

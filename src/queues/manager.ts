@@ -6,7 +6,8 @@
  * handles (`EmbeddedQueue`) that open their queue lazily.
  */
 import { BrokerClosedError, QueueNotFoundError, ValidationError } from "../errors.js";
-import { systemClock, type Clock } from "../observability/telemetry.js";
+import { silentLogger, systemClock, type Clock, type Logger } from "../observability/telemetry.js";
+import { Scheduler } from "./schedules/scheduler.js";
 import type { EnqueueOutcome, QueueSettings, QueueStore, StoredQueue } from "../store/queue-store.js";
 import { MAX_BATCH_ITEMS, resolveQueueConfig, validateQueueName } from "./config.js";
 import type { EnqueueCallsOutcome, HostQueue, PushWorker, PushWorkerOptions, QueueHostApi, RawEnqueueItem } from "./host-api.js";
@@ -20,7 +21,7 @@ import { TurnYield } from "../turn-yield.js";
 
 /** `stats()` completes without waiting for I/O: a polling loop over it must still yield (turn-yield.ts). */
 const statsYield = new TurnYield();
-import type { BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, QueueConfig, QueueStats, RedriveOptions, RedriveResult, WorkOptions, Worker } from "./types.js";
+import type { BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, QueueConfig, QueueStats, RedriveOptions, RedriveResult, ScheduleInfo, ScheduleOptions, WorkOptions, Worker } from "./types.js";
 import type { PublishValue } from "../value-types.js";
 import type { NewJob } from "../store/queue-store.js";
 import type { SchemaRegistry } from "../contracts/schemas.js";
@@ -33,6 +34,7 @@ export interface QueueManagerOptions {
   clock?: Clock;
   /** Schemas per queue: enqueues are validated before anything is stored. */
   schemas?: SchemaRegistry;
+  logger?: Logger;
 }
 
 export class QueueManager implements QueueHostApi {
@@ -47,6 +49,25 @@ export class QueueManager implements QueueHostApi {
     this.random = opts.random ?? Math.random;
     this.clock = opts.clock ?? systemClock;
     this.schemas = opts.schemas ?? null;
+    const sched = opts.store.schedules;
+    this.scheduler =
+      sched === undefined
+        ? null
+        : new Scheduler(sched, { enqueueTicks: (q, make) => this.enqueueTicks(q, make) }, this.clock, opts.logger ?? silentLogger);
+  }
+
+  /** @internal The job schedules of every queue (null: the engine keeps none). */
+  readonly scheduler: Scheduler | null;
+
+  /** Loads the stored schedules and starts their timer (openBroker calls it once). */
+  async startSchedules(): Promise<void> {
+    await this.scheduler?.start();
+  }
+
+  /** A schedule's tick jobs, through the queue's store like any enqueue (created when missing). */
+  private async enqueueTicks(queue: string, make: (maxMessageBytes: number, now: number) => NewJob[]): Promise<void> {
+    const rt = await this.runtime(queue, undefined, true);
+    await rt.stored.enqueue(make(rt.settings.maxMessageBytes, rt.now()));
   }
 
   /** @internal Schemas per queue, checked by every enqueue of this process. */
@@ -107,6 +128,13 @@ export class QueueManager implements QueueHostApi {
     return (await this.runtime(name, undefined, true)).stored;
   }
 
+  /** @internal */
+  schedulerOrThrow(): Scheduler {
+    if (this.closed) throw new BrokerClosedError();
+    if (this.scheduler === null) throw new ValidationError("this storage engine keeps no job schedules");
+    return this.scheduler;
+  }
+
   listQueues(): Promise<string[]> {
     return this.store.list();
   }
@@ -118,11 +146,13 @@ export class QueueManager implements QueueHostApi {
     this.runtimes.delete(name);
     (await rt?.catch(() => null))?.detach(new BrokerClosedError(`queue ${name} was deleted`));
     await this.store.delete(name);
+    await this.scheduler?.removeQueue(name);
   }
 
   /** Ends every worker (BrokerClosedError); the engine closes the queues themselves. */
   async close(): Promise<void> {
     if (this.closed) return;
+    await this.scheduler?.close();
     this.closed = true;
     const rts = [...this.runtimes.values()];
     this.runtimes.clear();
@@ -292,6 +322,31 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
   /** The stored config, defaults filled in (a read: never creates the queue). Topology plans compare it. */
   async settings(): Promise<QueueSettings> {
     return structuredClone((await this.existing()).stored.settings);
+  }
+
+  async upsertSchedule(name: string, opts: ScheduleOptions<T & PublishValue>): Promise<ScheduleInfo<T>> {
+    const sched = this.mgr.schedulerOrThrow();
+    // The jobs it will enqueue are checked against the queue's schema now, once.
+    if (this.mgr.schemas !== null) this.mgr.schemas.validate("queue", this.name, opts?.data ?? null, opts?.headers);
+    // A write: the queue is created (as by enqueue), and its maxMessageBytes bounds the jobs.
+    const rt = await this.runtime();
+    return (await sched.upsert(this.name, name, opts, rt.settings.maxMessageBytes)) as ScheduleInfo<T>;
+  }
+
+  async listSchedules(): Promise<ScheduleInfo<T>[]> {
+    return (await this.mgr.schedulerOrThrow().list(this.name)) as ScheduleInfo<T>[];
+  }
+
+  pauseSchedule(name: string): Promise<void> {
+    return this.mgr.schedulerOrThrow().pause(this.name, name);
+  }
+
+  resumeSchedule(name: string): Promise<void> {
+    return this.mgr.schedulerOrThrow().resume(this.name, name);
+  }
+
+  removeSchedule(name: string): Promise<boolean> {
+    return this.mgr.schedulerOrThrow().remove(this.name, name);
   }
 
   /** Waits for background recovery (resumed dead-letter moves / redrive) to finish. Embedded only. */

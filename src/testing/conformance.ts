@@ -29,6 +29,7 @@ import { produceTests } from "./conformance-produce.js";
 import { queueResultTests } from "./conformance-queue-results.js";
 import { queueDeclareTests } from "./conformance-queue-declare.js";
 import { queueBrowseTests } from "./conformance-queue-browse.js";
+import { queueScheduleTests } from "./conformance-queue-schedules.js";
 import { queueTests } from "./conformance-queues.js";
 import { topicTests } from "./conformance-topics.js";
 
@@ -63,4 +64,5 @@ export function defineConformanceSuite(name: string, factory: () => Promise<Conf
   queueResultTests(t);
   queueDeclareTests(t);
   queueBrowseTests(t);
+  queueScheduleTests(t);
 }
