@@ -55,7 +55,16 @@ export class DedupeTable {
   }
 
   get(id: string): DedupeEntry | undefined {
-    return this.map(id).get(id);
+    const e = this.map(id).get(id);
+    if (e !== undefined || !id.startsWith(SCHEDULE_DEDUPE_PREFIX)) return e;
+    // SCHED-2: a schedule's ticks are stored in tick order (the scheduler enqueues them in order
+    // and never re-enqueues a tick older than one stored), so a tick older than the schedule's
+    // latest stored one was stored: answered as a duplicate of that one.
+    const cut = id.lastIndexOf(":");
+    const latest = this.latestTick.get(id.slice(0, cut));
+    if (latest === undefined || Number(latest.slice(cut + 1)) <= Number(id.slice(cut + 1))) return undefined;
+    const le = this.system.get(latest);
+    return le !== undefined && le.wait === null ? le : undefined;
   }
 
   set(id: string, e: DedupeEntry): void {
