@@ -60,13 +60,13 @@ export class QueueManager implements QueueHostApi {
   readonly scheduler: Scheduler | null;
 
   /** Loads the stored schedules and starts their timer (openBroker calls it once). */
-  async startSchedules(): Promise<void> {
-    await this.scheduler?.start();
+  async startSchedules(run = true): Promise<void> {
+    await this.scheduler?.start(run);
   }
 
   /** A schedule's tick jobs, through the queue's store like any enqueue (created when missing). */
   private async enqueueTicks(queue: string, make: (maxMessageBytes: number, now: number) => NewJob[]): Promise<void> {
-    const rt = await this.runtime(queue, undefined, true);
+    const rt = await this.runtime(queue);
     await rt.stored.enqueue(make(rt.settings.maxMessageBytes, rt.now()));
   }
 

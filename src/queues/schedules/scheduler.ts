@@ -58,6 +58,8 @@ export class Scheduler {
   private dirty = false;
   private closed = false;
   private loadError: Error | null = null;
+  /** False: definitions are kept and changed, but no tick fires (a short-lived admin process). */
+  private run = true;
 
   constructor(
     private readonly store: ScheduleStore,
@@ -78,7 +80,8 @@ export class Scheduler {
   }
 
   /** Loads the stored schedules and arms the timer; pending ticks and catch-up run in the first round. */
-  async start(): Promise<void> {
+  async start(run = true): Promise<void> {
+    this.run = run;
     let all: StoredSchedule[];
     try {
       all = await this.store.load();
@@ -227,7 +230,7 @@ export class Scheduler {
 
   /** One timer for the earliest due tick (or retry) of all schedules. */
   private arm(): void {
-    if (this.closed) return;
+    if (this.closed || !this.run) return;
     let at = Infinity;
     for (const e of this.entries.values()) {
       if (e.s.pending.length > 0) at = Math.min(at, e.retryAt);
