@@ -142,11 +142,12 @@ export class QueueManager implements QueueHostApi {
   /** Durably deletes the queue and all its jobs. Open handles re-create it (empty) on next use. */
   async deleteQueue(name: string): Promise<void> {
     validateQueueName(name);
+    // Its schedules first: a tick after the delete would create the queue again.
+    await this.scheduler?.removeQueue(name);
     const rt = this.runtimes.get(name);
     this.runtimes.delete(name);
     (await rt?.catch(() => null))?.detach(new BrokerClosedError(`queue ${name} was deleted`));
     await this.store.delete(name);
-    await this.scheduler?.removeQueue(name);
   }
 
   /** Ends every worker (BrokerClosedError); the engine closes the queues themselves. */
