@@ -19,6 +19,7 @@ export function queueScheduleTests(t: DefineTest): void {
   t("queue schedules: pause stops ticks, resume restarts them, remove ends them; unknown names are NotFoundError", pauseResumeRemove);
   t("queue schedules: an unchanged upsert keeps the schedule; a changed one keeps its last tick", upsertKeeps);
   t("queue schedules: schedules and their last tick survive a restart; no tick is enqueued twice", survivesRestart);
+  t("queue schedules: deleteQueue removes the queue's schedules (no tick re-creates it)", deleteQueueRemoves);
 }
 
 /** Every job of the queue (browse pages), in id order. */
@@ -195,4 +196,19 @@ async function survivesRestart(b0: Broker, kit: { reopen?: () => Promise<Broker>
   await waitUntil(async () => (await q.stats()).depth >= before + 3, "3 more jobs after the restart");
   assertUniqueTicks(await allJobs(q));
   await q.removeSchedule("r");
+}
+
+async function deleteQueueRemoves(b: Broker): Promise<void> {
+  const name = uniq("sched-delete");
+  const q = b.queue(name);
+  await q.upsertSchedule("d", { everyMs: 50 });
+  await waitUntil(async () => (await q.stats()).depth >= 1, "a tick");
+  // Both brokers have it; the Broker interface does not name it.
+  await (b as Broker & { deleteQueue(n: string): Promise<void> }).deleteQueue(name);
+  assert.deepEqual(await b.queue(name).listSchedules(), []);
+  const until = Date.now() + 300;
+  while (Date.now() < until) {
+    assert.ok(!(await b.listQueues()).includes(name), "not re-created by a tick");
+    await new Promise((r) => setTimeout(r, 25));
+  }
 }
