@@ -356,7 +356,7 @@ export interface Queue<T = unknown> extends QueueSchedules<T> {
   browse(opts?: BrowseOptions): Promise<BrowsePage<T>>;
 }
 
-/** What a schedule does about ticks it missed (the broker was down, or ticks more than 1 s overdue). */
+/** What a schedule does about ticks it missed (due while the broker was down, or more than 60 s overdue). */
 export type ScheduleCatchUp = "skip" | "once";
 /** A named schedule of a queue (`Queue.upsertSchedule`): one of `cron` or `everyMs`. */
 export interface ScheduleOptions<D = PublishValue> {

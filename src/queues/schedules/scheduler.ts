@@ -11,9 +11,11 @@
  * once. Only the process holding the data directory runs a scheduler (FS-3: one process per
  * data dir; network clients run none), so there is never a second scheduler on the same state.
  *
- * Missed ticks: a tick more than GRACE_MS overdue when a round runs (the broker was down, or
- * the process stalled) is missed; `catchUp: "skip"` drops missed ticks, `"once"` enqueues one
- * job (the latest missed tick, `sluice-schedule-ticks` = how many it stands for).
+ * Missed ticks: a tick that came due while the broker was down (more than GRACE_MS before this
+ * scheduler started) or that is more than MAX_LATE_MS overdue (a blocked process, enqueues
+ * failing that long) is missed; `catchUp: "skip"` drops missed ticks, `"once"` enqueues one job
+ * (the latest missed tick, `sluice-schedule-ticks` = how many it stands for). Any other due
+ * tick gets its own job, however late the round (a slow disk, a busy event loop).
  */
 import { BrokerClosedError, NotFoundError, StorageError, ValidationError } from "../../errors.js";
 import { silentLogger, systemClock, type Clock, type Logger } from "../../observability/telemetry.js";
@@ -22,8 +24,10 @@ import type { ScheduleStore, StoredSchedule } from "../../store/schedule-store.j
 import type { ScheduleInfo, ScheduleOptions } from "../types.js";
 import { buildSchedule, MAX_SCHEDULES, nextTick, tickJob as tickJobOf, toScheduleInfo, validateScheduleName } from "./spec.js";
 
-/** A tick this much overdue (or more) when its round runs counts as missed. */
+/** A tick due this long (or more) before the scheduler started counts as missed (downtime). */
 export const GRACE_MS = 1000;
+/** A tick this much overdue (or more) counts as missed while running. */
+export const MAX_LATE_MS = 60_000;
 /** Retry delay of a failed tick enqueue or document write. */
 export const RETRY_MS = 1000;
 /** The timer never waits longer than this (setTimeout's range; clock changes are noticed). */
@@ -60,6 +64,8 @@ export class Scheduler {
   private loadError: Error | null = null;
   /** False: definitions are kept and changed, but no tick fires (a short-lived admin process). */
   private run = true;
+  /** When `start` ran: ticks due more than GRACE_MS before it came due while the broker was down. */
+  private startedAt = 0;
 
   constructor(
     private readonly store: ScheduleStore,
@@ -82,6 +88,7 @@ export class Scheduler {
   /** Loads the stored schedules and arms the timer; pending ticks and catch-up run in the first round. */
   async start(run = true): Promise<void> {
     this.run = run;
+    this.startedAt = this.clock.now();
     let all: StoredSchedule[];
     try {
       all = await this.store.load();
@@ -282,7 +289,8 @@ export class Scheduler {
   /** Turns the ticks due at `now` into `pending`: missed ones per `catchUp`, on-time ones one job each. */
   private plan(e: Entry, now: number): boolean {
     const s = e.s;
-    const cutoff = now - GRACE_MS;
+    // Ticks at or before the cutoff are missed: due during the downtime, or very late.
+    const cutoff = Math.max(this.startedAt - GRACE_MS, now - MAX_LATE_MS);
     let missed = 0;
     let lastMissed = 0;
     const onTime: number[] = [];
