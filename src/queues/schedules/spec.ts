@@ -5,7 +5,7 @@
  * it enqueues (with the tick's dedupe id, SCHED-2).
  */
 import { ValidationError } from "../../errors.js";
-import { decodeValue, prepareValue, type ValueKind } from "../../log/record-batch.js";
+import { decodeValue, prepareValue, recordSize, type ValueKind } from "../../log/record-batch.js";
 import { SCHEDULE_DEDUPE_PREFIX, SCHEDULE_HEADERS, type NewJob } from "../../store/queue-store.js";
 import type { StoredSchedule } from "../../store/schedule-store.js";
 import { readableHeaders } from "../results.js";
@@ -125,6 +125,7 @@ export function tickJob(s: StoredSchedule, tick: number, covered: number, maxMes
     [SCHEDULE_HEADERS.ticks, Buffer.from(String(covered), "utf8")],
   ];
   job.record.headers = [...(job.record.headers ?? []), ...own];
+  job.size = recordSize(job.record);
   job.dedupeId = tickDedupeId(s.name, tick);
   return job;
 }
