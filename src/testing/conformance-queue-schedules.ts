@@ -84,6 +84,9 @@ async function validation(b: Broker): Promise<void> {
   assert.equal(list[0].tz, "UTC");
   // Schedules belong to their queue.
   assert.deepEqual(await b.queue(uniq("sched-other")).listSchedules(), []);
+  // A factory may hand out the same broker again: leave nothing ticking.
+  assert.equal(await q.removeSchedule("every"), true);
+  assert.equal(await q.removeSchedule("nightly"), true);
 }
 
 async function ticksEnqueue(b: Broker): Promise<void> {
