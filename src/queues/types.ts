@@ -379,7 +379,7 @@ export interface QueueEvents extends AsyncIterable<QueueEvent> {
   [Symbol.asyncDispose](): Promise<void>;
 }
 
-export interface Queue<T = unknown> {
+export interface Queue<T = unknown> extends QueueSchedules<T> {
   readonly name: string;
   enqueue(data: T & PublishValue, opts?: EnqueueOptions): Promise<EnqueueResult>;
   enqueueBatch(items: EnqueueItem[], opts?: { signal?: AbortSignal }): Promise<EnqueueResult[]>;
@@ -414,4 +414,62 @@ export interface Queue<T = unknown> {
    * `position` resumes after it (`from: position`). `from: "now"` is taken when this is called.
    */
   events(opts?: QueueEventsOptions): QueueEvents;
+}
+
+/** What a schedule does about ticks it missed (due while the broker was down, or more than 60 s overdue). */
+export type ScheduleCatchUp = "skip" | "once";
+/** A named schedule of a queue (`Queue.upsertSchedule`): one of `cron` or `everyMs`. */
+export interface ScheduleOptions<D = PublishValue> {
+  /** Cron expression: 5 fields (minute hour day-of-month month day-of-week) or 6 with leading seconds. */
+  cron?: string;
+  /** Interval in ms (at least 10): ticks at the upsert time + k × everyMs. */
+  everyMs?: number;
+  /** IANA time zone the cron is evaluated in. Default "UTC". */
+  tz?: string;
+  /** The payload of every job this schedule enqueues. Default null. */
+  data?: D;
+  /** Key of the jobs (per-key FIFO). */
+  key?: string | null;
+  /** User headers of the jobs (the jobs also carry `sluice-schedule`, `sluice-schedule-tick`, `sluice-schedule-ticks`). */
+  headers?: Headers;
+  /** Each job becomes visible this long after its tick. Default 0. */
+  delayMs?: number;
+  /** `skip` (default): no job for missed ticks; `once`: one job for all of them. */
+  catchUp?: ScheduleCatchUp;
+}
+/** A schedule as `Queue.listSchedules` reports it. */
+export interface ScheduleInfo<T = unknown> {
+  name: string;
+  cron: string | null;
+  everyMs: number | null;
+  tz: string;
+  catchUp: ScheduleCatchUp;
+  paused: boolean;
+  data: T;
+  key: string | null;
+  headers: Record<string, string | Uint8Array>;
+  delayMs: number;
+  /** The next tick (ms since epoch), null when paused or when the cron never matches again. */
+  nextRunAt: number | null;
+  /** The last tick whose job was stored, null before the first. */
+  lastRunAt: number | null;
+  createdAt: number;
+  updatedAt: number;
+}
+/** Job schedules of a queue (BullMQ job schedulers, pg-boss `schedule`). Part of `Queue<T>`. */
+export interface QueueSchedules<T = unknown> {
+  /**
+   * Creates or replaces the schedule `name`; resolves once it is durable. Each tick enqueues one
+   * job, exactly once per tick across crashes (see docs/queues.md "Schedules"). Replacing keeps
+   * the schedule's last tick (no tick fires twice) and starts counting from now.
+   */
+  upsertSchedule(name: string, opts: ScheduleOptions<T & PublishValue>): Promise<ScheduleInfo<T>>;
+  /** The queue's schedules, by name. */
+  listSchedules(): Promise<ScheduleInfo<T>[]>;
+  /** Stops firing (durable) until `resumeSchedule`; NotFoundError for an unknown name. */
+  pauseSchedule(name: string): Promise<void>;
+  /** Fires again from the next tick after now (ticks while paused are not caught up). */
+  resumeSchedule(name: string): Promise<void>;
+  /** Removes the schedule durably; false when there was none. */
+  removeSchedule(name: string): Promise<boolean>;
 }

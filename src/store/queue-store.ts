@@ -28,6 +28,7 @@
  */
 import { ENVELOPE_HEADERS } from "../contracts/envelope.js";
 import type { PreparedRecord, ValueKind } from "../log/record-batch.js";
+import type { ScheduleStore } from "./schedule-store.js";
 import type {
   AttemptRecord,
   DeadLetterInfo,
@@ -48,10 +49,20 @@ export const RESERVED_HEADER_PREFIX = "sluice-";
 /** The envelope's headers (src/contracts/envelope.ts) are the application's, not the engine's. */
 const ENVELOPE_HEADER_NAMES: ReadonlySet<string> = new Set(Object.values(ENVELOPE_HEADERS));
 
+/** Headers of scheduled jobs (src/queues/schedules/): the schedule, its tick (ms) and how many ticks the job stands for. */
+export const SCHEDULE_HEADERS = { schedule: "sluice-schedule", tick: "sluice-schedule-tick", ticks: "sluice-schedule-ticks" } as const;
+const SCHEDULE_HEADER_NAMES: ReadonlySet<string> = new Set(Object.values(SCHEDULE_HEADERS));
+
 /** A header name of the engine's own (refused in user input, not handed back to users). */
 export function isSystemHeader(name: string): boolean {
-  return name.startsWith(RESERVED_HEADER_PREFIX) && !ENVELOPE_HEADER_NAMES.has(name);
+  return name.startsWith(RESERVED_HEADER_PREFIX) && !ENVELOPE_HEADER_NAMES.has(name) && !SCHEDULE_HEADER_NAMES.has(name);
 }
+/**
+ * Dedupe ids of schedule ticks: `sys:sch:<schedule>:<tickMs>`. An engine remembers at least
+ * the latest such id per schedule for the system window (7 days) even with `dedupeWindowMs` 0
+ * (SCHED-2), and may forget older ticks of the same schedule (ticks only move forward).
+ */
+export const SCHEDULE_DEDUPE_PREFIX = "sys:sch:";
 /** Dedupe ids starting with this are the broker's own (dead-letter moves, redrives: 7-day window). */
 export const SYSTEM_DEDUPE_PREFIX = "sys:";
 
@@ -358,4 +369,6 @@ export interface QueueStore {
    * incarnation.
    */
   delete(name: string): Promise<void>;
+  /** Job schedules (src/store/schedule-store.ts); an engine without them refuses schedule calls. */
+  readonly schedules?: ScheduleStore;
 }

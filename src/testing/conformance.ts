@@ -30,6 +30,7 @@ import { queueResultTests } from "./conformance-queue-results.js";
 import { queueDeclareTests } from "./conformance-queue-declare.js";
 import { queueBrowseTests } from "./conformance-queue-browse.js";
 import { queueEventTests } from "./conformance-queue-events.js";
+import { queueScheduleTests } from "./conformance-queue-schedules.js";
 import { queueTests } from "./conformance-queues.js";
 import { topicTests } from "./conformance-topics.js";
 
@@ -65,4 +66,5 @@ export function defineConformanceSuite(name: string, factory: () => Promise<Conf
   queueDeclareTests(t);
   queueBrowseTests(t);
   queueEventTests(t);
+  queueScheduleTests(t);
 }

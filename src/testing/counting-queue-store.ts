@@ -25,6 +25,7 @@ import type {
   StoredJobInfo,
   StoredQueue,
 } from "../store/queue-store.js";
+import type { ScheduleStore } from "../store/schedule-store.js";
 
 type Counter = <R>(name: string, fn: () => R) => R;
 
@@ -47,6 +48,14 @@ export class CountingQueueStore implements QueueStore {
   }
   delete(name: string): Promise<void> {
     return this.count("queues.delete", () => this.inner.delete(name));
+  }
+  get schedules(): ScheduleStore | undefined {
+    const s = this.inner.schedules;
+    if (s === undefined) return undefined;
+    return {
+      load: () => this.count("queues.schedules.load", () => s.load()),
+      save: (all) => this.count("queues.schedules.save", () => s.save(all)),
+    };
   }
 }
 

@@ -217,6 +217,14 @@ export const OPS = {
     request: "{queue, from, max?, maxWaitMs?}",
     response: "{events: [QueueEvent], position}",
   },
+  QueueSchedule: {
+    code: 90,
+    wireName: "QUEUE_SCHEDULE",
+    kind: "request",
+    retry: true,
+    request: "{queue, action: upsert|list|pause|resume|remove, name?, opts?} (+ one publish record: data, headers, for upsert)",
+    response: "{schedules: [ScheduleInfo without data, headers]} + publish records (data, headers) | {removed} | {}",
+  },
 } as const satisfies Record<string, OpSpec>;
 
 export type OpName = keyof typeof OPS;
