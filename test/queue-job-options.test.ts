@@ -173,3 +173,27 @@ test("a retried idempotent request with singleton, throttle and debounce jobs ge
     t.cleanup();
   }
 });
+
+test("an enqueue refused for room (QueueFullError) takes no singleton key and leaves the job it would replace waiting", async () => {
+  const t = tempDir();
+  try {
+    const m = await open(t.dir);
+    try {
+      const q = m.queue<string>("full", { maxDepth: 1 });
+      const d1 = await q.enqueue("d1", { singletonKey: "d", singletonMode: "debounce" });
+      // Replacing needs room for the new job first: refused, d1 stays.
+      await assert.rejects(q.enqueue("d2", { singletonKey: "d", singletonMode: "debounce" }), (e: unknown) => (e as { code?: string }).code === "QUEUE_FULL");
+      assert.equal((await q.getJob(d1.id))?.state, "waiting", "the job it would have replaced waits again");
+      await assert.rejects(q.enqueue("s1", { singletonKey: "s" }), (e: unknown) => (e as { code?: string }).code === "QUEUE_FULL");
+      assert.deepEqual(await drain(m, "full", 1), ["d1"]);
+      const s = await q.enqueue("s2", { singletonKey: "s" });
+      assert.equal(s.duplicate, false, "the refused enqueue did not take the key");
+      const d3 = await q.enqueue("d3", { singletonKey: "d", singletonMode: "debounce" }).catch((e: unknown) => e);
+      assert.equal((d3 as { code?: string }).code, "QUEUE_FULL");
+    } finally {
+      await m.close();
+    }
+  } finally {
+    t.cleanup();
+  }
+});
