@@ -5,7 +5,7 @@
  */
 import { ValidationError } from "../errors.js";
 import { handledRejection } from "../queues/job.js";
-import { encodeResult } from "../queues/results.js";
+import { encodeProgress, encodeResult } from "../queues/results.js";
 import type { DeadLetterInfo, Job, NackOptions } from "../queues/types.js";
 import { parseJobJson } from "../wire/queue.js";
 
@@ -28,6 +28,8 @@ export interface JobSettler<T> {
   /** Whether the queue keeps acks' results (else a result is dropped, as embedded). */
   readonly keepsResults: boolean;
   settle(job: RemoteJob<T>, action: SettleAction, arg: Record<string, unknown>): Promise<void>;
+  /** Sends a progress value (JSON text, checked) of a job it holds (QUEUE_PROGRESS). */
+  progress(job: RemoteJob<T>, json: string): Promise<void>;
 }
 
 export class RemoteJob<T> implements Job<T> {
@@ -120,6 +122,16 @@ export class RemoteJob<T> implements Job<T> {
       arg.errorMessage = e instanceof Error ? String(e.message) : String(opts.error);
     }
     return this.worker.settle(this, "nack", arg);
+  }
+  progress(value: unknown): Promise<void> {
+    let json: string;
+    try {
+      // Checked here, before anything is sent, as embedded.
+      json = encodeProgress(value);
+    } catch (e) {
+      return handledRejection(e);
+    }
+    return this.worker.progress(this, json);
   }
   extend(ms: number): Promise<void> {
     if (!Number.isFinite(ms) || ms <= 0) return Promise.reject(new ValidationError("extend(ms) needs a positive number of milliseconds"));

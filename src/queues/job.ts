@@ -15,6 +15,7 @@ export interface JobOwner {
   ack(job: LeasedJob<unknown>, result: unknown): Promise<void>;
   nack(job: LeasedJob<unknown>, opts: NackOptions): Promise<void>;
   extend(job: LeasedJob<unknown>, ms: number): Promise<void>;
+  progress(job: LeasedJob<unknown>, value: unknown): Promise<void>;
   /** Gives the job back without a failure record (`counted` false: not an attempt). */
   release(job: LeasedJob<unknown>, counted: boolean): void;
   restartLease(job: LeasedJob<unknown>): void;
@@ -138,6 +139,13 @@ export class LeasedJob<T> implements DeliveredJob {
   extend(ms: number): Promise<void> {
     try {
       return this.owner.extend(this, ms);
+    } catch (e) {
+      return handledRejection(e);
+    }
+  }
+  progress(value: unknown): Promise<void> {
+    try {
+      return this.owner.progress(this, value);
     } catch (e) {
       return handledRejection(e);
     }

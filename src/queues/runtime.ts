@@ -11,7 +11,7 @@ import type { GrantedJob, GrantRequest, LeaseConsumer, QueueListener, QueueSetti
 import { retryDelayMs } from "./backoff.js";
 import { MAX_DELAY_MS, MAX_ERROR_CHARS, MAX_LEASE_MS } from "./config.js";
 import type { LeasedJob } from "./job.js";
-import { encodeResult } from "./results.js";
+import { encodeProgress, encodeResult } from "./results.js";
 
 /** Settlements since the last grant round that make it worth granting before a journal write. */
 const EARLY_GRANT_MIN = 4;
@@ -174,6 +174,11 @@ export class QueueRuntime implements QueueListener {
     if (opts.requeue === false || job.attempt >= this.settings.maxAttempts) return this.stored.deadLetter(job.lease, failure);
     const delay = opts.delayMs ?? retryDelayMs(this.settings.backoff, job.attempt, this.random);
     return this.stored.retry(job.lease, now + delay, failure);
+  }
+
+  /** Progress of a leased job: checked (JSON, MAX_PROGRESS_BYTES) before anything is written. */
+  progress(job: LeasedJob<unknown>, value: unknown): Promise<void> {
+    return this.stored.progress(job.lease, encodeProgress(value));
   }
 
   extend(job: LeasedJob<unknown>, ms: number): Promise<void> {

@@ -29,6 +29,8 @@ export const enum Ev {
   DEAD = 7,
   /** Every row below `offset` is done. */
   PURGE = 8,
+  /** Progress of a leased job: var = the progress as JSON (MAX_PROGRESS_BYTES). Kept while the job is live. */
+  PROGRESS = 9,
 }
 
 /** Why a job left the queue without a copy (the var of a DEAD event). */
