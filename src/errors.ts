@@ -153,6 +153,21 @@ export class GroupActiveError extends ConflictError {
   }
 }
 
+/** `queue.remove(id)` of a job leased to a worker (active): nothing changed. */
+export class JobActiveError extends ConflictError {
+  static override readonly spec = spec("JOB_ACTIVE", false, 409, "broker", (d) => new JobActiveError(str(d.queue), str(d.id)));
+  readonly queue: string;
+  readonly id: string;
+  constructor(queue: string, id: string) {
+    super(`job ${id} of queue ${JSON.stringify(queue)} is active (leased to a worker) and cannot be removed; settle it through its worker`);
+    this.queue = queue;
+    this.id = id;
+  }
+  override wireDetails(): WireDetails {
+    return { queue: this.queue, id: this.id };
+  }
+}
+
 export class RecordTooLargeError extends RegisteredError {
   static override readonly spec = spec("RECORD_TOO_LARGE", false, 400, "broker", (d) => new RecordTooLargeError(num(d.sizeBytes), num(d.maxBytes)));
   readonly sizeBytes: number;
@@ -464,6 +479,7 @@ export const errors = {
   ConflictError,
   TopicExistsError,
   GroupActiveError,
+  JobActiveError,
   RecordTooLargeError,
   OffsetOutOfRangeError,
   CorruptRecordError,

@@ -274,6 +274,20 @@ const SCENARIOS: Record<string, Scenario> = {
     },
     why: "HTTP has no workers",
   },
+  JOB_ACTIVE: {
+    api: async (b) => {
+      const q = b.queue<string>(uniq("remove-active"));
+      const { id } = await q.enqueue("x");
+      const w = q.work({ prefetch: 1 });
+      await nextJob(w);
+      try {
+        return await q.remove(id);
+      } finally {
+        await w.close();
+      }
+    },
+    why: "an active job needs a worker, which HTTP has not",
+  },
   QUEUE_FULL: {
     api: async (b) => {
       const q = b.queue<string>("full-queue", { maxDepth: 1 });

@@ -27,6 +27,38 @@ function decodeJobData(kind: number, body: Buffer | null): unknown {
   throw new ProtocolError(`unknown value kind ${kind}`);
 }
 
+/** Whether a job has options that travel in QUEUE_ENQUEUE's `opts`. */
+function hasItemOptions(it: EnqueueItem): boolean {
+  return (
+    it.key !== undefined ||
+    it.delayMs !== undefined ||
+    it.deliverAt !== undefined ||
+    it.dedupeId !== undefined ||
+    it.priority !== undefined ||
+    it.expireInMs !== undefined ||
+    it.expiresAt !== undefined ||
+    it.singletonKey !== undefined ||
+    it.singletonMode !== undefined ||
+    it.singletonWindowMs !== undefined
+  );
+}
+
+/** A job's options as JSON (absent ones are left out by JSON). */
+function wireItemOptions(it: EnqueueItem): Record<string, unknown> {
+  return {
+    key: it.key,
+    delayMs: it.delayMs,
+    deliverAt: it.deliverAt instanceof Date ? it.deliverAt.getTime() : it.deliverAt,
+    dedupeId: it.dedupeId,
+    priority: it.priority,
+    expireInMs: it.expireInMs,
+    expiresAt: it.expiresAt instanceof Date ? it.expiresAt.getTime() : it.expiresAt,
+    singletonKey: it.singletonKey,
+    singletonMode: it.singletonMode,
+    singletonWindowMs: it.singletonWindowMs,
+  };
+}
+
 export class RemoteQueue<T> implements Queue<T> {
   constructor(
     private readonly transport: Transport,
@@ -72,14 +104,7 @@ export class RemoteQueue<T> implements Queue<T> {
       // Encoded now: a value that cannot be encoded fails this call alone, before it shares a request.
       body = encodePublishRecords(items.map((it) => ({ value: it.data, headers: it.headers })));
       // Per-job options travel as JSON, and only when some job has any.
-      if (items.some((it) => it.key !== undefined || it.delayMs !== undefined || it.deliverAt !== undefined || it.dedupeId !== undefined)) {
-        itemOpts = items.map((it) => ({
-          key: it.key,
-          delayMs: it.delayMs,
-          deliverAt: it.deliverAt instanceof Date ? it.deliverAt.getTime() : it.deliverAt,
-          dedupeId: it.dedupeId,
-        }));
-      }
+      if (items.some(hasItemOptions)) itemOpts = items.map(wireItemOptions);
     } catch (e) {
       enq.abandon(items.length);
       throw e;
@@ -133,6 +158,11 @@ export class RemoteQueue<T> implements Queue<T> {
   }
   redrive(opts: RedriveOptions = {}): Promise<RedriveResult> {
     return this.admin("redrive", "result", opts);
+  }
+  /** QUEUE_ADMIN `remove` (not re-sent after a reconnect: a second try would answer false). */
+  async remove(id: string): Promise<boolean> {
+    if (typeof id !== "string") throw new ValidationError("remove(id) needs the job's id (a string)");
+    return (await this.admin<boolean>("remove", "removed", { id })) === true;
   }
 
   /** QUEUE_GET_JOB (a read: re-sent after a reconnect; never creates the queue). */

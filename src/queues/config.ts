@@ -22,6 +22,10 @@ export const DEFAULT_PROCESS_CONCURRENCY = 1;
 export const MAX_ATTEMPTS_LIMIT = 1000;
 export const MAX_KEY_BYTES = 1024;
 export const MAX_DEDUPE_ID_BYTES = 256;
+/** Highest job priority (`EnqueueOptions.priority`: 0 .. MAX_PRIORITY, higher first). */
+export const MAX_PRIORITY = 9;
+/** Longest `singletonWindowMs`: 30 days. */
+export const MAX_SINGLETON_WINDOW_MS = 30 * 86_400_000;
 export const MAX_HEADERS = 64;
 /** Jobs per enqueueBatch (also per network enqueue request). */
 export const MAX_BATCH_ITEMS = 10_000;
@@ -106,6 +110,8 @@ export function resolveQueueConfig(name: string, c: QueueConfig = {}): ResolvedQ
     deadLetter = c.deadLetter;
   }
   if (deadLetter === name) throw new ValidationError(`queue ${name} cannot be its own dead-letter queue`);
+  const onExpire = c.onExpire ?? "dead-letter";
+  if (onExpire !== "dead-letter" && onExpire !== "drop") throw new ValidationError(`onExpire must be "dead-letter" or "drop"`);
   const redact = c.redactHeaders ?? [];
   if (!Array.isArray(redact) || redact.length > MAX_REDACT_HEADERS || redact.some((h) => typeof h !== "string"))
     throw new ValidationError(`redactHeaders must be an array of at most ${MAX_REDACT_HEADERS} header names`);
@@ -127,6 +133,7 @@ export function resolveQueueConfig(name: string, c: QueueConfig = {}): ResolvedQ
     maxInFlight: intOption(c.maxInFlight, "maxInFlight", 1, 10_000_000, 100_000),
     segmentBytes: intOption(c.segmentBytes, "segmentBytes", 16 * 1024, 1024 ** 3, 64 * 1024 * 1024),
     resultRetentionMs: strictInt(c.resultRetentionMs, "resultRetentionMs", 0, MAX_RESULT_RETENTION_MS, 0),
+    onExpire,
   };
 }
 

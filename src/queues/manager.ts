@@ -306,6 +306,11 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
     return (await this.existing()).stored.purge();
   }
 
+  async remove(id: string): Promise<boolean> {
+    if (typeof id !== "string") throw new ValidationError("remove(id) needs the job's id (a string)");
+    return (await this.existing()).stored.remove(id);
+  }
+
   async redrive(opts: RedriveOptions = {}): Promise<RedriveResult> {
     if (opts.target !== undefined) validateQueueName(opts.target);
     // Targets are opened by the engine through `peer` (created implicitly when missing).

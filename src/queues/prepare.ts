@@ -6,8 +6,8 @@
  */
 import { RecordTooLargeError, ValidationError } from "../errors.js";
 import { prepareValue, recordSize, type PreparedRecord, type ValueKind } from "../log/record-batch.js";
-import { isSystemHeader, RESERVED_HEADER_PREFIX, SYSTEM_DEDUPE_PREFIX, type NewJob } from "../store/queue-store.js";
-import { MAX_DEDUPE_ID_BYTES, MAX_DELAY_MS, MAX_HEADERS, MAX_KEY_BYTES } from "./config.js";
+import { isSystemHeader, RESERVED_HEADER_PREFIX, SYSTEM_DEDUPE_PREFIX, type NewJob, type SingletonSpec } from "../store/queue-store.js";
+import { MAX_DEDUPE_ID_BYTES, MAX_DELAY_MS, MAX_HEADERS, MAX_KEY_BYTES, MAX_PRIORITY, MAX_SINGLETON_WINDOW_MS } from "./config.js";
 import type { EnqueueItem } from "./types.js";
 
 
@@ -52,7 +52,46 @@ export function prepareRaw(value: Buffer | null, valueKind: ValueKind, item: Enq
   // The size as the storage format measures a record (what maxMessageBytes bounds).
   const size = recordSize(record);
   if (size > maxMessageBytes) throw new RecordTooLargeError(size, maxMessageBytes);
-  return { record, key, deliverAt, dedupeId, size, origin: null };
+  const job: NewJob = { record, key, deliverAt, dedupeId, size, origin: null, priority: 0, expiresAt: 0, singleton: null };
+  // Most jobs set none of these: one check for all of them.
+  if (item.priority !== undefined || item.expireInMs !== undefined || item.expiresAt !== undefined || item.singletonKey !== undefined || item.singletonMode !== undefined || item.singletonWindowMs !== undefined)
+    jobOptions(job, item, now);
+  return job;
+}
+
+/** Priority, expiry and singleton key of a job (validated; docs on `EnqueueOptions`). */
+function jobOptions(job: NewJob, item: EnqueueItemOptions, now: number): void {
+  if (item.priority !== undefined && item.priority !== null) {
+    if (!Number.isInteger(item.priority) || item.priority < 0 || item.priority > MAX_PRIORITY)
+      throw new ValidationError(`priority must be an integer in [0, ${MAX_PRIORITY}] (higher first)`);
+    job.priority = item.priority;
+  }
+  if (item.expireInMs !== undefined && item.expiresAt !== undefined) throw new ValidationError("use expireInMs or expiresAt, not both");
+  if (item.expireInMs !== undefined) {
+    if (typeof item.expireInMs !== "number" || !Number.isFinite(item.expireInMs) || item.expireInMs <= 0 || item.expireInMs > MAX_DELAY_MS)
+      throw new ValidationError("expireInMs must be a number in (0, 1 year]");
+    job.expiresAt = now + item.expireInMs;
+  } else if (item.expiresAt !== undefined) {
+    const t = item.expiresAt instanceof Date ? item.expiresAt.getTime() : item.expiresAt;
+    if (typeof t !== "number" || !Number.isFinite(t) || t <= 0 || t > now + MAX_DELAY_MS) throw new ValidationError("expiresAt must be a time within a year");
+    job.expiresAt = t;
+  }
+  if (item.singletonKey === undefined) {
+    if (item.singletonMode !== undefined || item.singletonWindowMs !== undefined) throw new ValidationError("singletonMode and singletonWindowMs need a singletonKey");
+    return;
+  }
+  const key = item.singletonKey;
+  if (typeof key !== "string" || key.length === 0 || Buffer.byteLength(key) > MAX_DEDUPE_ID_BYTES)
+    throw new ValidationError(`singletonKey must be a non-empty string of at most ${MAX_DEDUPE_ID_BYTES} bytes`);
+  const mode = item.singletonMode ?? "singleton";
+  if (mode !== "singleton" && mode !== "debounce" && mode !== "throttle") throw new ValidationError(`singletonMode must be "singleton", "debounce" or "throttle"`);
+  const w = item.singletonWindowMs ?? 0;
+  if (typeof w !== "number" || !Number.isFinite(w) || w < 0 || w > MAX_SINGLETON_WINDOW_MS) throw new ValidationError("singletonWindowMs must be a number in [0, 30 days]");
+  if (mode === "throttle" && w <= 0) throw new ValidationError(`singletonMode "throttle" needs singletonWindowMs > 0`);
+  const singleton: SingletonSpec = { key, mode, windowMs: w };
+  job.singleton = singleton;
+  // Debounce: the job waits out its quiet period (a later enqueue replaces it meanwhile).
+  if (mode === "debounce" && w > 0) job.deliverAt = Math.max(job.deliverAt, now + w);
 }
 
 function prepareHeaders(h: EnqueueItem["headers"]): [string, Buffer][] | null {

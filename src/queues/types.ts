@@ -57,6 +57,12 @@ export interface QueueConfig {
    * Default 0: nothing is kept (results are ignored). At most 30 days.
    */
   resultRetentionMs?: number;
+  /**
+   * What happens to a job whose `expireInMs` / `expiresAt` passed before it was started:
+   * `dead-letter` (default: moved to the dead-letter queue with error class `JobExpiredError`,
+   * or dropped when `deadLetter` is null) or `drop` (removed).
+   */
+  onExpire?: "dead-letter" | "drop";
 }
 
 export interface EnqueueOptions {
@@ -70,6 +76,42 @@ export interface EnqueueOptions {
   dedupeId?: string;
   /** User headers. Names starting with `sluice-` are reserved. */
   headers?: Headers;
+  /**
+   * Priority 0 .. 9 (`MAX_PRIORITY`); higher is served first, FIFO within a priority. Default 0
+   * (the lowest). Strict: a waiting job of a higher priority always goes first, so a steady
+   * stream of high-priority jobs starves lower ones. Per-key FIFO wins: jobs sharing a `key`
+   * run in enqueue order whatever their priorities (only a key's first waiting job competes,
+   * with its own priority). Retries keep the job's priority.
+   */
+  priority?: number;
+  /**
+   * The job must be started (handed to a worker) within this many ms of the enqueue; if not, it
+   * is dead-lettered (error class `JobExpiredError`) or dropped, per the queue's `onExpire`.
+   * Exclusive with `expiresAt`. Once started, the job no longer expires.
+   */
+  expireInMs?: number;
+  /** As `expireInMs`, an absolute time (ms since epoch or Date). */
+  expiresAt?: number | Date;
+  /**
+   * A key that limits how many jobs of it the queue holds, per `singletonMode` (keys are
+   * separate per mode). At most 256 bytes.
+   */
+  singletonKey?: string;
+  /**
+   * With `singletonKey` (default `"singleton"`):
+   * - `singleton`: at most one waiting-or-active job per key; another enqueue stores nothing
+   *   and returns the existing job's id with `duplicate: true`. The key is free again once the
+   *   job completes, is dead-lettered or removed.
+   * - `debounce`: at most one waiting job per key; another enqueue stores the new job and
+   *   removes the waiting one (the result's `replaced` names it). A job already active is not
+   *   touched: the new one waits behind it. With `singletonWindowMs`, each job waits that long
+   *   (a quiet period: a burst of enqueues ends as one job with the last data).
+   * - `throttle`: one job per key per `singletonWindowMs`, counted from the first; enqueues
+   *   within the window store nothing and return the first job's id with `duplicate: true`.
+   */
+  singletonMode?: "singleton" | "debounce" | "throttle";
+  /** The window of `throttle` (required, > 0) and the quiet period of `debounce` (default 0). At most 30 days. */
+  singletonWindowMs?: number;
   /** Aborts a blocked enqueue (overflow: block). */
   signal?: AbortSignal;
 }
@@ -81,8 +123,14 @@ export interface EnqueueItem extends Omit<EnqueueOptions, "signal"> {
 export interface EnqueueResult {
   /** Stable job id (unique within this incarnation of the queue). */
   id: string;
-  /** True when a dedupeId matched: `id` is the original job's id and nothing was stored. */
+  /**
+   * True when nothing was stored: a `dedupeId` matched, a `singleton` or `throttle` key was
+   * taken, or a later job of the same batch replaced this one (`debounce`); `id` is the job that
+   * holds it.
+   */
   duplicate: boolean;
+  /** `debounce`: the id of the waiting job this enqueue replaced (removed), when there was one. */
+  replaced?: string;
 }
 
 export interface AttemptRecord {
@@ -367,7 +415,12 @@ export type QueueEvent =
   | (QueueEventBase & { type: "stalled"; jobId: string; attempt: number; willRetry: boolean; retryAt?: number })
   | (QueueEventBase & { type: "released"; jobId: string; attempt: number })
   | (QueueEventBase & { type: "dead-lettered"; jobId: string })
-  | (QueueEventBase & { type: "removed"; jobId: string })
+  | (QueueEventBase & {
+      type: "removed";
+      jobId: string;
+      /** `removed` (`queue.remove(id)`), `replaced` (by a debounce enqueue), `expired` (`onExpire: "drop"`); absent: redriven out of a dead-letter queue. */
+      reason?: "removed" | "replaced" | "expired";
+    })
   | (QueueEventBase & { type: "purged"; beforeId: string })
   | (QueueEventBase & { type: "gap" });
 
@@ -393,6 +446,13 @@ export interface Queue<T = unknown> extends QueueSchedules<T> {
   stats(): Promise<QueueStats>;
   /** Durably drops every job enqueued before this call (waiting, delayed, in flight). Returns how many. */
   purge(): Promise<number>;
+  /**
+   * Durably removes one waiting, delayed (or key-blocked) job. True once removed; false when the
+   * queue holds no such job (unknown id, already completed, dead-lettered or removed, or being
+   * dead-lettered). A job leased to a worker (active) is not removed: JobActiveError (code
+   * `JOB_ACTIVE`), and nothing changes. QueueNotFoundError when the queue does not exist.
+   */
+  remove(id: string): Promise<boolean>;
   /** Treats this queue as a dead-letter queue and moves matching entries back. Resumable after a crash. */
   redrive(opts?: RedriveOptions): Promise<RedriveResult>;
   /**

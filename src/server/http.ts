@@ -13,7 +13,7 @@ import type { BrokerHost } from "../broker/host.js";
 import type { ConsumedRecord, PublishRecord, PublishValue, ResetTarget, TopicAlteration } from "../types.js";
 import { errorToWire } from "../wire/index.js";
 import { DEFAULT_BROWSE_LIMIT } from "../queues/config.js";
-import type { BrowsedJob, BrowseOptions } from "../queues/types.js";
+import type { BrowsedJob, BrowseOptions, EnqueueItem } from "../queues/types.js";
 import { HTTP_DEFAULT_FETCH_BYTES, HTTP_MAX_FETCH_BYTES, MAX_HTTP_ITEMS_PER_REQUEST } from "./limits.js";
 import { DASHBOARD_PATHS, dashboardAsset } from "./dashboard/static.js";
 
@@ -186,6 +186,8 @@ const ROUTES: Route[] = [
   { method: "GET", path: "/v1/queues/:queue/stats", handler: async (c) => [200, await c.broker.queue(c.params.queue).stats()] },
   { method: "POST", path: "/v1/queues/:queue/jobs", handler: enqueueJobs },
   { method: "GET", path: "/v1/queues/:queue/jobs/:id", handler: getJob },
+  // remove(id): {removed: true|false}; 409 JOB_ACTIVE for a leased job (JOB-4).
+  { method: "DELETE", path: "/v1/queues/:queue/jobs/:id", handler: async (c) => [200, { removed: await c.broker.queue(c.params.queue).remove(c.params.id) }] },
   { method: "GET", path: "/v1/queues/:queue/browse", handler: browseJobs },
   { method: "POST", path: "/v1/queues/:queue/purge", handler: async (c) => [200, { purged: await c.broker.queue(c.params.queue).purge() }] },
   // Redrive from a dead-letter queue (e.g. /v1/queues/emails.dlq/redrive).
@@ -289,7 +291,19 @@ async function enqueueJobs(c: RouteContext): Promise<Reply> {
   const items = list.map((j: unknown) => {
     if (j === null || typeof j !== "object") throw new ValidationError("each job must be an object");
     const o = j as Record<string, unknown>;
-    return { data: (o.data ?? null) as PublishValue, key: o.key as string | undefined, delayMs: o.delayMs as number | undefined, dedupeId: o.dedupeId as string | undefined };
+    // Checked by the queue (prepare.ts), as every enqueue is.
+    return {
+      data: (o.data ?? null) as PublishValue,
+      key: o.key as string | undefined,
+      delayMs: o.delayMs as number | undefined,
+      dedupeId: o.dedupeId as string | undefined,
+      priority: o.priority as number | undefined,
+      expireInMs: o.expireInMs as number | undefined,
+      expiresAt: o.expiresAt as number | undefined,
+      singletonKey: o.singletonKey as string | undefined,
+      singletonMode: o.singletonMode as EnqueueItem["singletonMode"],
+      singletonWindowMs: o.singletonWindowMs as number | undefined,
+    };
   });
   return [200, { results: await c.broker.queue(c.params.queue).enqueueBatch(items) }];
 }

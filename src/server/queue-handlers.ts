@@ -179,6 +179,12 @@ async function admin(s: Session, f: Frame): Promise<Reply> {
       return { meta: { purged: await q.purge() } };
     case "redrive":
       return { meta: { result: await q.redrive((m.opts ?? {}) as RedriveOptions) } };
+    case "remove": {
+      // JOB-4: one waiting or delayed job by id (JOB_ACTIVE for a leased one).
+      const o = (m.opts ?? {}) as Record<string, unknown>;
+      if (typeof o.id !== "string") throw new ValidationError("remove needs opts.id (the job's id)");
+      return { meta: { removed: await q.remove(o.id) } };
+    }
     default:
       throw new ValidationError(`unknown queue action ${JSON.stringify(m.action)}`);
   }

@@ -539,6 +539,13 @@ function itemOptions(o: unknown, i: number, headers: Record<string, Uint8Array> 
   if (x.delayMs !== undefined) item.delayMs = x.delayMs as number;
   if (x.deliverAt !== undefined) item.deliverAt = x.deliverAt as number;
   if (x.dedupeId !== undefined) item.dedupeId = x.dedupeId as string;
+  // Checked by the queue (prepare.ts) as embedded enqueues are.
+  if (x.priority !== undefined) item.priority = x.priority as number;
+  if (x.expireInMs !== undefined) item.expireInMs = x.expireInMs as number;
+  if (x.expiresAt !== undefined) item.expiresAt = x.expiresAt as number;
+  if (x.singletonKey !== undefined) item.singletonKey = x.singletonKey as string;
+  if (x.singletonMode !== undefined) item.singletonMode = x.singletonMode as EnqueueItem["singletonMode"];
+  if (x.singletonWindowMs !== undefined) item.singletonWindowMs = x.singletonWindowMs as number;
   return item;
 }
 
@@ -554,7 +561,7 @@ export function compactEnqueueResults(results: EnqueueResult[]): { first: string
   if (!Number.isSafeInteger(base) || base < 0 || String(base) !== first) return { results };
   for (let k = 0; k < results.length; k++) {
     const r = results[k];
-    if (r.duplicate || r.id !== String(base + k)) return { results };
+    if (r.duplicate || r.replaced !== undefined || r.id !== String(base + k)) return { results };
   }
   return { first, n: results.length };
 }

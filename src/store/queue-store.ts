@@ -98,6 +98,8 @@ export interface QueueSettings {
   segmentBytes: number;
   /** Completed and dead-lettered jobs stay readable (`getJob`) this long; 0 keeps none. */
   resultRetentionMs: number;
+  /** What happens to a job whose `expiresAt` passed before it was started (absent: dead-letter). */
+  onExpire?: "dead-letter" | "drop";
 }
 
 /** Where a job came from when it is a copy made by the broker (a dead-letter move, a redrive). */
@@ -127,6 +129,26 @@ export interface NewJob {
   /** Counted against `maxBytes` (the policy checked `recordSize(record)` against `maxMessageBytes`). */
   size: number;
   origin: JobOrigin | null;
+  /** 0 .. MAX_PRIORITY, higher first (absent or 0: the default, lowest). */
+  priority?: number;
+  /** Wall-clock ms: a job not granted by then is expired (`QueueSettings.onExpire`); absent or 0: never. */
+  expiresAt?: number;
+  /** Singleton / debounce / throttle key (absent: none). */
+  singleton?: SingletonSpec | null;
+}
+
+export type SingletonMode = "singleton" | "debounce" | "throttle";
+
+/**
+ * A job's singleton key. `singleton`: at most one waiting-or-active job per key (another enqueue
+ * is a duplicate of it); `debounce`: at most one waiting job per key (another enqueue replaces
+ * it); `throttle`: one job per key per `windowMs` from the first (others are duplicates of it).
+ */
+export interface SingletonSpec {
+  key: string;
+  mode: SingletonMode;
+  /** throttle: the window; debounce: the new job's delay (the quiet period); singleton: unused. */
+  windowMs: number;
 }
 
 /** A stored job as handed to a consumer. */
@@ -336,6 +358,12 @@ export interface StoredQueue {
   readEvents(req: StoredEventsRequest): Promise<StoredEventsPage>;
   /** Durably drops every job enqueued before the call; returns how many. */
   purge(): Promise<number>;
+  /**
+   * JOB-4: durably removes a waiting, delayed or key-blocked job; true once that is durable,
+   * false for an id the queue does not know as a live job (never stored, finished, being
+   * dead-lettered). JobActiveError (nothing changed) for a job leased to a worker.
+   */
+  remove(id: string): Promise<boolean>;
   /** Treats this queue as a dead-letter queue and moves matching entries back (Q-5). */
   redrive(opts: RedriveOptions): Promise<RedriveResult>;
   listen(listener: QueueListener): () => void;

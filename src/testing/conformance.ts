@@ -6,7 +6,8 @@
  *
  * The tests live by area in conformance-topics.ts, conformance-produce.ts,
  * conformance-groups.ts, conformance-commits.ts, conformance-replay.ts, conformance-queues.ts
- * conformance-queue-results.ts, conformance-queue-declare.ts, conformance-queue-browse.ts and conformance-queue-events.ts (shared helpers:
+ * conformance-queue-results.ts, conformance-queue-declare.ts, conformance-queue-browse.ts,
+ * conformance-queue-events.ts and conformance-queue-options.ts (shared helpers:
  * conformance-helpers.ts).
  * Rules for them: they only use the public `Broker` interface and error classes; every test
  * uses its own topic and group names (a factory may hand out the same broker repeatedly);
@@ -31,6 +32,7 @@ import { queueDeclareTests } from "./conformance-queue-declare.js";
 import { queueBrowseTests } from "./conformance-queue-browse.js";
 import { queueEventTests } from "./conformance-queue-events.js";
 import { queueScheduleTests } from "./conformance-queue-schedules.js";
+import { queueOptionTests } from "./conformance-queue-options.js";
 import { queueTests } from "./conformance-queues.js";
 import { topicTests } from "./conformance-topics.js";
 
@@ -67,4 +69,5 @@ export function defineConformanceSuite(name: string, factory: () => Promise<Conf
   queueBrowseTests(t);
   queueEventTests(t);
   queueScheduleTests(t);
+  queueOptionTests(t);
 }

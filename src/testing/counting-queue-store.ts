@@ -112,6 +112,9 @@ class CountingStoredQueue implements StoredQueue {
   browse(req: StoredBrowseRequest): Promise<StoredBrowsePage> {
     return this.count("queues.browse", () => this.inner.browse(req));
   }
+  remove(id: string): Promise<boolean> {
+    return this.count("queues.remove", () => this.inner.remove(id));
+  }
   purge(): Promise<number> {
     return this.count("queues.purge", () => this.inner.purge());
   }

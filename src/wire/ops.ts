@@ -136,8 +136,8 @@ export const OPS = {
     wireName: "QUEUE_ENQUEUE",
     kind: "request",
     retry: "caller",
-    request: "{queue, config?, opts?: [{key?, delayMs?, deliverAt?, dedupeId?}], compact?, producerId?, sequence?, calls?} + publish records (value = job data, headers)",
-    response: "{results: [{id, duplicate}]} or {first, n} (§7), errors?",
+    request: "{queue, config?, opts?: [{key?, delayMs?, deliverAt?, dedupeId?, priority?, expireInMs?, expiresAt?, singletonKey?, singletonMode?, singletonWindowMs?}], compact?, producerId?, sequence?, calls?} + publish records (value = job data, headers)",
+    response: "{results: [{id, duplicate, replaced?}]} or {first, n} (§7), errors?",
   },
   QueueWork: {
     code: 61,
@@ -162,8 +162,8 @@ export const OPS = {
     wireName: "QUEUE_ADMIN",
     kind: "request",
     retry: "caller",
-    request: "{queue, config?, action: declare|stats|settings|purge|redrive|delete, opts?} or {action: list}",
-    response: "{stats} | {settings} | {purged} | {result} | {} | {queues}",
+    request: "{queue, config?, action: declare|stats|settings|purge|redrive|remove|delete, opts?} or {action: list}",
+    response: "{stats} | {settings} | {purged} | {result} | {removed} | {} | {queues}",
   },
   PushJobs: {
     code: 65,

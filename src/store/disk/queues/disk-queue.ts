@@ -182,6 +182,10 @@ export class DiskQueue implements StoredQueue {
   async browse(req: StoredBrowseRequest): Promise<StoredBrowsePage> {
     return this.live().browse(req);
   }
+  async remove(id: string): Promise<boolean> {
+    return this.live().remove(id);
+  }
+
   async purge(): Promise<number> {
     return this.live().purge();
   }

@@ -15,6 +15,8 @@ import { DedupeTable, isSystemDedupeId } from "./dedupe.js";
 import { deferred, type Deferred } from "./journal.js";
 import { encodeIdemHeader, EnqueueProducers, H_IDEMPOTENCE, type IdemEntry } from "./producers.js";
 import { encodedSize, encodeJob, RESERVED_HEADER_ROOM, withHeader } from "./records.js";
+import type { JobState } from "./job-state.js";
+import { SingletonRound } from "./singletons.js";
 
 /** Records and bytes per message-log append (a single group may exceed them). */
 const MAX_APPEND_RECORDS = 8192;
@@ -29,6 +31,8 @@ interface PendingGroup {
   d: Deferred<number>;
   /** The request's idempotency entry, completed where the rows are added (IDEM-1). */
   idem: { id: EnqueueIdentity; entry: IdemEntry } | null;
+  /** Waiting jobs its debounce jobs replace (frozen until the append is durable). */
+  replaced: number[] | null;
 }
 
 /** Bytes a job counts against `maxBytes`: the policy measured the user's record; a copy made
@@ -49,6 +53,10 @@ export interface EnqueueHost {
   failed(err: unknown): Error;
   /** Rows for jobs just made durable (in offset order from `base`). */
   stored(base: number, jobs: readonly NewJob[], recs: readonly PreparedRecord[]): void;
+  /** The queue's state (singleton keys, and the jobs a debounce enqueue replaces). */
+  state(): JobState;
+  /** A debounce job is durable: the waiting job it replaced leaves the queue. */
+  replaced(off: number): void;
   /** Message-log bytes appended (snapshot pacing). */
   appended(bytes: number): void;
   now(): number;
@@ -151,58 +159,80 @@ export class Enqueuer {
 
   /** Dedupe, admission and append of one request. */
   private async evaluate(jobs: readonly NewJob[], recs: PreparedRecord[], signal: AbortSignal | undefined, idem: PendingGroup["idem"], compact: boolean): Promise<EnqueueOutcome> {
-    const now = this.host.now();
-    if (jobs.length > 0 && jobs.every((j) => j.dedupeId === null)) {
+    let now = this.host.now();
+    if (jobs.length > 0 && jobs.every((j) => j.dedupeId === null && !j.singleton)) {
       // The common case: every job is new, one group, no per-job bookkeeping.
       if (this.dedupe.size > 0) this.dedupe.sweep(now);
       const first = await this.appendGroup(jobs, recs, signal, idem);
       return compact ? { first, count: jobs.length } : this.freshResults(first, jobs.length);
+    }
+    const sg = jobs.some((j) => j.singleton) ? new SingletonRound(this.host.state(), jobs, () => this.full()) : null;
+    if (sg !== null) {
+      // Decisions on a key are taken only while no enqueue of it is in flight, and taken and
+      // claimed in one synchronous step below (no two enqueues both take a key).
+      await sg.settle();
+      this.host.check();
+      now = this.host.now();
     }
     const results: (EnqueueResult | Promise<EnqueueResult>)[] = new Array(jobs.length);
     const fresh: number[] = [];
     this.dedupe.sweep(now);
     const seenInBatch = new Map<string, number>();
     const dupOf: [number, number][] = [];
-    for (let i = 0; i < jobs.length; i++) {
-      const id = jobs[i].dedupeId;
-      if (id !== null) {
-        const window = this.dedupe.window(id);
-        const e = window > 0 ? this.dedupe.get(id) : undefined;
-        if (e !== undefined && e.exp > now) {
-          const idx = e.idx;
-          results[i] = e.wait !== null ? e.wait.promise.then((base) => ({ id: String(base + idx), duplicate: true })) : { id: String(e.off), duplicate: true };
-          continue;
+    try {
+      for (let i = 0; i < jobs.length; i++) {
+        const id = jobs[i].dedupeId;
+        if (id !== null) {
+          const window = this.dedupe.window(id);
+          const e = window > 0 ? this.dedupe.get(id) : undefined;
+          if (e !== undefined && e.exp > now) {
+            const idx = e.idx;
+            results[i] = e.wait !== null ? e.wait.promise.then((base) => ({ id: String(base + idx), duplicate: true })) : { id: String(e.off), duplicate: true };
+            continue;
+          }
+          if (window > 0 && seenInBatch.has(id)) {
+            dupOf.push([i, seenInBatch.get(id)!]);
+            results[i] = { id: "", duplicate: true };
+            continue;
+          }
+          if (window > 0 && !isSystemDedupeId(id) && this.dedupe.userSize >= this.host.settings().maxDedupeEntries) throw this.full();
+          if (window > 0) seenInBatch.set(id, i);
         }
-        if (window > 0 && seenInBatch.has(id)) {
-          dupOf.push([i, seenInBatch.get(id)!]);
-          results[i] = { id: "", duplicate: true };
-          continue;
+        if (sg !== null && jobs[i].singleton) {
+          const r = sg.decide(i, fresh.length, now, recs, this.host.settings().maxDedupeEntries);
+          if (r !== null) {
+            results[i] = r;
+            continue;
+          }
         }
-        if (window > 0 && !isSystemDedupeId(id) && this.dedupe.userSize >= this.host.settings().maxDedupeEntries) throw this.full();
-        if (window > 0) seenInBatch.set(id, i);
+        fresh.push(i);
       }
-      fresh.push(i);
-    }
-    if (fresh.length > 0) {
-      const group = fresh.map((i) => jobs[i]);
-      const base = await this.appendGroup(
-        group,
-        fresh.map((i) => recs[i]),
-        signal,
-        idem,
-        (d) => {
+      if (fresh.length > 0) {
+        const group = fresh.map((i) => jobs[i]);
+        const claim = (d: Deferred<number>): void => {
           // Claimed now so a concurrent duplicate waits for this job's id (the window survives a
           // restart via the record's header).
           for (let k = 0; k < group.length; k++) {
             const id = group[k].dedupeId;
             if (id !== null && this.dedupe.window(id) > 0) this.dedupe.set(id, { off: -1, exp: now + this.dedupe.window(id), wait: d, idx: k });
           }
-        },
-      );
-      for (let k = 0; k < fresh.length; k++) results[fresh[k]] = { id: String(base + k), duplicate: false };
+        };
+        const base = await this.appendGroup(group, fresh.map((i) => recs[i]), signal, idem, claim, sg?.d, sg?.replaced());
+        for (let k = 0; k < fresh.length; k++) {
+          const r: EnqueueResult = { id: String(base + k), duplicate: false };
+          const rp = sg?.replacedBy.get(fresh[k]);
+          if (rp !== undefined) r.replaced = String(rp);
+          results[fresh[k]] = r;
+        }
+      }
+    } catch (e) {
+      // Nothing of the request was stored: singleton keys and replaced jobs go back (JOB-2).
+      sg?.undo(e, now);
+      throw e;
     }
     const out = await Promise.all(results);
     for (const [i, first] of dupOf) out[i] = { id: out[first].id, duplicate: true };
+    if (sg !== null) for (const [i, other] of sg.dupOf) out[i] = { id: out[other].id, duplicate: true };
     return out;
   }
 
@@ -213,13 +243,15 @@ export class Enqueuer {
     signal: AbortSignal | undefined,
     idem: PendingGroup["idem"],
     claim?: (d: Deferred<number>) => void,
+    pre?: Deferred<number>,
+    replaced: number[] | null = null,
   ): Promise<number> {
     let bytes = 0;
     for (let i = 0; i < jobs.length; i++) bytes += storedJobSize(jobs[i], recs[i]);
     await this.admit(jobs.length, bytes, signal);
-    const d = deferred<number>();
+    const d = pre ?? deferred<number>();
     claim?.(d);
-    this.push({ jobs, recs, bytes, d, idem });
+    this.push({ jobs, recs, bytes, d, idem, replaced });
     return d.promise;
   }
 
@@ -312,6 +344,7 @@ export class Enqueuer {
         for (const g of groups) {
           const gBase = off;
           this.host.stored(gBase, g.jobs, g.recs);
+          if (g.jobs.some((j) => j.singleton)) this.storedSingletons(g, gBase);
           for (const job of g.jobs) {
             const id = job.dedupeId;
             if (id !== null) {
@@ -335,6 +368,19 @@ export class Enqueuer {
         this.idleWaiter = null;
       }
     }
+  }
+
+  /** A group's singleton claims are durable (JOB-2); the jobs its debounce jobs replace go. */
+  private storedSingletons(g: PendingGroup, base: number): void {
+    const st = this.host.state();
+    const now = this.host.now();
+    for (let k = 0; k < g.jobs.length; k++) {
+      const sk = g.jobs[k].singleton;
+      if (!sk) continue;
+      const e = st.singletons.get(sk.mode, sk.key, now);
+      if (e !== undefined && e.wait === g.d && e.idx === k) st.singletons.stored(sk.mode, sk.key, e, base + k);
+    }
+    if (g.replaced !== null) for (const off of g.replaced) this.host.replaced(off);
   }
 
   /** Whole groups per append, up to MAX_APPEND_RECORDS / MAX_APPEND_BYTES (one group alone may exceed them). */
@@ -378,7 +424,7 @@ export class Enqueuer {
   private rebuildAnswer(jobs: readonly NewJob[], first: number, count: number, compact: boolean): EnqueueOutcome {
     const n = jobs.length;
     let plain = true;
-    for (const j of jobs) if (j.dedupeId !== null && this.dedupe.window(j.dedupeId) > 0) plain = false;
+    for (const j of jobs) if ((j.dedupeId !== null && this.dedupe.window(j.dedupeId) > 0) || j.singleton) plain = false;
     if (plain) return compact ? { first, count: n } : this.freshResults(first, n);
     const end = first + count;
     // Kinds: 0 new (no dedupe id: the next new offset), 1 new at a known offset, 2 duplicate of a
@@ -387,7 +433,42 @@ export class Enqueuer {
     const at = new Float64Array(n);
     const out: EnqueueResult[] = new Array(n);
     const firstIdx = new Map<string, number>();
+    const st = this.host.state();
+    const now = this.host.now();
+    const lastDebounce = new Map<string, number>();
+    for (let i = 0; i < n; i++) if (jobs[i].singleton?.mode === "debounce") lastDebounce.set(jobs[i].singleton!.key, i);
     for (let i = 0; i < n; i++) {
+      const sk = jobs[i].singleton;
+      if (sk?.mode === "debounce") {
+        // Replaced within the request before it was stored: answered as the later job.
+        const last = lastDebounce.get(sk.key)!;
+        if (last !== i) {
+          kind[i] = 3;
+          at[i] = last;
+        }
+        continue;
+      }
+      if (sk) {
+        // As a dedupe id: the key's entry names the job that took it.
+        const e = st.singletons.get(sk.mode, sk.key, now);
+        const id = `\u0000${sk.mode}:${sk.key}`;
+        const prev = firstIdx.get(id);
+        if (prev !== undefined) {
+          kind[i] = 3;
+          at[i] = prev;
+          continue;
+        }
+        firstIdx.set(id, i);
+        if (e === undefined || e.wait !== null || e.off >= end) kind[i] = 4;
+        else if (e.off >= first) {
+          kind[i] = 1;
+          at[i] = e.off;
+        } else {
+          kind[i] = 2;
+          out[i] = { id: String(e.off), duplicate: true };
+        }
+        continue;
+      }
       const d = jobs[i].dedupeId;
       if (d === null || this.dedupe.window(d) <= 0) continue;
       const prev = firstIdx.get(d);

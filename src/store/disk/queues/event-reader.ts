@@ -28,7 +28,7 @@ import type { PartitionLog } from "../../../log/partition-log.js";
 import type { StoredRecord } from "../../../log/record-batch.js";
 import type { AttemptRecord, QueueEvent } from "../../../queues/types.js";
 import type { StoredEventsPage, StoredEventsRequest } from "../../queue-store.js";
-import { decodeEvents, Ev, type JournalEvent } from "./events.js";
+import { decodeEvents, Ev, type JournalEvent, type RemovedReason } from "./events.js";
 import type { DlqIntent } from "./job-state.js";
 import { deliverAtOf } from "./records.js";
 
@@ -262,8 +262,12 @@ export function journalEvent(ev: JournalEvent, at: number): QueueEvent | null {
       if (d.errorClass === "LeaseExpiredError") return { ...base, type: "stalled", attempt: ev.attempt, willRetry: false };
       return { ...base, type: "failed", attempt: ev.attempt, errorClass: d.errorClass, error: d.error, willRetry: false };
     }
-    case Ev.DEAD:
+    case Ev.DEAD: {
+      // `{removed}`: left without a copy (remove(id), replaced by a debounce enqueue, expired and dropped).
+      const removed = (ev.data as { removed?: RemovedReason } | undefined)?.removed;
+      if (removed !== undefined) return { ...base, type: "removed", reason: removed };
       return { ...base, type: "dead-lettered" };
+    }
     case Ev.PURGE:
       return { position: "", at, type: "purged", beforeId: jobId };
     default:

@@ -21,13 +21,20 @@ export const enum Ev {
   EXPIRE = 5,
   /** Dead-letter move started: var = DeadLetterInfo (+ key). Resumed on restart. */
   DLQ_INTENT = 6,
-  /** Dead-letter move finished (the DLQ copy is durable). */
+  /**
+   * Dead-letter move finished (the DLQ copy is durable). With var `{removed: reason}`: the job
+   * left the queue without a copy (`remove(id)`, replaced by a debounce enqueue, expired with
+   * `onExpire: "drop"`), JOB-3/JOB-4; replayed as DONE.
+   */
   DEAD = 7,
   /** Every row below `offset` is done. */
   PURGE = 8,
   /** Progress of a leased job: var = the progress as JSON (MAX_PROGRESS_BYTES). Kept while the job is live. */
   PROGRESS = 9,
 }
+
+/** Why a job left the queue without a copy (the var of a DEAD event). */
+export type RemovedReason = "removed" | "replaced" | "expired";
 
 export const EVENT_FIXED_BYTES = 25;
 /** Bound on the variable part (JSON), so a hostile error message cannot bloat the journal. */

@@ -16,6 +16,7 @@ import { decodeJobFields, type DecodedJobFields } from "./records.js";
 import { KeyChains } from "./chains.js";
 import { OffsetHeap } from "./heap.js";
 import { RetainedJobs } from "./retained.js";
+import { Singletons } from "./singletons.js";
 import { isTerminal, JobTable, St } from "./table.js";
 
 /** History entries kept per job (the most recent); bounds memory of repeatedly failing jobs. */
@@ -124,6 +125,19 @@ export class JobState {
   readonly leases = new Map<number, DiskLease>();
   readonly history = new Map<number, AttemptRecord[]>();
   readonly moving = new Map<number, DlqIntent>();
+  /**
+   * Priorities of live jobs enqueued with one (JOB-1), null until the queue sees the first:
+   * a queue that never uses priorities pays one null check per ready push and nothing else.
+   * The ready heap orders by (-priority, offset), so within a priority it is FIFO.
+   */
+  prio: Map<number, number> | null = null;
+  /** Expiry (wall-clock ms) of live jobs enqueued with one, and a heap of them (JOB-3); null until used. */
+  expiry: Map<number, number> | null = null;
+  expiring: OffsetHeap | null = null;
+  /** READY jobs found expired when popped for a grant: the queue expires them (JOB-3). */
+  expiredFound: number[] = [];
+  /** Singleton, debounce and throttle keys (singletons.ts). */
+  readonly singletons = new Singletons();
   /** Completed and dead-lettered jobs kept for `getJob` (retained.ts; off unless the queue has
    * `resultRetentionMs`). */
   readonly retained = new RetainedJobs();
@@ -156,6 +170,55 @@ export class JobState {
     this.counts[s]++;
   }
 
+  /** The ready heap's rank of `off`: -priority (0 for queues that never used priorities). */
+  rank(off: number): number {
+    return this.prio === null ? 0 : -(this.prio.get(off) ?? 0);
+  }
+
+  /** Records a job's priority (before its row is added or rebuilt, so its first push ranks it). */
+  setPriority(off: number, p: number): void {
+    if (p > 0) (this.prio ??= new Map()).set(off, p);
+  }
+
+  /** Records a job's expiry (JOB-3). */
+  setExpiry(off: number, at: number): void {
+    if (at <= 0) return;
+    (this.expiry ??= new Map()).set(off, at);
+    const h = (this.expiring ??= new OffsetHeap(64));
+    h.push(at, off);
+    // Entries of jobs that finished before their expiry stay until it; rebuilt when they dominate.
+    if (h.size > 2 * this.expiry.size + 1024) {
+      h.clear();
+      for (const [o, a] of this.expiry) h.push(a, o);
+    }
+  }
+
+  /** Whether `off` has an expiry that passed at `now` and has not started (attempts 0). */
+  isExpired(off: number, now: number): boolean {
+    if (this.expiry === null) return false;
+    const at = this.expiry.get(off);
+    return at !== undefined && at <= now && this.table.attempts[this.table.idx(off)] === 0;
+  }
+
+  /** Whether `off` is a live job that no worker holds (waiting, delayed, blocked by its key). */
+  isWaiting(off: number): boolean {
+    const s = this.statusOf(off);
+    return s === St.READY || s === St.DELAYED || s === St.BLOCKED;
+  }
+
+  /**
+   * Holds a waiting job back while a debounce enqueue that replaces it is being written (JOB-2):
+   * MOVING, so it is neither granted, removed nor expired meanwhile.
+   */
+  freeze(off: number): void {
+    this.setStatus(this.table.idx(off), St.MOVING);
+  }
+
+  /** The replacing enqueue stored nothing: the job waits again as before. */
+  unfreeze(off: number, now: number): void {
+    if (this.statusOf(off) === St.MOVING && !this.moving.has(off)) this.makeVisible(off, this.table.visibleAt[this.table.idx(off)], now);
+  }
+
   /** A newly stored job (its offset is the table's end). */
   addJob(off: number, key: string | null, deliverAt: number, enqueuedAt: number, size: number, now: number): void {
     let chain = -1;
@@ -166,7 +229,7 @@ export class JobState {
     this.counts[s]++;
     this.live++;
     this.liveBytes += size;
-    if (s === St.READY) this.ready.push(off, off);
+    if (s === St.READY) this.ready.push(this.rank(off), off);
     else if (s === St.DELAYED) this.delayed.push(deliverAt, off);
   }
 
@@ -192,7 +255,7 @@ export class JobState {
     }
     if (visibleAt <= now) {
       this.setStatus(i, St.READY);
-      this.ready.push(off, off);
+      this.ready.push(this.rank(off), off);
     } else {
       this.setStatus(i, St.DELAYED);
       this.delayed.push(visibleAt, off);
@@ -210,6 +273,9 @@ export class JobState {
     this.liveBytes -= t.size[i];
     this.history.delete(off);
     this.moving.delete(off);
+    if (this.prio !== null) this.prio.delete(off);
+    if (this.expiry !== null) this.expiry.delete(off);
+    if (this.singletons.tracking) this.singletons.finished(off);
     let unblocked = false;
     if (c >= 0) {
       const next = this.chains.remove(c, off);
@@ -250,16 +316,22 @@ export class JobState {
       const i = t.idx(off);
       if (t.status[i] !== St.DELAYED || t.visibleAt[i] !== at) continue;
       this.setStatus(i, St.READY);
-      this.ready.push(off, off);
+      this.ready.push(this.rank(off), off);
     }
   }
 
-  /** The next READY offset (lazy deletion of stale heap entries), or -1. */
-  private popReady(): number {
+  /** The next READY offset (lazy deletion of stale heap entries), or -1. Expired jobs are
+   * set aside in `expiredFound` (JOB-3: never granted once their expiry passed). */
+  private popReady(now: number): number {
     const t = this.table;
     while (this.ready.size > 0) {
       const o = this.ready.pop();
-      if (t.has(o) && t.status[t.idx(o)] === St.READY) return o;
+      if (!t.has(o) || t.status[t.idx(o)] !== St.READY) continue;
+      if (this.expiry !== null && this.isExpired(o, now)) {
+        this.expiredFound.push(o);
+        continue;
+      }
+      return o;
     }
     return -1;
   }
@@ -299,7 +371,7 @@ export class JobState {
       for (let k = 0; k < n && this.leases.size < maxInFlight; k++) {
         const idx = (this.rr + k) % n;
         if (room[idx] <= 0) continue;
-        const off = this.popReady();
+        const off = this.popReady(wallNow);
         if (off < 0) break;
         const consumer = requests[idx].consumer;
         const i = t.idx(off);
@@ -445,6 +517,10 @@ export class JobState {
     this.liveBytes = 0;
     this.history.clear();
     this.moving.clear();
+    this.prio?.clear();
+    this.expiry?.clear();
+    this.expiring?.clear();
+    this.singletons.clear();
     this.chains.clear();
     this.ready.clear();
     this.delayed.clear();
@@ -525,12 +601,22 @@ export class JobState {
       if (s === St.MOVING && !this.moving.has(o)) s = St.READY; // redrive marks are in-memory only
       t.status[i] = s;
       this.counts[s]++;
-      if (s === St.READY) this.ready.push(o, o);
+      if (s === St.READY) this.ready.push(this.rank(o), o);
       else if (s === St.DELAYED) this.delayed.push(t.visibleAt[i], o);
     });
     this.chains.finishRestore();
     for (const o of [...this.history.keys()]) if (!t.has(o) || isTerminal(t.status[t.idx(o)])) this.history.delete(o);
     for (const o of [...this.moving.keys()]) if (!t.has(o) || t.status[t.idx(o)] !== St.MOVING) this.moving.delete(o);
+    const live = (o: number): boolean => t.has(o) && !isTerminal(t.status[t.idx(o)]);
+    if (this.prio !== null) for (const o of [...this.prio.keys()]) if (!live(o)) this.prio.delete(o);
+    if (this.expiry !== null) {
+      this.expiring = new OffsetHeap(64);
+      for (const [o, at] of this.expiry) {
+        if (live(o) && t.attempts[t.idx(o)] === 0) this.expiring.push(at, o);
+        else this.expiry.delete(o);
+      }
+    }
+    this.singletons.retainLive(live);
     t.advanceFloor();
   }
 }

@@ -24,6 +24,7 @@ import type { EventSource } from "./event-reader.js";
 import { messageLogStart, retainedJournalStart } from "./journal-retention.js";
 import { JobProgress } from "./progress.js";
 import { Mover } from "./dead-letters.js";
+import { Removals } from "./removals.js";
 import { encodeEvent, encodeRawEvent, Ev } from "./events.js";
 import { Enqueuer, storedJobSize } from "./enqueuer.js";
 import { JobState, type DiskLease } from "./job-state.js";
@@ -80,6 +81,7 @@ export class QueueInstance {
   private enqueuer!: Enqueuer;
   private cache!: PayloadCache;
   private mover!: Mover;
+  private removals!: Removals;
   private progressOf = new JobProgress();
   private msgBytesSinceSnapshot = 0;
   private lastSnapshotBytes = 0;
@@ -170,6 +172,8 @@ export class QueueInstance {
     this.mover = new Mover(this.moveHost());
     this.scheduleDelayTimer();
     this.scheduleLeaseTimer(0);
+    this.removals = new Removals(this.moveHost(), this.mover);
+    this.removals.schedule();
     // Interrupted dead-letter moves and redrives continue in the background (they may need
     // other queues, which may need this one: never awaited inside open).
     this.mover.resume();
@@ -184,6 +188,8 @@ export class QueueInstance {
       depth: () => ({ jobs: this.st.live, bytes: this.st.liveBytes }),
       failed: (e: unknown) => this.failed(e),
       stored: (base: number, jobs: readonly NewJob[], recs: readonly PreparedRecord[]) => this.stored(base, jobs, recs),
+      state: () => this.st,
+      replaced: (off: number) => this.removals.replaced(off),
       appended: (bytes: number) => {
         this.msgBytesSinceSnapshot += bytes;
         if (this.msgBytesSinceSnapshot > Math.max(SNAPSHOT_EVERY_MSG_BYTES, 2 * this.lastSnapshotBytes)) this.journal.requestSnapshot();
@@ -272,11 +278,15 @@ export class QueueInstance {
     for (let i = 0; i < jobs.length; i++) {
       const job = jobs[i];
       const rec = recs[i];
+      // JOB-1 / JOB-3: known before the row is added, so its first ready push ranks it.
+      if (job.priority) this.st.setPriority(base + i, job.priority);
+      if (job.expiresAt) this.st.setExpiry(base + i, job.expiresAt);
       this.st.addJob(base + i, job.key, job.deliverAt, rec.timestamp, storedJobSize(job, rec), now);
       // Delayed jobs are not cached: they are delivered much later (read back in order then).
       if (job.deliverAt <= rec.timestamp) this.cache.add(base + i, rec);
     }
     this.scheduleDelayTimer();
+    this.removals.schedule();
     this.o.available();
   }
 
@@ -288,6 +298,7 @@ export class QueueInstance {
     this.st.promoteDue(now);
     const mono = this.mono();
     const leases = this.st.grant(requests, this.settings.maxInFlight, now, mono);
+    if (this.st.expiredFound.length > 0) this.removals.expire(this.st.expiredFound.splice(0), now);
     let durable: Promise<void> | null = null;
     let first = Infinity;
     for (const list of leases)
@@ -497,6 +508,12 @@ export class QueueInstance {
 
   // ─────────────────────────────── admin ───────────────────────────────
 
+  /** JOB-4 (removals.ts). */
+  remove(id: string): Promise<boolean> {
+    this.check();
+    return this.removals.remove(id);
+  }
+
   async purge(): Promise<number> {
     this.check();
     await this.enqueuer.drained();
@@ -591,6 +608,7 @@ export class QueueInstance {
       // Completed requests only: their jobs lie below `rows` (completed where rows are added);
       // pending ones append after it and are found by the recovery scan.
       idem: this.enqueuer.producers.snapshot(),
+      singletons: this.st.singletons.rows(now),
       now,
       progress: this.progressOf.live(this.st.table),
     });
@@ -631,6 +649,7 @@ export class QueueInstance {
     this.closed = true;
     if (this.delayTimer) clearTimeout(this.delayTimer);
     if (this.leaseTimer) clearTimeout(this.leaseTimer);
+    this.removals.close();
     this.enqueuer.wakeAll();
     this.loseLeases(new BrokerClosedError(`queue ${this.name} is closing`));
     await Promise.allSettled([this.msgs.close(), this.journal.log.close()]);

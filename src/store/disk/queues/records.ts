@@ -6,7 +6,7 @@
  */
 import { recordSize, type PreparedRecord, type StoredRecord } from "../../../log/record-batch.js";
 import type { DeadLetterInfo } from "../../../queues/types.js";
-import { isSystemHeader, type NewJob } from "../../queue-store.js";
+import { isSystemHeader, type NewJob, type SingletonMode } from "../../queue-store.js";
 
 /** Delivery time (f64 ms) of a job enqueued with a delay. */
 export const H_DELIVER_AT = "sluice-at";
@@ -18,6 +18,15 @@ export const H_REDRIVES = "sluice-rd";
 export const H_FIRST_ENQUEUED = "sluice-fe";
 /** Dead-letter record (JSON of DeadLetterInfo + key), on jobs in a dead-letter queue. */
 export const H_DLQ = "sluice-dlq";
+/** Priority (u8, 1..MAX_PRIORITY; absent = 0), on jobs enqueued with one. */
+export const H_PRIORITY = "sluice-pr";
+/** Expiry (f64 wall-clock ms): not started by then, the job is dead-lettered or dropped. */
+export const H_EXPIRES = "sluice-ex";
+/**
+ * Singleton key (singletons.ts): mode u8 (1 singleton, 2 debounce, 3 throttle) | window f64 ms |
+ * replaces f64 (the debounced job this one replaced, -1 none) | key UTF-8.
+ */
+export const H_SINGLETON = "sluice-sk";
 /**
  * Room the message log leaves above `maxMessageBytes` for the reserved headers (delivery time,
  * dedupe id, idempotent request, redrive fields), so a job the policy admitted always fits.
@@ -35,7 +44,7 @@ export function getHeader(h: [string, Buffer][] | null, name: string): Buffer | 
 export function encodeJob(job: NewJob): PreparedRecord {
   const r = job.record;
   // Most jobs carry no reserved header at all: stored as handed over (the hot path).
-  if (job.origin === null && job.deliverAt <= r.timestamp && job.dedupeId === null) return r;
+  if (job.origin === null && job.deliverAt <= r.timestamp && job.dedupeId === null && !job.priority && !job.expiresAt && !job.singleton) return r;
   const out: [string, Buffer][] = r.headers === null ? [] : [...r.headers];
   const o = job.origin;
   if (o !== null) {
@@ -49,7 +58,48 @@ export function encodeJob(job: NewJob): PreparedRecord {
     out.push([H_DELIVER_AT, b]);
   }
   if (job.dedupeId !== null) out.push([H_DEDUPE, Buffer.from(job.dedupeId, "utf8")]);
+  if (job.priority) out.push([H_PRIORITY, Buffer.from([job.priority])]);
+  if (job.expiresAt) {
+    const b = Buffer.allocUnsafe(8);
+    b.writeDoubleLE(job.expiresAt, 0);
+    out.push([H_EXPIRES, b]);
+  }
+  if (job.singleton) out.push([H_SINGLETON, encodeSingleton(job.singleton.mode, job.singleton.windowMs, -1, job.singleton.key)]);
   return { ...r, headers: out.length > 0 ? out : null };
+}
+
+const SINGLETON_MODES = ["singleton", "debounce", "throttle"] as const;
+
+/** The singleton header (H_SINGLETON). */
+export function encodeSingleton(mode: SingletonMode, windowMs: number, replaces: number, key: string): Buffer {
+  const k = Buffer.from(key, "utf8");
+  const b = Buffer.allocUnsafe(17 + k.length);
+  b[0] = SINGLETON_MODES.indexOf(mode) + 1;
+  b.writeDoubleLE(windowMs, 1);
+  b.writeDoubleLE(replaces, 9);
+  k.copy(b, 17);
+  return b;
+}
+
+/** A stored job's singleton key, or null (absent or malformed). */
+export function singletonOf(r: PreparedRecord): { mode: SingletonMode; windowMs: number; replaces: number; key: string } | null {
+  const b = getHeader(r.headers, H_SINGLETON);
+  if (b === undefined || b.length < 17) return null;
+  const mode = SINGLETON_MODES[b[0] - 1];
+  if (mode === undefined) return null;
+  return { mode, windowMs: b.readDoubleLE(1), replaces: b.readDoubleLE(9), key: b.toString("utf8", 17) };
+}
+
+/** A stored job's priority (0 when it has none). */
+export function priorityOf(r: PreparedRecord): number {
+  const p = getHeader(r.headers, H_PRIORITY);
+  return p !== undefined && p.length === 1 ? p[0] : 0;
+}
+
+/** A stored job's expiry (wall-clock ms), or 0 when it has none. */
+export function expiresAtOf(r: PreparedRecord): number {
+  const e = getHeader(r.headers, H_EXPIRES);
+  return e !== undefined && e.length === 8 ? e.readDoubleLE(0) : 0;
 }
 
 /** The same record with one more reserved header (the idempotent request's identity). */

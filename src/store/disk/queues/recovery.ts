@@ -22,7 +22,7 @@ import { DedupeTable } from "./dedupe.js";
 import { decodeEvents, Ev, type JournalEvent } from "./events.js";
 import { JobState, type DlqIntent, type LeaseRecord } from "./job-state.js";
 import { decodeIdemHeader, EnqueueProducers, H_IDEMPOTENCE } from "./producers.js";
-import { dedupeIdOf, deliverAtOf, getHeader, storedSize } from "./records.js";
+import { dedupeIdOf, deliverAtOf, expiresAtOf, getHeader, priorityOf, singletonOf, storedSize } from "./records.js";
 import { readSnapshot } from "./snapshot.js";
 import { isTerminal, JobTable, St } from "./table.js";
 
@@ -71,6 +71,10 @@ export async function recoverQueue(c: RecoveryContext): Promise<Recovered> {
     for (const [off, m] of meta.moving) state.moving.set(off, m);
     dedupe.load(meta.dedupe);
     if (meta.idem !== undefined) producers.load(meta.idem);
+    // Absent in snapshots of older versions and when unused (JOB-1, JOB-3).
+    for (const [off, p] of meta.priorities ?? []) state.setPriority(off, p);
+    for (const [off, at] of meta.expiries ?? []) state.setExpiry(off, at);
+    state.singletons.load(meta.singletons ?? [], c.now);
     if (meta.progress !== undefined) for (const [off, json] of meta.progress) progress.set(off, json);
     state.redeliveries = meta.counters.redeliveries;
     state.retries = meta.counters.retries;
@@ -87,8 +91,10 @@ export async function recoverQueue(c: RecoveryContext): Promise<Recovered> {
     state.table.truncate(c.msgs.highWatermark);
     producers.truncate(c.msgs.highWatermark);
   }
-  await scanJobs(c, state, keyIds, dedupe, producers);
+  const replacedOffs: number[] = [];
+  await scanJobs(c, state, keyIds, dedupe, producers, replacedOffs);
   await replayJournal(c, state, leases, journalFrom, progress);
+  removeReplaced(state, replacedOffs, leases);
   state.rebuild(keyIds, leases, c.now, c.monoNow);
   state.retained.prune(c.now);
   // Progress is kept only while its job is live (a later ACK or DEAD replayed drops it).
@@ -98,7 +104,7 @@ export async function recoverQueue(c: RecoveryContext): Promise<Recovered> {
 }
 
 /** Rows for the jobs after the snapshot, from the message log (REC-1 for damaged ranges). */
-async function scanJobs(c: RecoveryContext, st: JobState, keyIds: Map<string, number>, dedupe: DedupeTable, producers: EnqueueProducers): Promise<void> {
+async function scanJobs(c: RecoveryContext, st: JobState, keyIds: Map<string, number>, dedupe: DedupeTable, producers: EnqueueProducers, replaced: number[]): Promise<void> {
   let nextChainId = 0;
   for (const id of keyIds.values()) nextChainId = Math.max(nextChainId, id + 1);
   const chainOf = (key: string): number => {
@@ -111,6 +117,7 @@ async function scanJobs(c: RecoveryContext, st: JobState, keyIds: Map<string, nu
     st.table.add(r.offset, St.READY, deliverAtOf(r), r.timestamp, chain, storedSize(r));
     const dd = dedupeIdOf(r);
     if (dd !== null) dedupe.restore(dd, r.offset, r.timestamp, c.now);
+    if (r.headers !== null) restoreJobOptions(c, st, r, replaced);
     // IDEM-1: the first new job of an idempotent request names it; the request's jobs are
     // exactly as durable as this record.
     const ip = getHeader(r.headers, H_IDEMPOTENCE);
@@ -127,6 +134,34 @@ async function scanJobs(c: RecoveryContext, st: JobState, keyIds: Map<string, nu
     );
     for (let o = from; o < to; o++) st.addUnreadable(o, c.now);
   });
+}
+
+/** Priority, expiry and singleton key of a job after the snapshot (JOB-1..3). */
+function restoreJobOptions(c: RecoveryContext, st: JobState, r: StoredRecord, replaced: number[]): void {
+  st.setPriority(r.offset, priorityOf(r));
+  st.setExpiry(r.offset, expiresAtOf(r));
+  const sk = singletonOf(r);
+  if (sk === null) return;
+  const exp = sk.mode === "throttle" ? r.timestamp + sk.windowMs : Infinity;
+  if (exp > c.now) st.singletons.set(sk.mode, sk.key, { mode: sk.mode, off: r.offset, exp, wait: null, idx: 0 });
+  if (sk.replaces >= 0) replaced.push(sk.replaces);
+}
+
+/**
+ * A debounce job names the waiting job it replaced; that job was held back (never granted) from
+ * the decision on, so whatever the journal says of it after that, it is removed (a lost DEAD
+ * event is made good here).
+ */
+function removeReplaced(st: JobState, offs: readonly number[], leases: Map<number, LeaseRecord>): void {
+  const t = st.table;
+  for (const o of offs) {
+    if (!t.has(o)) continue;
+    const i = t.idx(o);
+    if (isTerminal(t.status[i]) || t.status[i] === St.INFLIGHT) continue;
+    t.status[i] = St.DONE;
+    leases.delete(o);
+    st.moving.delete(o);
+  }
 }
 
 async function replayJournal(c: RecoveryContext, st: JobState, leases: Map<number, LeaseRecord>, from: number, progress: Map<number, string>): Promise<void> {
@@ -215,6 +250,13 @@ export function replay(st: JobState, ev: JournalEvent, leases: Map<number, Lease
       st.moving.set(o, ev.data as DlqIntent);
       break;
     case Ev.DEAD:
+      if (ev.data !== undefined && (ev.data as { removed?: unknown }).removed !== undefined) {
+        // Removed without a copy (JOB-3, JOB-4): gone, as a purged job.
+        t.status[i] = St.DONE;
+        leases.delete(o);
+        st.moving.delete(o);
+        break;
+      }
       st.keepDead(o, ev.time);
       t.status[i] = St.DEAD;
       leases.delete(o);

@@ -2,7 +2,9 @@
 /**
  * The queue snapshot (`snapshot.bin`, replaced with writeFileAtomic): `SLQSNAP1`, u32 JSON
  * length, JSON metadata (floor, journal offset, leases, history, dead-letter moves, dedupe ids,
- * chains, counters, idempotent requests), then the job table's columns (table.ts).
+ * chains, counters, idempotent requests; since 0.x also priorities, expiries and singleton keys,
+ * each optional and absent when unused, so snapshots of older versions load unchanged), then
+ * the job table's columns (table.ts).
  *
  * JRN-3: a snapshot is taken only between two journal appends (journal.ts), so every journal
  * record below `journalOffset` is reflected in it; events after it replay idempotently
@@ -17,6 +19,7 @@ import type { AttemptRecord } from "../../../queues/types.js";
 import type { DlqIntent, JobState } from "./job-state.js";
 import type { IdemSnapshot } from "./producers.js";
 import type { RetainedRow } from "./retained.js";
+import type { SingletonRow } from "./singletons.js";
 import { JobTable } from "./table.js";
 
 const SNAP_MAGIC = Buffer.from("SLQSNAP1");
@@ -38,6 +41,12 @@ export interface SnapshotMeta {
   idem?: IdemSnapshot;
   /** Completed and dead-lettered jobs not yet expired (retained.ts; absent in older versions). */
   retained?: RetainedRow[];
+  /** [offset, priority] of live jobs with a priority above 0 (JOB-1; absent: none). */
+  priorities?: [number, number][];
+  /** [offset, expiresAt] of live jobs with an expiry not yet reached (JOB-3; absent: none). */
+  expiries?: [number, number][];
+  /** Singleton, debounce and throttle keys in force (singletons.ts; absent: none). */
+  singletons?: SingletonRow[];
   /** Last progress (JSON text) of live jobs (job.progress; absent when none or in older versions). */
   progress?: [number, string][];
 }
@@ -48,6 +57,7 @@ export interface SnapshotExtras {
   journalOffset: number;
   dedupe: [string, number, number][];
   idem: IdemSnapshot;
+  singletons: SingletonRow[];
   /** Wall-clock ms: retained outcomes expired by then are left out. */
   now: number;
   /** Last progress of live jobs (JSON text). */
@@ -77,6 +87,9 @@ export function encodeSnapshot(st: JobState, x: SnapshotExtras): { body: Buffer;
     counters: { redeliveries: st.redeliveries, retries: st.retries, completed: st.completed, deadLettered: st.deadLettered },
     idem: x.idem,
     ...(st.retained.size > 0 ? { retained: st.retained.rows(x.now) } : {}),
+    ...(st.prio !== null && st.prio.size > 0 ? { priorities: [...st.prio] } : {}),
+    ...(st.expiry !== null && st.expiry.size > 0 ? { expiries: [...st.expiry] } : {}),
+    ...(x.singletons.length > 0 ? { singletons: x.singletons } : {}),
     ...(x.progress !== undefined && x.progress.length > 0 ? { progress: x.progress } : {}),
   };
   const json = Buffer.from(JSON.stringify(meta), "utf8");
