@@ -268,7 +268,7 @@ export async function runGroups(groups: readonly BenchGroup[], o: RunGroupOption
 let clkTck = 0;
 
 /** User + system CPU time of process `pid` (all threads) in milliseconds, from /proc/<pid>/stat. */
-export function cpuMs(pid: number): number {
+export function cpuMs(pid: number, statPath = `/proc/${pid}/stat`): number {
   if (clkTck === 0) {
     try {
       clkTck = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim()) || 100;
@@ -276,10 +276,23 @@ export function cpuMs(pid: number): number {
       clkTck = 100;
     }
   }
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const stat = readFileSync(statPath, "utf8");
   // Fields after "(comm)": state is field 3, utime 14, stime 15.
   const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   return ((Number(f[11]) + Number(f[12])) * 1000) / clkTck;
+}
+
+/**
+ * CPU time of this process's main thread (the JavaScript thread) in milliseconds, from
+ * /proc/self/task/<pid>/stat; 0 where /proc is missing. The thread pool's fdatasyncs are not in
+ * it, so it measures the work of the code itself, whatever the disk does.
+ */
+export function mainThreadCpuMs(): number {
+  try {
+    return cpuMs(process.pid, `/proc/self/task/${process.pid}/stat`);
+  } catch {
+    return 0;
+  }
 }
 
 /** The first process named `comm` whose command line matches `test` (e.g. the machine's nats-server), or undefined. */

@@ -8,7 +8,8 @@
  *   handler, and the README worker loop exactly as examples/queue.ts writes it (read at run time,
  *   so the row follows the file: whether `job.extend()` / `job.ack()` are awaited).
  * - Over the network, concurrency 50 for every system: sluice server `process()`, BullMQ on Redis
- *   with appendfsync always (and on the in-memory Redis for information), pg-boss.
+ *   with appendfsync always (and on the in-memory Redis for information), pg-boss; and with a
+ *   priority on every job (sluice against BullMQ on fsync'd Redis).
  * - RSS of a process holding one million delayed jobs; p99 enqueue-to-delivery of an idle
  *   embedded worker (absolute).
  *
@@ -38,11 +39,17 @@ type Open = { open(): Promise<Broker>; release(b: Broker): Promise<void> };
 let seq = 0;
 
 /** Runs `driveQueue` against a sluice queue with `startWorkers` consuming it. */
-async function sluiceDrive(t: Open, limits: RunGroupOptions["limits"], config: object, work: (q: Queue<typeof JOB_DATA>, onAcked: (n: number) => void, signal: AbortSignal) => Promise<unknown>) {
+async function sluiceDrive(
+  t: Open,
+  limits: RunGroupOptions["limits"],
+  config: object,
+  work: (q: Queue<typeof JOB_DATA>, onAcked: (n: number) => void, signal: AbortSignal) => Promise<unknown>,
+  itemOpts?: (i: number) => Record<string, unknown>,
+) {
   const b = await t.open();
   try {
     const q = b.queue<typeof JOB_DATA>(`bench-jobs-${process.pid}-${seq++}`, config);
-    const items = Array.from({ length: JOB_ENQUEUE_BATCH }, () => ({ data: JOB_DATA }));
+    const items = Array.from({ length: JOB_ENQUEUE_BATCH }, (_, i) => ({ data: JOB_DATA, ...itemOpts?.(i) }));
     const r = await driveQueue({
       durationMs: limits.maxMs,
       warmupMs: Math.max(limits.warmupMs, JOB_WARMUP_MS),
@@ -66,20 +73,32 @@ async function sluiceDrive(t: Open, limits: RunGroupOptions["limits"], config: o
   }
 }
 
+/** A variant of a jobs row: per-job options (priorities), the queue's config (a rate limit), and how the shape says it. */
+interface SluiceVariant {
+  shape: string;
+  itemOpts?: (i: number) => Record<string, unknown>;
+  config?: object;
+}
+
 /** `q.process(trivial handler, { concurrency })`: return = ack. Counted when the handler returns (at most `concurrency` acks behind). */
-function processCase(system: string, t: Open, concurrency: number): BenchCase {
+function processCase(system: string, t: Open, concurrency: number, variant?: SluiceVariant): BenchCase {
   return {
     system,
     durability: SLUICE_DURABILITY,
-    shape: `q.process(async () => {}, { concurrency: ${concurrency} }): ack per job on return; ${PRODUCER}`,
+    shape: `q.process(async () => {}, { concurrency: ${concurrency} }): ack per job on return; ${PRODUCER}${variant ? `; ${variant.shape}` : ""}`,
     run: (limits) =>
-      sluiceDrive(t, limits, {}, (q, onAcked, signal) =>
-        q.process(
-          () => {
-            onAcked(1);
-          },
-          { concurrency, signal },
-        ),
+      sluiceDrive(
+        t,
+        limits,
+        variant?.config ?? {},
+        (q, onAcked, signal) =>
+          q.process(
+            () => {
+              onAcked(1);
+            },
+            { concurrency, signal },
+          ),
+        variant?.itemOpts,
       ),
   };
 }
@@ -229,6 +248,19 @@ function groups(emb: Open, srv: Open, bullFsyncDur: string, bullMemDur: string, 
       metrics: metric(`over the network, concurrency ${JOB_CONCURRENCY}`),
       cases: [processCase(SERVER, srv, JOB_CONCURRENCY), bullmqJobs(REDIS_FSYNC_PORT, BULLMQ_FSYNC_SYSTEM, bullFsyncDur), pgbossJobs(pgDur), bullmqJobs(REDIS_MEMORY_PORT, BULLMQ_SYSTEM, bullMemDur)],
       ratios: [BULLMQ_FSYNC_SYSTEM, PGBOSS_SYSTEM, BULLMQ_SYSTEM].map((peer) => ({ sluice: SERVER, peer })),
+      prime: true,
+    },
+    {
+      // Every job has a priority, ten levels in equal shares; BullMQ's scale runs the other way
+      // (1 = its highest), so level p is BullMQ priority 10 - p: the same order of service.
+      id: "jobs-priority",
+      table: "per-message",
+      metrics: metric(`priority jobs, over the network, concurrency ${JOB_CONCURRENCY}`),
+      cases: [
+        processCase(SERVER, srv, JOB_CONCURRENCY, { shape: "enqueue(data, { priority: i % 10 }) (10 levels, higher first)", itemOpts: (i) => ({ priority: i % 10 }) }),
+        bullmqJobs(REDIS_FSYNC_PORT, BULLMQ_FSYNC_SYSTEM, bullFsyncDur, { shape: "opts.priority = 10 - (i % 10) (10 levels, 1 first)", jobOpts: (i) => ({ priority: 10 - (i % 10) }) }),
+      ],
+      ratios: [{ sluice: SERVER, peer: BULLMQ_FSYNC_SYSTEM }],
       prime: true,
     },
   ];

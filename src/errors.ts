@@ -470,6 +470,14 @@ export class InternalError extends RegisteredError {
   static override readonly spec = spec("INTERNAL", false, 500, "server", () => new InternalError(""));
 }
 
+/**
+ * The request is not allowed: on the HTTP port, a state-changing request from another site (a
+ * browser's cross-origin or form post), refused before it is read.
+ */
+export class ForbiddenError extends RegisteredError {
+  static override readonly spec = spec("FORBIDDEN", false, 403, "server", () => new ForbiddenError(""));
+}
+
 /** An HTTP request body exceeded the server's `maxBodyBytes`. */
 export class BodyTooLargeError extends RegisteredError {
   static override readonly spec = spec("BODY_TOO_LARGE", false, 413, "server", () => new BodyTooLargeError(""));
@@ -516,6 +524,7 @@ export const errors = {
   UnsupportedVersionError,
   InternalError,
   BodyTooLargeError,
+  ForbiddenError,
 } as const;
 
 /** A registered error class: constructible (for `instanceof`) and carrying its spec. */

@@ -44,7 +44,7 @@ interface Scenario {
   /** Only through a client (the failure is the client's or the wire's). */
   remote?: (env: Env) => Promise<unknown>;
   /** The same failure as an HTTP request. */
-  http?: (env: Env) => { method: string; path: string; body?: unknown; rawBody?: string };
+  http?: (env: Env) => { method: string; path: string; body?: unknown; rawBody?: string; headers?: Record<string, string> };
   /** Why a mode is missing. */
   why?: string;
 }
@@ -72,10 +72,10 @@ after(async () => {
   dir.cleanup();
 });
 
-async function http(req: { method: string; path: string; body?: unknown; rawBody?: string }, port: number): Promise<{ status: number; error: WireError }> {
+async function http(req: { method: string; path: string; body?: unknown; rawBody?: string; headers?: Record<string, string> }, port: number): Promise<{ status: number; error: WireError }> {
   const res = await fetch(`http://127.0.0.1:${port}${req.path}`, {
     method: req.method,
-    headers: { "content-type": "application/json" },
+    headers: { "content-type": "application/json", ...req.headers },
     body: req.rawBody ?? (req.body === undefined ? undefined : JSON.stringify(req.body)),
   });
   const json = (await res.json()) as { error: WireError };
@@ -349,6 +349,10 @@ const SCENARIOS: Record<string, Scenario> = {
     remote: (e) => connect({ url: e.server.url, protocolVersions: { min: 7, max: 9 } }),
   },
   INTERNAL: { why: "an unexpected exception in the server: see the internal-error test below" },
+  FORBIDDEN: {
+    why: "an HTTP request another site could have made",
+    http: () => ({ method: "POST", path: "/v1/topics", body: { name: "csrf" }, headers: { origin: "https://evil.example" } }),
+  },
   BODY_TOO_LARGE: {
     why: "an HTTP request body",
     http: () => ({ method: "POST", path: "/v1/topics/small/records", rawBody: JSON.stringify({ records: [{ value: "y".repeat(2 * 1024 * 1024) }] }) }),

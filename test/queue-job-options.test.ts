@@ -9,7 +9,10 @@ import { DiskEngine } from "../src/store/disk/disk-engine.js";
 import { NodeFileSystem } from "../src/log/io.js";
 import { FaultyFileSystem } from "../src/testing/faulty-fs.js";
 import { waitUntil } from "../src/testing/helpers.js";
-import { TestQueues, tempDir } from "./fixtures/queue-helpers.js";
+import { JobState, type DiskLease } from "../src/store/disk/queues/job-state.js";
+import { JobTable } from "../src/store/disk/queues/table.js";
+import type { LeaseConsumer } from "../src/store/queue-store.js";
+import { TestQueues, rng, tempDir } from "./fixtures/queue-helpers.js";
 
 async function open(dir: string, fs = new NodeFileSystem()): Promise<TestQueues> {
   const engine = new DiskEngine({ dataDir: dir, fs });
@@ -172,4 +175,74 @@ test("a retried idempotent request with singleton, throttle and debounce jobs ge
   } finally {
     t.cleanup();
   }
+});
+
+test("an enqueue refused for room (QueueFullError) takes no singleton key and leaves the job it would replace waiting", async () => {
+  const t = tempDir();
+  try {
+    const m = await open(t.dir);
+    try {
+      const q = m.queue<string>("full", { maxDepth: 1 });
+      const d1 = await q.enqueue("d1", { singletonKey: "d", singletonMode: "debounce" });
+      // Replacing needs room for the new job first: refused, d1 stays.
+      await assert.rejects(q.enqueue("d2", { singletonKey: "d", singletonMode: "debounce" }), (e: unknown) => (e as { code?: string }).code === "QUEUE_FULL");
+      assert.equal((await q.getJob(d1.id))?.state, "waiting", "the job it would have replaced waits again");
+      await assert.rejects(q.enqueue("s1", { singletonKey: "s" }), (e: unknown) => (e as { code?: string }).code === "QUEUE_FULL");
+      assert.deepEqual(await drain(m, "full", 1), ["d1"]);
+      const s = await q.enqueue("s2", { singletonKey: "s" });
+      assert.equal(s.duplicate, false, "the refused enqueue did not take the key");
+      const d3 = await q.enqueue("d3", { singletonKey: "d", singletonMode: "debounce" }).catch((e: unknown) => e);
+      assert.equal((d3 as { code?: string }).code, "QUEUE_FULL");
+    } finally {
+      await m.close();
+    }
+  } finally {
+    t.cleanup();
+  }
+});
+
+test("model: grants take the waiting key heads by priority (higher first), then enqueue order (JOB-1, KEY-1)", () => {
+  const rand = rng(42);
+  const st = new JobState(new JobTable(0));
+  const consumer: LeaseConsumer = { consumerId: "c", codeVersion: undefined, leaseMs: 60_000, leaseLost: () => {} };
+  type M = { off: number; prio: number; key: string | null; status: "waiting" | "inflight" | "done"; lease: DiskLease | null };
+  const jobs: M[] = [];
+  const now = 1_000;
+  let grants = 0;
+  for (let step = 0; step < 3000; step++) {
+    const r = rand();
+    if (r < 0.45) {
+      const off = jobs.length;
+      const prio = Math.floor(rand() * 10);
+      const key = rand() < 0.4 ? `k${Math.floor(rand() * 3)}` : null;
+      st.setPriority(off, prio);
+      st.addJob(off, key, now, now, 1, now);
+      jobs.push({ off, prio, key, status: "waiting", lease: null });
+    } else if (r < 0.75) {
+      const heads = new Map<string, M>();
+      for (const j of jobs) if (j.key !== null && j.status !== "done" && !heads.has(j.key)) heads.set(j.key, j);
+      const eligible = jobs.filter((j) => j.status === "waiting" && (j.key === null || heads.get(j.key) === j));
+      eligible.sort((a, b) => b.prio - a.prio || a.off - b.off);
+      const [[l]] = st.grant([{ consumer, upTo: st.heldBy(consumer) + 1 }], 1e9, now, now);
+      assert.equal(l?.off ?? -1, eligible[0]?.off ?? -1, `step ${step}: the best waiting key head is granted`);
+      if (l !== undefined) {
+        jobs[l.off].status = "inflight";
+        jobs[l.off].lease = l;
+        grants++;
+      }
+    } else {
+      const inflight = jobs.filter((j) => j.status === "inflight");
+      if (inflight.length === 0) continue;
+      const j = inflight[Math.floor(rand() * inflight.length)];
+      if (rand() < 0.6) {
+        st.ack(j.lease!, now, now);
+        j.status = "done";
+      } else {
+        st.retry(j.lease!, now, { at: now, attempt: j.lease!.attempt, consumer: "c", errorClass: "E", error: "" }, now);
+        j.status = "waiting";
+      }
+      j.lease = null;
+    }
+  }
+  assert.ok(grants > 500, `exercised (${grants} grants)`);
 });

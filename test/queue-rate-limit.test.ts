@@ -17,6 +17,7 @@ import { JobState } from "../src/store/disk/queues/job-state.js";
 import { JobTable } from "../src/store/disk/queues/table.js";
 import { replay } from "../src/store/disk/queues/recovery.js";
 import { Ev, type JournalEvent } from "../src/store/disk/queues/events.js";
+import { journalEvent } from "../src/store/disk/queues/event-reader.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";
 import { spawnServer } from "./fixtures/server-spawn.js";
 
@@ -199,4 +200,6 @@ test("GIVE_BACK replay (RATE-2): lowers the count only while the given-back deli
   assert.equal(attempts(), 2);
   replay(st, ev(Ev.GIVE_BACK, 1, 7), leases);
   assert.equal(attempts(), 1);
+  // queue.events() reports a give-back as `released` with the delivery's number and retryAt.
+  assert.deepEqual(journalEvent(ev(Ev.GIVE_BACK, 1, 7), 3), { position: "", at: 3, jobId: "0", type: "released", attempt: 2, retryAt: 7 });
 });

@@ -54,9 +54,10 @@ function http(
   path: string,
   body?: unknown,
   rawBody?: { chunks: number; chunkBytes: number },
+  headers: Record<string, string> = {},
 ): Promise<{ status: number; json: any }> {
   return new Promise((resolve, reject) => {
-    const req = request({ host: "127.0.0.1", port, method, path, headers: { "content-type": "application/json" } }, (res) => {
+    const req = request({ host: "127.0.0.1", port, method, path, headers: { "content-type": "application/json", ...headers } }, (res) => {
       let text = "";
       res.on("data", (d) => (text += d));
       res.on("end", () => resolve({ status: res.statusCode!, json: text ? JSON.parse(text) : null }));
@@ -166,6 +167,18 @@ test("HTTP: health, readiness, admin, JSON produce/consume, body limit; SIGTERM 
     assert.equal((await http(hp, "POST", "/v1/queues/web-jbos/purge")).status, 404);
     assert.equal((await http(hp, "GET", "/v1/queues")).json.queues.includes("web-jbos"), false, "reading stats creates no queue");
     assert.equal((await http(hp, "POST", "/v1/queues/web-jobs/purge")).json.purged, 2);
+    // Cross-site requests (CSRF from a page the operator visits) are refused, nothing changed.
+    const evil = await http(hp, "POST", "/v1/topics", { name: "csrf" }, undefined, { origin: "http://evil.example" });
+    assert.deepEqual([evil.status, evil.json.error.code], [403, "FORBIDDEN"]);
+    assert.match(evil.json.error.message, /Origin "http:\/\/evil.example" is not this server/);
+    const form = await http(hp, "DELETE", "/v1/topics/web", undefined, undefined, { "content-type": "application/x-www-form-urlencoded" });
+    assert.deepEqual([form.status, form.json.error.code], [403, "FORBIDDEN"]);
+    assert.equal((await http(hp, "POST", "/v1/topics", { name: "csrf" }, undefined, { "sec-fetch-site": "cross-site" })).status, 403);
+    assert.deepEqual((await http(hp, "GET", "/v1/topics")).json.topics, ["web"], "nothing was created or deleted");
+    // The dashboard's own requests (same origin) pass.
+    const same = await http(hp, "POST", "/v1/topics", { name: "same-origin" }, undefined, { origin: `http://127.0.0.1:${hp}` });
+    assert.equal(same.status, 201);
+    assert.equal((await http(hp, "DELETE", "/v1/topics/same-origin", undefined, undefined, { origin: `http://127.0.0.1:${hp}` })).status, 200);
     // A body larger than the limit is refused while streaming (no Content-Length).
     const big = await http(hp, "POST", "/v1/topics/web/records", undefined, { chunks: 64, chunkBytes: 16 * 1024 });
     assert.equal(big.status, 413);

@@ -17,11 +17,18 @@ import { REDIS_HOST } from "./redis.js";
 export const BULLMQ_SYSTEM = "bullmq";
 export const BULLMQ_FSYNC_SYSTEM = "bullmq-redis-fsync";
 
-export function bullmqJobs(port: number, system: string, durability: string): BenchCase {
+/** A variant of the jobs row: per-job options (priorities), worker options (a limiter), and how the shape says it. */
+export interface BullmqVariant {
+  shape: string;
+  jobOpts?: (seq: number) => Record<string, unknown>;
+  workerOpts?: Record<string, unknown>;
+}
+
+export function bullmqJobs(port: number, system: string, durability: string, variant?: BullmqVariant): BenchCase {
   return {
     system,
     durability,
-    shape: `Worker concurrency ${JOB_CONCURRENCY}, trivial handler, completion per job; ${JOB_PRODUCER} (addBulk)`,
+    shape: `Worker concurrency ${JOB_CONCURRENCY}, trivial handler, completion per job; ${JOB_PRODUCER} (addBulk)${variant ? `; ${variant.shape}` : ""}`,
     run: async (limits) => {
       const name = `sluice-bench-${runId()}`;
       // maxRetriesPerRequest null is what BullMQ workers require.
@@ -39,10 +46,10 @@ export function bullmqJobs(port: number, system: string, durability: string): Be
           enqueueInFlight: JOB_ENQUEUE_IN_FLIGHT,
           maxBacklog: JOB_BACKLOG,
           enqueue: async (count, seq) => {
-            await queue!.addBulk(Array.from({ length: count }, (_, i) => ({ name: "j", data: { ...JOB_DATA, seq: seq + i } })));
+            await queue!.addBulk(Array.from({ length: count }, (_, i) => ({ name: "j", data: { ...JOB_DATA, seq: seq + i }, ...(variant?.jobOpts ? { opts: variant.jobOpts(seq + i) } : {}) })));
           },
           startWorkers: async (onCompleted) => {
-            worker = new Worker(name, async () => undefined, { connection, concurrency: JOB_CONCURRENCY, autorun: true });
+            worker = new Worker(name, async () => undefined, { connection, concurrency: JOB_CONCURRENCY, autorun: true, ...variant?.workerOpts });
             worker.on("error", () => {});
             worker.on("completed", () => onCompleted(1));
             await worker.waitUntilReady();

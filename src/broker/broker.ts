@@ -72,6 +72,11 @@ export interface BrokerOptions {
   /** How often retention runs. Default 5 minutes; 0 disables the timer (call enforceRetention()). */
   retentionCheckIntervalMs?: number;
   /**
+   * Whether this broker fires the queues' job schedules (docs/queues.md "Schedules"). Default
+   * true; false (short admin tools such as the CLI with --data) still lists and changes them.
+   */
+  runSchedules?: boolean;
+  /**
    * Message schemas per topic and queue (src/contracts/schemas.ts): publish() and
    * publishBatch() to a topic with schemas, and enqueues to a queue with schemas, validate each
    * value before anything is written, and refuse with `SchemaViolationError` naming the field.
@@ -137,7 +142,9 @@ export class EmbeddedBroker implements Broker, BrokerHost {
       }
     }
     // Queues reach storage only through the engine's queue store.
-    b.queues = new QueueManager({ store: b.engine.queues, clock: b.telemetry.clock, schemas: opts.schemas });
+    b.queues = new QueueManager({ store: b.engine.queues, clock: b.telemetry.clock, schemas: opts.schemas, logger: b.logger });
+    // Job schedules run in the process holding the data dir (FS-3), never in network clients.
+    await b.queues.startSchedules(opts.runSchedules ?? true);
     const every = opts.retentionCheckIntervalMs ?? 5 * 60_000;
     if (every > 0) {
       b.retentionTimer = setInterval(() => {

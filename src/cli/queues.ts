@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/** `sluice queues list|stats NAME|purge NAME`. Reading a queue never creates one. */
+/** `sluice queues list|stats NAME|schedules NAME|purge NAME`. Reading a queue never creates one. */
 import { QueueNotFoundError } from "../errors.js";
 import type { QueueStats } from "../queues/types.js";
 import { TARGET_OPTIONS, TARGET_USAGE, need, parse, subcommand } from "./args.js";
@@ -11,6 +11,7 @@ export const QUEUES_USAGE = `Usage: sluice queues <command> [options]
 Commands:
   list                 every queue with its backlog (waiting, delayed, in flight, dead-lettered)
   stats NAME           all counters of one queue
+  schedules NAME       the queue's job schedules (cron or interval, time zone, next and last tick)
   purge NAME [--yes]   drop every job enqueued so far (asks on a terminal, else needs --yes)
 
 ${TARGET_USAGE}
@@ -25,6 +26,14 @@ const STATS_USAGE = `Usage: sluice queues stats NAME [--json] (--url URL | --dat
 
 ${TARGET_USAGE}`;
 
+const SCHEDULES_USAGE = `Usage: sluice queues schedules NAME [--json] (--url URL | --data DIR)
+
+Lists the queue's job schedules: cron expression or interval, time zone, catch-up policy,
+whether paused, the next tick and the last tick whose job was stored (UTC, ISO 8601). With
+--data the schedules are read without firing any tick.
+
+${TARGET_USAGE}`;
+
 const PURGE_USAGE = `Usage: sluice queues purge NAME [--yes] [--json] (--url URL | --data DIR)
 
 Durably drops every job enqueued before the call (waiting, delayed and in flight). On a terminal
@@ -35,9 +44,10 @@ ${TARGET_USAGE}`;
 const READ_OPTS = { ...TARGET_OPTIONS, json: { type: "boolean" } } as const;
 
 export async function queuesCommand(argv: string[]): Promise<void> {
-  const { verb, rest } = subcommand(argv, "queues", ["list", "stats", "purge"], QUEUES_USAGE);
+  const { verb, rest } = subcommand(argv, "queues", ["list", "stats", "schedules", "purge"], QUEUES_USAGE);
   if (verb === "list") return list(rest);
   if (verb === "stats") return stats(rest);
+  if (verb === "schedules") return schedules(rest);
   return purge(rest);
 }
 
@@ -88,6 +98,21 @@ async function stats(argv: string[]): Promise<void> {
       say("");
       printTable(["BLOCKED-KEY", "AGE-S", "ATTEMPTS"], s.blockedKeys.map((k) => [k.key, seconds(k.ageMs), k.attempts]));
     }
+  });
+}
+
+async function schedules(argv: string[]): Promise<void> {
+  const { values, positionals } = parse(argv, { usage: SCHEDULES_USAGE, options: READ_OPTS, maxPositionals: 1 });
+  const name = need(positionals, 0, "queue name", "sluice queues schedules NAME");
+  await withBroker(values, { readOnly: true }, async (b) => {
+    const all = await (await existing(b, name)).listSchedules();
+    if (values.json) return printJson(all);
+    if (all.length === 0) return say(`(no schedules on queue ${name})`);
+    const when = (t: number | null): string => (t === null ? "-" : new Date(t).toISOString());
+    printTable(
+      ["SCHEDULE", "EVERY", "TZ", "CATCH-UP", "STATE", "NEXT", "LAST"],
+      all.map((s) => [s.name, s.cron ?? `${s.everyMs} ms`, s.cron === null ? "-" : s.tz, s.catchUp, s.paused ? "paused" : "active", when(s.nextRunAt), when(s.lastRunAt)]),
+    );
   });
 }
 

@@ -56,5 +56,6 @@ async function open(t: Target, readOnly: boolean): Promise<CliBroker> {
   // directory that is not a sluice data directory (a mistyped path such as the home directory).
   if (readOnly && !existsSync(join(t.dir, "topics"))) throw new ValidationError(`${t.dir} is not a sluice data directory (no topics/ in it; this command creates nothing)`);
   const { openBroker } = await import("../broker/broker.js");
-  return openBroker({ dataDir: t.dir, retentionCheckIntervalMs: 0 });
+  // A short command does not fire the queues' schedules (the server holding the dir does).
+  return openBroker({ dataDir: t.dir, retentionCheckIntervalMs: 0, runSchedules: false });
 }

@@ -10,7 +10,8 @@ import { processWorkerOptions, runProcess } from "../queues/process.js";
 import { tracing } from "../observability/tracing.js";
 import { browseRequest, readableHeaders } from "../queues/results.js";
 import type { ResolvedQueueConfig } from "../queues/config.js";
-import type { BrowsedJob, BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, Queue, QueueConfig, QueueStats, RedriveOptions, RedriveResult, WorkOptions, Worker } from "../queues/types.js";
+import type { BrowsedJob, BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, Queue, QueueConfig, QueueEvent, QueueEvents, QueueEventsOptions, QueueStats, RedriveOptions, RedriveResult, ScheduleInfo, ScheduleOptions, WorkOptions, Worker } from "../queues/types.js";
+import { QueueEventStream } from "../queues/events.js";
 import type { PublishValue } from "../value-types.js";
 import { Op, decodePublishRecords, encodePublishRecords, parseJobJson } from "../wire/index.js";
 import type { Transport } from "./transport.js";
@@ -173,6 +174,53 @@ export class RemoteQueue<T> implements Queue<T> {
     const { valueKind, ...info } = job;
     if (valueKind !== undefined) info.data = decodeJobData(valueKind, f.body) as T;
     return info;
+  }
+
+  /**
+   * QUEUE_EVENTS, one long-poll per page (a read: re-sent after a reconnect, from the same
+   * position, so nothing is lost or repeated); the server keeps nothing between pages.
+   */
+  events(opts?: QueueEventsOptions): QueueEvents {
+    return new QueueEventStream(async (from, max, maxWaitMs, signal) => {
+      const f = await this.transport.request(Op.QueueEvents, { queue: this.name, from, max, maxWaitMs }, null, { retry: true, signal, extraTimeoutMs: maxWaitMs });
+      return { events: (f.meta.events ?? []) as QueueEvent[], position: String(f.meta.position) };
+    }, opts);
+  }
+
+  /** QUEUE_SCHEDULE upsert (idempotent: re-sent after a reconnect). Data and headers travel as one publish record. */
+  async upsertSchedule(name: string, opts: ScheduleOptions<T & PublishValue>): Promise<ScheduleInfo<T>> {
+    if (opts === null || typeof opts !== "object") throw new ValidationError("upsertSchedule needs options { cron | everyMs, ... }");
+    if (this.opts.schemas) this.opts.schemas.validate("queue", this.name, opts.data ?? null, opts.headers);
+    const { data, headers, ...rest } = opts;
+    const body = encodePublishRecords([{ value: (data ?? null) as PublishValue, headers }]);
+    const [info] = await this.schedules("upsert", { name, opts: rest }, body);
+    return info;
+  }
+
+  /** QUEUE_SCHEDULE list (a read). */
+  listSchedules(): Promise<ScheduleInfo<T>[]> {
+    return this.schedules("list", {}, null);
+  }
+
+  async pauseSchedule(name: string): Promise<void> {
+    await this.transport.request(Op.QueueSchedule, { ...this.meta(), action: "pause", name }, null, { retry: true });
+  }
+
+  async resumeSchedule(name: string): Promise<void> {
+    await this.transport.request(Op.QueueSchedule, { ...this.meta(), action: "resume", name }, null, { retry: true });
+  }
+
+  async removeSchedule(name: string): Promise<boolean> {
+    const f = await this.transport.request(Op.QueueSchedule, { ...this.meta(), action: "remove", name }, null, { retry: true });
+    return f.meta.removed === true;
+  }
+
+  private async schedules(action: string, extra: Record<string, unknown>, body: Buffer | null): Promise<ScheduleInfo<T>[]> {
+    const f = await this.transport.request(Op.QueueSchedule, { ...this.meta(), action, ...extra }, body, { retry: true });
+    const metas = (f.meta.schedules ?? []) as Omit<ScheduleInfo<T>, "data" | "headers">[];
+    const recs = f.body === null || metas.length === 0 ? [] : decodePublishRecords(f.body, metas.length, true);
+    if (recs.length !== metas.length) throw new ProtocolError(`QUEUE_SCHEDULE: ${metas.length} schedules but ${recs.length} records`);
+    return metas.map((m, i) => ({ ...m, data: recs[i].value as T, headers: readableHeaders(Object.entries(recs[i].headers ?? {})) }));
   }
 
   /** QUEUE_BROWSE (a read: re-sent after a reconnect; never leases, never creates the queue). */

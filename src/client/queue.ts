@@ -359,6 +359,16 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
   private pendingSettles: PendingSettle[] = [];
   private settleScheduled = false;
 
+  /** QUEUE_PROGRESS (not re-sent after a reconnect: the lease is gone with the connection). */
+  progress(job: RemoteJob<T>, json: string): Promise<void> {
+    // As embedded: a settled job's lease has ended.
+    if (job.settled || job.workerId !== this.id || this.live.get(job.tag) !== job) return handledRejection(new LeaseExpiredError());
+    const meta = job.tag >= 0 ? { worker: this.id, tag: job.tag, progress: json } : { worker: this.id, receipt: job.receipt, progress: json };
+    const p = this.transport.request(Op.QueueProgress, meta, null, { retry: false }).then(() => {});
+    p.catch(() => {}); // may be left un-awaited, as settlements
+    return p;
+  }
+
   settle(job: RemoteJob<T>, action: SettleAction, arg: Record<string, unknown>): Promise<void> {
     // Settlements may be left un-awaited: their promises never cause an unhandled rejection.
     if (job.settled) return handledRejection(new ValidationError(`job ${job.id} is already settled`));

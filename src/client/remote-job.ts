@@ -6,7 +6,7 @@
 import { ValidationError } from "../errors.js";
 import { MAX_DELAY_MS } from "../queues/config.js";
 import { handledRejection } from "../queues/job.js";
-import { encodeResult } from "../queues/results.js";
+import { encodeProgress, encodeResult } from "../queues/results.js";
 import type { DeadLetterInfo, Job, NackOptions } from "../queues/types.js";
 import { parseJobJson } from "../wire/queue.js";
 
@@ -31,6 +31,8 @@ export interface JobSettler<T> {
   /** Whether the server takes `retryAfter` settlements (an older one: a nack with that delay). */
   readonly givesBack: boolean;
   settle(job: RemoteJob<T>, action: SettleAction, arg: Record<string, unknown>): Promise<void>;
+  /** Sends a progress value (JSON text, checked) of a job it holds (QUEUE_PROGRESS). */
+  progress(job: RemoteJob<T>, json: string): Promise<void>;
 }
 
 export class RemoteJob<T> implements Job<T> {
@@ -129,6 +131,16 @@ export class RemoteJob<T> implements Job<T> {
     if (this.worker.givesBack) return this.worker.settle(this, "retryAfter", { ms });
     // An older server: the delay is kept, the attempt is spent (docs/queues.md).
     return this.worker.settle(this, "nack", { delayMs: ms, errorClass: "RateLimitedError", errorMessage: `rate limited downstream: retry after ${ms} ms` });
+  }
+  progress(value: unknown): Promise<void> {
+    let json: string;
+    try {
+      // Checked here, before anything is sent, as embedded.
+      json = encodeProgress(value);
+    } catch (e) {
+      return handledRejection(e);
+    }
+    return this.worker.progress(this, json);
   }
   extend(ms: number): Promise<void> {
     if (!Number.isFinite(ms) || ms <= 0) return Promise.reject(new ValidationError("extend(ms) needs a positive number of milliseconds"));

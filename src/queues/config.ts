@@ -38,6 +38,12 @@ export const MAX_LEASE_MS = 12 * 3_600_000;
 export const MIN_LEASE_MS = 10;
 /** A job's result (`job.ack(result)`) as JSON, UTF-8 bytes: at most 64 KiB. */
 export const MAX_RESULT_BYTES = 64 * 1024;
+/** A job's progress (`job.progress(value)`) as JSON, UTF-8 bytes: at most 4 KiB. */
+export const MAX_PROGRESS_BYTES = 4 * 1024;
+/** `queue.events()`: events per read (embedded) or per QUEUE_EVENTS answer. */
+export const MAX_EVENTS_PER_READ = 1000;
+/** `queue.events()`: longest wait of one read for new events (the long-poll of QUEUE_EVENTS). */
+export const MAX_EVENTS_WAIT_MS = 30_000;
 /** Longest `resultRetentionMs`: 30 days. */
 export const MAX_RESULT_RETENTION_MS = 30 * 86_400_000;
 /**

@@ -13,7 +13,7 @@
 import type { ValueKind } from "../log/record-batch.js";
 import type { EnqueueIdentity } from "./idempotence.js";
 import type { EnqueueItemOptions } from "./prepare.js";
-import type { EnqueueResult, Job, Queue, QueueConfig, WorkOptions } from "./types.js";
+import type { EnqueueResult, Job, Queue, QueueConfig, QueueEvent, WorkOptions } from "./types.js";
 import type { QueueSettings } from "../store/queue-store.js";
 
 export interface QueueHostApi {
@@ -50,6 +50,8 @@ export interface HostQueue<T = unknown> extends Queue<T> {
   pushWorker(opts: PushWorkerOptions): PushWorker;
   /** The queue's stored config, defaults filled in (QueueNotFoundError when it does not exist). */
   settings(): Promise<QueueSettings>;
+  /** One page of `events()` after `from` (QUEUE_EVENTS): at most `max`, waiting up to `maxWaitMs` for one. */
+  readEvents(from: string, max: number, maxWaitMs: number, signal?: AbortSignal): Promise<{ events: QueueEvent[]; position: string }>;
 }
 
 /** A delivered job as the server handles it. */

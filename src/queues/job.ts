@@ -17,6 +17,7 @@ export interface JobOwner {
   extend(job: LeasedJob<unknown>, ms: number): Promise<void>;
   /** Gives the job back after `ms` without counting this delivery (RATE-2). */
   retryAfter(job: LeasedJob<unknown>, ms: number): Promise<void>;
+  progress(job: LeasedJob<unknown>, value: unknown): Promise<void>;
   /** Gives the job back without a failure record (`counted` false: not an attempt). */
   release(job: LeasedJob<unknown>, counted: boolean): void;
   restartLease(job: LeasedJob<unknown>): void;
@@ -147,6 +148,13 @@ export class LeasedJob<T> implements DeliveredJob {
   retryAfter(ms: number): Promise<void> {
     try {
       return this.owner.retryAfter(this, ms);
+    } catch (e) {
+      return handledRejection(e);
+    }
+  }
+  progress(value: unknown): Promise<void> {
+    try {
+      return this.owner.progress(this, value);
     } catch (e) {
       return handledRejection(e);
     }

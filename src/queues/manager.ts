@@ -6,8 +6,9 @@
  * handles (`EmbeddedQueue`) that open their queue lazily.
  */
 import { BrokerClosedError, QueueNotFoundError, ValidationError } from "../errors.js";
-import { systemClock, type Clock } from "../observability/telemetry.js";
+import { silentLogger, systemClock, type Clock, type Logger } from "../observability/telemetry.js";
 import { tracing } from "../observability/tracing.js";
+import { Scheduler } from "./schedules/scheduler.js";
 import type { EnqueueOutcome, QueueSettings, QueueStore, StoredQueue } from "../store/queue-store.js";
 import { MAX_BATCH_ITEMS, resolveQueueConfig, validateQueueName } from "./config.js";
 import type { EnqueueCallsOutcome, HostQueue, PushWorker, PushWorkerOptions, QueueHostApi, RawEnqueueItem } from "./host-api.js";
@@ -15,13 +16,14 @@ import type { EnqueueIdentity } from "./idempotence.js";
 import { prepareItem, prepareRaw } from "./prepare.js";
 import { processWorkerOptions, runProcess } from "./process.js";
 import { browseRequest, toBrowsedJob, toJobInfo } from "./results.js";
+import { eventsBounds, QueueEventStream, type EventsPage } from "./events.js";
 import { QueueRuntime } from "./runtime.js";
 import { QueueWorker } from "./worker.js";
 import { TurnYield } from "../turn-yield.js";
 
 /** `stats()` completes without waiting for I/O: a polling loop over it must still yield (turn-yield.ts). */
 const statsYield = new TurnYield();
-import type { BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, QueueConfig, QueueStats, RedriveOptions, RedriveResult, WorkOptions, Worker } from "./types.js";
+import type { BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, QueueConfig, QueueEvents, QueueEventsOptions, QueueStats, RedriveOptions, RedriveResult, ScheduleInfo, ScheduleOptions, WorkOptions, Worker } from "./types.js";
 import type { PublishValue } from "../value-types.js";
 import type { NewJob } from "../store/queue-store.js";
 import type { SchemaRegistry } from "../contracts/schemas.js";
@@ -34,6 +36,7 @@ export interface QueueManagerOptions {
   clock?: Clock;
   /** Schemas per queue: enqueues are validated before anything is stored. */
   schemas?: SchemaRegistry;
+  logger?: Logger;
 }
 
 export class QueueManager implements QueueHostApi {
@@ -48,6 +51,25 @@ export class QueueManager implements QueueHostApi {
     this.random = opts.random ?? Math.random;
     this.clock = opts.clock ?? systemClock;
     this.schemas = opts.schemas ?? null;
+    const sched = opts.store.schedules;
+    this.scheduler =
+      sched === undefined
+        ? null
+        : new Scheduler(sched, { enqueueTicks: (q, make) => this.enqueueTicks(q, make) }, this.clock, opts.logger ?? silentLogger);
+  }
+
+  /** @internal The job schedules of every queue (null: the engine keeps none). */
+  readonly scheduler: Scheduler | null;
+
+  /** Loads the stored schedules and starts their timer (openBroker calls it once). */
+  async startSchedules(run = true): Promise<void> {
+    await this.scheduler?.start(run);
+  }
+
+  /** A schedule's tick jobs, through the queue's store like any enqueue (created when missing). */
+  private async enqueueTicks(queue: string, make: (maxMessageBytes: number, now: number) => NewJob[]): Promise<void> {
+    const rt = await this.runtime(queue);
+    await rt.stored.enqueue(make(rt.settings.maxMessageBytes, rt.now()));
   }
 
   /** @internal Schemas per queue, checked by every enqueue of this process. */
@@ -108,6 +130,13 @@ export class QueueManager implements QueueHostApi {
     return (await this.runtime(name, undefined, true)).stored;
   }
 
+  /** @internal */
+  schedulerOrThrow(): Scheduler {
+    if (this.closed) throw new BrokerClosedError();
+    if (this.scheduler === null) throw new ValidationError("this storage engine keeps no job schedules");
+    return this.scheduler;
+  }
+
   listQueues(): Promise<string[]> {
     return this.store.list();
   }
@@ -115,6 +144,8 @@ export class QueueManager implements QueueHostApi {
   /** Durably deletes the queue and all its jobs. Open handles re-create it (empty) on next use. */
   async deleteQueue(name: string): Promise<void> {
     validateQueueName(name);
+    // Its schedules first: a tick after the delete would create the queue again.
+    await this.scheduler?.removeQueue(name);
     const rt = this.runtimes.get(name);
     this.runtimes.delete(name);
     (await rt?.catch(() => null))?.detach(new BrokerClosedError(`queue ${name} was deleted`));
@@ -124,6 +155,7 @@ export class QueueManager implements QueueHostApi {
   /** Ends every worker (BrokerClosedError); the engine closes the queues themselves. */
   async close(): Promise<void> {
     if (this.closed) return;
+    await this.scheduler?.close();
     this.closed = true;
     const rts = [...this.runtimes.values()];
     this.runtimes.clear();
@@ -301,9 +333,44 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
     return { jobs: page.jobs.map((j) => toBrowsedJob<T>(j)), next: page.next };
   }
 
+  events(opts?: QueueEventsOptions): QueueEvents {
+    return new QueueEventStream((from, max, maxWaitMs, signal) => this.readEvents(from, max, maxWaitMs, signal), opts);
+  }
+
+  /** One page of events after `from` (a read: QueueNotFoundError for a queue that does not exist). */
+  async readEvents(from: string, max: number, maxWaitMs: number, signal?: AbortSignal): Promise<EventsPage> {
+    const b = eventsBounds(max, maxWaitMs);
+    return (await this.existing()).stored.readEvents({ from, max: b.max, maxWaitMs: b.maxWaitMs, signal });
+  }
+
   /** The stored config, defaults filled in (a read: never creates the queue). Topology plans compare it. */
   async settings(): Promise<QueueSettings> {
     return structuredClone((await this.existing()).stored.settings);
+  }
+
+  async upsertSchedule(name: string, opts: ScheduleOptions<T & PublishValue>): Promise<ScheduleInfo<T>> {
+    const sched = this.mgr.schedulerOrThrow();
+    // The jobs it will enqueue are checked against the queue's schema now, once.
+    if (this.mgr.schemas !== null) this.mgr.schemas.validate("queue", this.name, opts?.data ?? null, opts?.headers);
+    // A write: the queue is created (as by enqueue), and its maxMessageBytes bounds the jobs.
+    const rt = await this.runtime();
+    return (await sched.upsert(this.name, name, opts, rt.settings.maxMessageBytes)) as ScheduleInfo<T>;
+  }
+
+  async listSchedules(): Promise<ScheduleInfo<T>[]> {
+    return (await this.mgr.schedulerOrThrow().list(this.name)) as ScheduleInfo<T>[];
+  }
+
+  pauseSchedule(name: string): Promise<void> {
+    return this.mgr.schedulerOrThrow().pause(this.name, name);
+  }
+
+  resumeSchedule(name: string): Promise<void> {
+    return this.mgr.schedulerOrThrow().resume(this.name, name);
+  }
+
+  removeSchedule(name: string): Promise<boolean> {
+    return this.mgr.schedulerOrThrow().remove(this.name, name);
   }
 
   /** Waits for background recovery (resumed dead-letter moves / redrive) to finish. Embedded only. */

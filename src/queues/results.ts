@@ -7,7 +7,7 @@
 import { decodeValue, type ValueKind } from "../log/record-batch.js";
 import { ValidationError } from "../errors.js";
 import type { StoredBrowsedJob, StoredBrowseRequest, StoredJobInfo } from "../store/queue-store.js";
-import { DEFAULT_BROWSE_LIMIT, MAX_BROWSE_BYTES, MAX_BROWSE_LIMIT, MAX_RESULT_BYTES } from "./config.js";
+import { DEFAULT_BROWSE_LIMIT, MAX_BROWSE_BYTES, MAX_BROWSE_LIMIT, MAX_PROGRESS_BYTES, MAX_RESULT_BYTES } from "./config.js";
 import type { BrowsedJob, BrowseOptions, JobInfo } from "./types.js";
 
 /** `result` as JSON text; ValidationError when it is not JSON-serialisable or too large. */
@@ -30,6 +30,30 @@ export function checkResultText(json: string): void {
   if (bytes > MAX_RESULT_BYTES) throw new ValidationError(`job result is ${bytes} bytes as JSON, above the limit of ${MAX_RESULT_BYTES}; ack without it or nack`);
 }
 
+/** A job's progress as JSON text; ValidationError when it is not JSON-serialisable or above MAX_PROGRESS_BYTES. */
+export function encodeProgress(value: unknown): string {
+  let json: string | undefined;
+  try {
+    json = JSON.stringify(value);
+  } catch (e) {
+    throw new ValidationError(`job progress is not JSON-serialisable: ${(e as Error)?.message ?? String(e)}`);
+  }
+  if (json === undefined) throw new ValidationError(`job progress is not JSON-serialisable (${typeof value})`);
+  checkProgressText(json);
+  return json;
+}
+
+/** Checks JSON text of a progress value (as it arrives from a network client); returns its value. */
+export function checkProgressText(json: string): unknown {
+  const bytes = json.length * 3 <= MAX_PROGRESS_BYTES ? json.length : Buffer.byteLength(json, "utf8");
+  if (bytes > MAX_PROGRESS_BYTES) throw new ValidationError(`job progress is ${bytes} bytes as JSON, above the limit of ${MAX_PROGRESS_BYTES}`);
+  try {
+    return JSON.parse(json);
+  } catch {
+    throw new ValidationError("job progress is not JSON text");
+  }
+}
+
 /** What `getJob` returns, from what the store reports (payload and result decoded). */
 export function toJobInfo<T>(s: StoredJobInfo): JobInfo<T> {
   const out: JobInfo<T> = { id: s.id, state: s.state, attempts: s.attempts };
@@ -43,6 +67,7 @@ export function toJobInfo<T>(s: StoredJobInfo): JobInfo<T> {
   if (s.result !== undefined) out.result = JSON.parse(s.result);
   if (s.lastError !== undefined) out.lastError = s.lastError;
   if (s.completedAt !== undefined) out.completedAt = s.completedAt;
+  if (s.progress !== undefined) out.progress = JSON.parse(s.progress);
   return out;
 }
 

@@ -11,7 +11,7 @@ import type { GrantedJob, GrantRequest, LeaseConsumer, QueueListener, QueueSetti
 import { retryDelayMs } from "./backoff.js";
 import { MAX_DELAY_MS, MAX_ERROR_CHARS, MAX_LEASE_MS } from "./config.js";
 import type { LeasedJob } from "./job.js";
-import { encodeResult } from "./results.js";
+import { encodeProgress, encodeResult } from "./results.js";
 
 /** Settlements since the last grant round that make it worth granting before a journal write. */
 const EARLY_GRANT_MIN = 4;
@@ -180,6 +180,11 @@ export class QueueRuntime implements QueueListener {
   retryAfter(job: LeasedJob<unknown>, ms: number): Promise<void> {
     if (typeof ms !== "number" || !(ms >= 0) || ms > MAX_DELAY_MS) throw new ValidationError("retryAfter(ms) needs a number in [0, 1 year]");
     return this.stored.giveBack(job.lease, this.now() + ms);
+  }
+
+  /** Progress of a leased job: checked (JSON, MAX_PROGRESS_BYTES) before anything is written. */
+  progress(job: LeasedJob<unknown>, value: unknown): Promise<void> {
+    return this.stored.progress(job.lease, encodeProgress(value));
   }
 
   extend(job: LeasedJob<unknown>, ms: number): Promise<void> {

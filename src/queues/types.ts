@@ -233,6 +233,14 @@ export interface Job<T = unknown> {
    * given back). A `process()` handler can throw `RateLimitedError` instead.
    */
   retryAfter(ms: number): Promise<void>;
+  /**
+   * Records the job's progress: a number or a small JSON value (at most `MAX_PROGRESS_BYTES`,
+   * 4 KiB, as JSON; ValidationError beyond, nothing written). Resolves once durable, like
+   * `ack`; LeaseExpiredError with a stale lease. Readable through `queue.getJob(id)` while the
+   * job is not yet completed, and reported to `queue.events()` readers. Each call replaces the
+   * previous value.
+   */
+  progress(value: unknown): Promise<void>;
 }
 
 export interface WorkOptions {
@@ -354,6 +362,8 @@ export interface JobInfo<T = unknown> {
   lastError?: string;
   /** Wall-clock ms of the ack (completed) or of the dead-letter move (dead). */
   completedAt?: number;
+  /** The last `job.progress(value)` of a job not yet completed or dead-lettered. */
+  progress?: unknown;
 }
 
 /** Which jobs `Queue.browse` lists. */
@@ -395,7 +405,55 @@ export interface BrowsePage<T = unknown> {
   next: string | null;
 }
 
-export interface Queue<T = unknown> {
+/** Where `Queue.events` starts: `"now"` (default), `"earliest"` retained, or after an event's `position`. */
+export type QueueEventsFrom = "now" | "earliest" | string;
+
+export interface QueueEventsOptions {
+  /**
+   * `"now"` (default): events from the call on. `"earliest"`: from the oldest event the queue
+   * still keeps. An event's `position`: the events after that one. A position older than what
+   * the queue keeps starts at the oldest kept event, after a `gap` event.
+   */
+  from?: QueueEventsFrom;
+  /** Aborting ends the iteration cleanly (no throw). */
+  signal?: AbortSignal;
+}
+
+interface QueueEventBase {
+  /** Pass as `from` to resume after this event. Opaque. */
+  position: string;
+  /** Wall-clock ms the event was stored. */
+  at: number;
+}
+
+/** A job's lifecycle, as `Queue.events` reports it (docs/queues.md, "Lifecycle events"). */
+export type QueueEvent =
+  | (QueueEventBase & { type: "enqueued"; jobId: string; key: string | null; delayedUntil?: number })
+  | (QueueEventBase & { type: "active"; jobId: string; attempt: number; leaseExpiresAt: number })
+  | (QueueEventBase & { type: "progress"; jobId: string; attempt: number; progress: unknown })
+  | (QueueEventBase & { type: "completed"; jobId: string; attempt: number; result?: unknown })
+  | (QueueEventBase & { type: "failed"; jobId: string; attempt: number; errorClass: string; error: string; willRetry: boolean; retryAt?: number })
+  | (QueueEventBase & { type: "stalled"; jobId: string; attempt: number; willRetry: boolean; retryAt?: number })
+  | (QueueEventBase & { type: "released"; jobId: string; attempt: number; retryAt?: number })
+  | (QueueEventBase & { type: "dead-lettered"; jobId: string })
+  | (QueueEventBase & {
+      type: "removed";
+      jobId: string;
+      /** `removed` (`queue.remove(id)`), `replaced` (by a debounce enqueue), `expired` (`onExpire: "drop"`); absent: redriven out of a dead-letter queue. */
+      reason?: "removed" | "replaced" | "expired";
+    })
+  | (QueueEventBase & { type: "purged"; beforeId: string })
+  | (QueueEventBase & { type: "gap" });
+
+export type QueueEventType = QueueEvent["type"];
+
+/** The iterable `Queue.events` returns; `close()` (or `await using`) ends it. */
+export interface QueueEvents extends AsyncIterable<QueueEvent> {
+  close(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+export interface Queue<T = unknown> extends QueueSchedules<T> {
   readonly name: string;
   enqueue(data: T & PublishValue, opts?: EnqueueOptions): Promise<EnqueueResult>;
   enqueueBatch(items: EnqueueItem[], opts?: { signal?: AbortSignal }): Promise<EnqueueResult[]>;
@@ -430,4 +488,69 @@ export interface Queue<T = unknown> {
    * entry carries its `deadLetter` record. Pages with `after: page.next`.
    */
   browse(opts?: BrowseOptions): Promise<BrowsePage<T>>;
+  /**
+   * The queue's lifecycle events (enqueued, active, progress, completed, failed, stalled,
+   * dead-lettered, ...) in the order they were stored, read from the queue's durable journal:
+   * a slow reader holds no memory in the broker and never slows workers down. Each event's
+   * `position` resumes after it (`from: position`). `from: "now"` is taken when this is called.
+   */
+  events(opts?: QueueEventsOptions): QueueEvents;
+}
+
+/** What a schedule does about ticks it missed (due while the broker was down, or more than 60 s overdue). */
+export type ScheduleCatchUp = "skip" | "once";
+/** A named schedule of a queue (`Queue.upsertSchedule`): one of `cron` or `everyMs`. */
+export interface ScheduleOptions<D = PublishValue> {
+  /** Cron expression: 5 fields (minute hour day-of-month month day-of-week) or 6 with leading seconds. */
+  cron?: string;
+  /** Interval in ms (at least 10): ticks at the upsert time + k × everyMs. */
+  everyMs?: number;
+  /** IANA time zone the cron is evaluated in. Default "UTC". */
+  tz?: string;
+  /** The payload of every job this schedule enqueues. Default null. */
+  data?: D;
+  /** Key of the jobs (per-key FIFO). */
+  key?: string | null;
+  /** User headers of the jobs (the jobs also carry `sluice-schedule`, `sluice-schedule-tick`, `sluice-schedule-ticks`). */
+  headers?: Headers;
+  /** Each job becomes visible this long after its tick. Default 0. */
+  delayMs?: number;
+  /** `skip` (default): no job for missed ticks; `once`: one job for all of them. */
+  catchUp?: ScheduleCatchUp;
+}
+/** A schedule as `Queue.listSchedules` reports it. */
+export interface ScheduleInfo<T = unknown> {
+  name: string;
+  cron: string | null;
+  everyMs: number | null;
+  tz: string;
+  catchUp: ScheduleCatchUp;
+  paused: boolean;
+  data: T;
+  key: string | null;
+  headers: Record<string, string | Uint8Array>;
+  delayMs: number;
+  /** The next tick (ms since epoch), null when paused or when the cron never matches again. */
+  nextRunAt: number | null;
+  /** The last tick whose job was stored, null before the first. */
+  lastRunAt: number | null;
+  createdAt: number;
+  updatedAt: number;
+}
+/** Job schedules of a queue (BullMQ job schedulers, pg-boss `schedule`). Part of `Queue<T>`. */
+export interface QueueSchedules<T = unknown> {
+  /**
+   * Creates or replaces the schedule `name`; resolves once it is durable. Each tick enqueues one
+   * job, exactly once per tick across crashes (see docs/queues.md "Schedules"). Replacing keeps
+   * the schedule's last tick (no tick fires twice) and starts counting from now.
+   */
+  upsertSchedule(name: string, opts: ScheduleOptions<T & PublishValue>): Promise<ScheduleInfo<T>>;
+  /** The queue's schedules, by name. */
+  listSchedules(): Promise<ScheduleInfo<T>[]>;
+  /** Stops firing (durable) until `resumeSchedule`; NotFoundError for an unknown name. */
+  pauseSchedule(name: string): Promise<void>;
+  /** Fires again from the next tick after now (ticks while paused are not caught up). */
+  resumeSchedule(name: string): Promise<void>;
+  /** Removes the schedule durably; false when there was none. */
+  removeSchedule(name: string): Promise<boolean>;
 }

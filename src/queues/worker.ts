@@ -273,6 +273,9 @@ export class QueueWorker<T> implements Worker<T>, RuntimeWorker, PushWorker, Pro
   extend(job: LeasedJob<unknown>, ms: number): Promise<void> {
     return handled(this.runtime!.extend(job, ms));
   }
+  progress(job: LeasedJob<unknown>, value: unknown): Promise<void> {
+    return handled(this.runtime!.progress(job, value));
+  }
   release(job: LeasedJob<unknown>, counted: boolean): void {
     if (!job.leaseHeld) return;
     this.runtime?.stored.release(job.lease, counted);

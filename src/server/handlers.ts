@@ -12,6 +12,7 @@ import type { PublishBatchOptions, ResetTarget, TopicAlteration, TopicConfig } f
 import { allOps, decodePublishRecords, encodeConsumedRecords, encodeReceipts, type Frame, type OpName } from "../wire/index.js";
 import { MEMBER_HANDLERS, MEMBER_ONE_WAY_HANDLERS } from "./member-handlers.js";
 import { QUEUE_HANDLERS } from "./queue-handlers.js";
+import { SCHEDULE_HANDLERS } from "./schedule-handlers.js";
 import { int, str, type OneWayHandler, type OneWayHandlers, type Reply, type RequestHandler, type RequestHandlers, type Session } from "./session.js";
 
 const EMPTY: Reply = { meta: {} };
@@ -86,6 +87,7 @@ export const REQUEST_HANDLERS: RequestHandlers = {
   ListGroups: async (s, f) => ({ meta: { groups: await s.host.listGroups(f.meta.topic === undefined ? {} : { topic: str(f.meta, "topic") }) } }),
   ...MEMBER_HANDLERS,
   ...QUEUE_HANDLERS,
+  ...SCHEDULE_HANDLERS,
 };
 
 export const ONE_WAY_HANDLERS: OneWayHandlers = MEMBER_ONE_WAY_HANDLERS;

@@ -8,7 +8,7 @@
  * `ROUTES` (method, path pattern, handler).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import { BodyTooLargeError, BrokerError, httpStatusOf, InternalError, NotFoundError, ValidationError } from "../errors.js";
+import { BodyTooLargeError, BrokerError, ForbiddenError, httpStatusOf, InternalError, NotFoundError, ValidationError } from "../errors.js";
 import type { BrokerHost } from "../broker/host.js";
 import type { ConsumedRecord, PublishRecord, PublishValue, ResetTarget, TopicAlteration } from "../types.js";
 import { errorToWire } from "../wire/index.js";
@@ -366,6 +366,32 @@ function findRoute(method: string, url: URL): { route: Route; params: Record<str
   return { route: found.route, params };
 }
 
+/** Body types a browser sends from a plain HTML form, cross-site and without asking first. */
+const FORM_TYPES = ["application/x-www-form-urlencoded", "multipart/form-data", "text/plain"];
+
+/**
+ * A state-changing request a web page on another site could have sent (cross-site request
+ * forgery: a page the operator visits posting to localhost) is refused before its body is
+ * read: an Origin naming another host, a Sec-Fetch-Site of "cross-site", or a form body.
+ * Programs (the CLI, curl with `content-type: application/json`) and the dashboard, served by
+ * this port, pass.
+ */
+function refuseCrossSite(req: IncomingMessage): void {
+  const origin = req.headers.origin;
+  if (origin !== undefined && origin !== "null") {
+    let host: string | null = null;
+    try {
+      host = new URL(origin).host;
+    } catch {
+      /* not a URL: refused below */
+    }
+    if (host === null || host !== req.headers.host) throw new ForbiddenError(`cross-origin request refused: Origin ${JSON.stringify(origin.slice(0, 200))} is not this server (${req.headers.host ?? "no Host"})`);
+  } else if (origin === "null") throw new ForbiddenError("cross-origin request refused: Origin null (a sandboxed or file page)");
+  if (req.headers["sec-fetch-site"] === "cross-site") throw new ForbiddenError("cross-site request refused (Sec-Fetch-Site: cross-site)");
+  const type = (req.headers["content-type"] ?? "").split(";")[0].trim().toLowerCase();
+  if (FORM_TYPES.includes(type)) throw new ForbiddenError(`a ${type} body is refused (what an HTML form on any site can send): send JSON with content-type: application/json`);
+}
+
 export function createHttpServer(opts: HttpOptions): Server {
   const { broker } = opts;
   const server = createServer(async (req, res) => {
@@ -374,6 +400,7 @@ export function createHttpServer(opts: HttpOptions): Server {
       const method = req.method ?? "GET";
       const found = findRoute(method, url);
       if (found === null) throw new NotFoundError(`no route for ${method} ${url.pathname}`);
+      if (method !== "GET" && method !== "HEAD" && method !== "OPTIONS") refuseCrossSite(req);
       const [status, reply] = await found.route.handler({ broker, opts, req, url, params: found.params });
       if (reply instanceof TextReply) {
         res.writeHead(status, { ...reply.headers, "content-type": reply.contentType, "content-length": Buffer.byteLength(reply.text) });

@@ -21,6 +21,7 @@ import {
 import { RemoteWorker, enqueueFromWire, toWireJob } from "./remote-queue.js";
 import { int, str, type Reply, type RequestHandler, type Session } from "./session.js";
 import { DEFAULT_PREFETCH, MAX_PREFETCH } from "../queues/config.js";
+import { MAX_EVENTS_PER_PAGE } from "../queues/events.js";
 
 const EMPTY: Reply = { meta: {} };
 
@@ -224,6 +225,32 @@ async function browse(s: Session, f: Frame): Promise<Reply> {
   return { meta: { jobs, next: page.next }, body };
 }
 
+/**
+ * QUEUE_PROGRESS: a pushed job's progress (`job.progress(value)`), by delivery tag (or receipt
+ * for a worker registered without `batch`); answered once durable. `progress` is JSON text.
+ */
+async function progress(s: Session, f: Frame): Promise<Reply> {
+  const m = f.meta;
+  const w = s.workers.get(int(m, "worker"));
+  if (!w) throw new LeaseExpiredErrorForWorker();
+  const tag = m.tag === undefined || m.tag === null ? undefined : int(m, "tag");
+  const receipt = m.receipt === undefined || m.receipt === null ? undefined : str(m, "receipt", 100);
+  await w.progress(tag, receipt, str(m, "progress", 64 * 1024));
+  return EMPTY;
+}
+
+/**
+ * QUEUE_EVENTS: one page of `queue.events()` after `from` (a long-poll: waits up to
+ * `maxWaitMs`, at most MAX_EVENTS_WAIT_MS, while there is none). Reads only; the client asks
+ * again from the answer's `position`, so the server holds nothing per reader between requests.
+ */
+async function events(s: Session, f: Frame): Promise<Reply> {
+  const m = f.meta;
+  const q = s.queueFor({ queue: m.queue });
+  const page = await q.readEvents(str(m, "from", 200), int(m, "max", true) ?? MAX_EVENTS_PER_PAGE, int(m, "maxWaitMs", true) ?? 0, s.signal);
+  return { meta: { events: page.events, position: page.position } };
+}
+
 /** A decoded payload back to its wire kind and bytes (strings were stored as UTF-8, buffers as bytes, the rest as JSON). */
 function encodeJobData(data: unknown): [number, Buffer | null] {
   if (data === null || data === undefined) return [3, null];
@@ -241,6 +268,8 @@ export const QUEUE_HANDLERS: {
   readonly QueueAdmin: RequestHandler;
   readonly QueueGetJob: RequestHandler;
   readonly QueueBrowse: RequestHandler;
+  readonly QueueProgress: RequestHandler;
+  readonly QueueEvents: RequestHandler;
 } = {
   QueueEnqueue: enqueue,
   QueueWork: work,
@@ -250,4 +279,6 @@ export const QUEUE_HANDLERS: {
   QueueAdmin: admin,
   QueueGetJob: getJob,
   QueueBrowse: browse,
+  QueueProgress: progress,
+  QueueEvents: events,
 };

@@ -23,7 +23,7 @@ import type { DeliveredJob, HostQueue, PushWorker, RawEnqueueItem } from "../que
 import type { EnqueueIdentity } from "../queues/idempotence.js";
 import type { EnqueueItem, EnqueueResult, NackOptions } from "../queues/types.js";
 import { decodeEnqueueRecords, errorToWire, type WireError, type WireJob } from "../wire/index.js";
-import { checkResultText } from "../queues/results.js";
+import { checkProgressText, checkResultText } from "../queues/results.js";
 
 /** A result as a client sent it (JSON text): checked as embedded checks it (ValidationError). */
 function parseResultText(json: string): unknown {
@@ -382,6 +382,14 @@ export class RemoteWorker {
       default:
         throw new ValidationError(`unknown settle action ${JSON.stringify(it.action)}`);
     }
+  }
+
+  /** QUEUE_PROGRESS: the progress (JSON text) of a pushed job; resolves once durable. */
+  progress(tag: number | undefined, receipt: string | undefined, json: string): Promise<void> {
+    const t = tag ?? (receipt === undefined ? undefined : this.receipts?.get(receipt));
+    const job = t === undefined ? undefined : this.jobs.get(t);
+    if (job === undefined) throw new LeaseExpiredError();
+    return job.progress(checkProgressText(json));
   }
 
   /**

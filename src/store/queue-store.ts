@@ -28,12 +28,14 @@
  */
 import { ENVELOPE_HEADERS } from "../contracts/envelope.js";
 import type { PreparedRecord, ValueKind } from "../log/record-batch.js";
+import type { ScheduleStore } from "./schedule-store.js";
 import type {
   AttemptRecord,
   DeadLetterInfo,
   EnqueueResult,
   JobStatus,
   QueueConfig,
+  QueueEvent,
   QueueStats,
   RedriveOptions,
   RedriveResult,
@@ -47,10 +49,20 @@ export const RESERVED_HEADER_PREFIX = "sluice-";
 /** The envelope's headers (src/contracts/envelope.ts) are the application's, not the engine's. */
 const ENVELOPE_HEADER_NAMES: ReadonlySet<string> = new Set(Object.values(ENVELOPE_HEADERS));
 
+/** Headers of scheduled jobs (src/queues/schedules/): the schedule, its tick (ms) and how many ticks the job stands for. */
+export const SCHEDULE_HEADERS = { schedule: "sluice-schedule", tick: "sluice-schedule-tick", ticks: "sluice-schedule-ticks" } as const;
+const SCHEDULE_HEADER_NAMES: ReadonlySet<string> = new Set(Object.values(SCHEDULE_HEADERS));
+
 /** A header name of the engine's own (refused in user input, not handed back to users). */
 export function isSystemHeader(name: string): boolean {
-  return name.startsWith(RESERVED_HEADER_PREFIX) && !ENVELOPE_HEADER_NAMES.has(name);
+  return name.startsWith(RESERVED_HEADER_PREFIX) && !ENVELOPE_HEADER_NAMES.has(name) && !SCHEDULE_HEADER_NAMES.has(name);
 }
+/**
+ * Dedupe ids of schedule ticks: `sys:sch:<schedule>:<tickMs>`. An engine remembers at least
+ * the latest such id per schedule for the system window (7 days) even with `dedupeWindowMs` 0
+ * (SCHED-2), and may forget older ticks of the same schedule (ticks only move forward).
+ */
+export const SCHEDULE_DEDUPE_PREFIX = "sys:sch:";
 /** Dedupe ids starting with this are the broker's own (dead-letter moves, redrives: 7-day window). */
 export const SYSTEM_DEDUPE_PREFIX = "sys:";
 
@@ -219,6 +231,26 @@ export interface StoredJobInfo {
   result?: string;
   lastError?: string;
   completedAt?: number;
+  /** The last progress as JSON text (jobs not yet completed or dead-lettered). */
+  progress?: string;
+}
+
+/** What `readEvents` reads (the policy validated and bounded it). */
+export interface StoredEventsRequest {
+  /** `"now"`, `"earliest"`, or a `position` this store issued (ValidationError otherwise). */
+  from: string;
+  /** At most this many events (at least 1). */
+  max: number;
+  /** With no event at `from` yet, wait up to this long for one (0: answer at once). */
+  maxWaitMs: number;
+  signal?: AbortSignal;
+}
+
+export interface StoredEventsPage {
+  /** In the order they were stored; each with the position after it. */
+  events: QueueEvent[];
+  /** Where the next read starts (after the last event, or `from` resolved when there is none). */
+  position: string;
 }
 
 /** What `browse` lists (the policy validated and bounded it). */
@@ -298,6 +330,12 @@ export interface StoredQueue {
   /** Pushes the deadline out to `ms` from now. */
   extend(lease: Lease, ms: number): Promise<void>;
   /**
+   * Records the job's progress (`json`: JSON text the policy validated, at most
+   * MAX_PROGRESS_BYTES); resolves once durable (Q-2), LeaseExpiredError for a stale lease (Q-3).
+   * Kept while the job is live (getJob), dropped when it completes or dead-letters.
+   */
+  progress(lease: Lease, json: string): Promise<void>;
+  /**
    * Gives an unsettled job back, visible at once, without a failure record. `counted` false:
    * it never reached application code, so this delivery is not an attempt. Not awaited: if the
    * record is lost in a crash, the lease simply expires. No-op for a lease that already ended.
@@ -319,6 +357,12 @@ export interface StoredQueue {
    * the engine reads only the records it returns. ValidationError for a cursor it never issued.
    */
   browse(req: StoredBrowseRequest): Promise<StoredBrowsePage>;
+  /**
+   * EVT-1: the queue's lifecycle events from durable storage, in stored order, each with a
+   * position to resume after it; reads only (memory bounded by `max`), and costs the queue
+   * nothing while nobody reads.
+   */
+  readEvents(req: StoredEventsRequest): Promise<StoredEventsPage>;
   /** Durably drops every job enqueued before the call; returns how many. */
   purge(): Promise<number>;
   /**
@@ -360,4 +404,6 @@ export interface QueueStore {
    * incarnation.
    */
   delete(name: string): Promise<void>;
+  /** Job schedules (src/store/schedule-store.ts); an engine without them refuses schedule calls. */
+  readonly schedules?: ScheduleStore;
 }

@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { JobActiveError, ValidationError } from "../errors.js";
-import type { Job, Queue } from "../queues/types.js";
+import type { Job, Queue, QueueEvent } from "../queues/types.js";
 import type { Broker } from "../types.js";
 import { nextJob, uniq, type ConformanceKit, type DefineTest } from "./conformance-helpers.js";
 import { waitUntil } from "./helpers.js";
@@ -23,6 +23,7 @@ export function queueOptionTests(t: DefineTest): void {
   t("queue options: a job not started by its expiry is dead-lettered with JobExpiredError (default) or dropped (onExpire: drop)", expiry);
   t("queue options: a started job no longer expires; expiry is kept across a restart", expiryStartedAndRestart);
   t("queue options: remove(id) removes waiting and delayed jobs durably; an active job gives JobActiveError; unknown ids false", removeJobs);
+  t("queue options: removals, debounce replacements and dropped expired jobs are removed events with their reason", removedEvents);
 }
 
 /** Data of the jobs a fresh worker is handed, in order, each acked (prefetch 1). */
@@ -278,4 +279,35 @@ async function removeJobs(b: Broker, kit: ConformanceKit): Promise<void> {
   assert.equal(await q2.getJob(c.id), null, "removed stays removed after a restart");
   assert.equal((await q2.getJob(keep.id))?.state, "waiting");
   assert.equal((await q2.stats()).depth, 1);
+}
+
+async function removedEvents(b: Broker): Promise<void> {
+  const q = b.queue<string>(uniq("removed-events"), { onExpire: "drop" });
+  const a = await q.enqueue("a");
+  await q.remove(a.id);
+  const d1 = await q.enqueue("d1", { singletonKey: "d", singletonMode: "debounce" });
+  await q.enqueue("d2", { singletonKey: "d", singletonMode: "debounce" });
+  const e = await q.enqueue("e", { expireInMs: 50 });
+  await waitUntil(async () => (await q.getJob(e.id)) === null, "expired");
+  const want = new Map([
+    [a.id, "removed"],
+    [d1.id, "replaced"],
+    [e.id, "expired"],
+  ]);
+  const events = q.events({ from: "earliest" });
+  const it = events[Symbol.asyncIterator]();
+  const seen = new Map<string, string | undefined>();
+  try {
+    const deadline = Date.now() + 10_000;
+    while (seen.size < want.size) {
+      assert.ok(Date.now() < deadline, `removed events seen: ${JSON.stringify([...seen])}`);
+      const r = await it.next();
+      if (r.done) break;
+      const ev: QueueEvent = r.value;
+      if (ev.type === "removed") seen.set(ev.jobId, ev.reason);
+    }
+  } finally {
+    await it.return?.();
+  }
+  assert.deepEqual(seen, want);
 }

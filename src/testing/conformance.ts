@@ -6,8 +6,8 @@
  *
  * The tests live by area in conformance-topics.ts, conformance-produce.ts,
  * conformance-groups.ts, conformance-commits.ts, conformance-replay.ts, conformance-queues.ts
- * conformance-queue-results.ts, conformance-queue-declare.ts, conformance-queue-browse.ts and
- * conformance-queue-options.ts, conformance-queue-limits.ts (shared helpers:
+ * conformance-queue-results.ts, conformance-queue-declare.ts, conformance-queue-browse.ts,
+ * conformance-queue-events.ts, conformance-queue-options.ts and conformance-queue-limits.ts (shared helpers:
  * conformance-helpers.ts).
  * Rules for them: they only use the public `Broker` interface and error classes; every test
  * uses its own topic and group names (a factory may hand out the same broker repeatedly);
@@ -30,6 +30,8 @@ import { produceTests } from "./conformance-produce.js";
 import { queueResultTests } from "./conformance-queue-results.js";
 import { queueDeclareTests } from "./conformance-queue-declare.js";
 import { queueBrowseTests } from "./conformance-queue-browse.js";
+import { queueEventTests } from "./conformance-queue-events.js";
+import { queueScheduleTests } from "./conformance-queue-schedules.js";
 import { queueOptionTests } from "./conformance-queue-options.js";
 import { queueLimitTests } from "./conformance-queue-limits.js";
 import { queueTests } from "./conformance-queues.js";
@@ -66,6 +68,8 @@ export function defineConformanceSuite(name: string, factory: () => Promise<Conf
   queueResultTests(t);
   queueDeclareTests(t);
   queueBrowseTests(t);
+  queueEventTests(t);
+  queueScheduleTests(t);
   queueOptionTests(t);
   queueLimitTests(t);
 }

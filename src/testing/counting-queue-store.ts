@@ -20,9 +20,12 @@ import type {
   QueueStore,
   StoredBrowsePage,
   StoredBrowseRequest,
+  StoredEventsPage,
+  StoredEventsRequest,
   StoredJobInfo,
   StoredQueue,
 } from "../store/queue-store.js";
+import type { ScheduleStore } from "../store/schedule-store.js";
 
 type Counter = <R>(name: string, fn: () => R) => R;
 
@@ -45,6 +48,14 @@ export class CountingQueueStore implements QueueStore {
   }
   delete(name: string): Promise<void> {
     return this.count("queues.delete", () => this.inner.delete(name));
+  }
+  get schedules(): ScheduleStore | undefined {
+    const s = this.inner.schedules;
+    if (s === undefined) return undefined;
+    return {
+      load: () => this.count("queues.schedules.load", () => s.load()),
+      save: (all) => this.count("queues.schedules.save", () => s.save(all)),
+    };
   }
 }
 
@@ -82,6 +93,12 @@ class CountingStoredQueue implements StoredQueue {
   }
   giveBack(lease: Lease, visibleAt: number): Promise<void> {
     return this.count("queues.giveBack", () => this.inner.giveBack(lease, visibleAt));
+  }
+  progress(lease: Lease, json: string): Promise<void> {
+    return this.count("queues.progress", () => this.inner.progress(lease, json));
+  }
+  readEvents(req: StoredEventsRequest): Promise<StoredEventsPage> {
+    return this.count("queues.readEvents", () => this.inner.readEvents(req));
   }
   release(lease: Lease, counted: boolean): void {
     this.count("queues.release", () => this.inner.release(lease, counted));

@@ -201,6 +201,30 @@ export const OPS = {
     request: "{queue, limit?, after?, state?}",
     response: "{jobs: [{id, state, attempts, key, enqueuedAt, redriveCount, deadLetter}], next} + publish records (data, headers)",
   },
+  QueueProgress: {
+    code: 76,
+    wireName: "QUEUE_PROGRESS",
+    kind: "request",
+    retry: false,
+    request: "{worker, tag?, receipt?, progress}",
+    response: "{}",
+  },
+  QueueEvents: {
+    code: 77,
+    wireName: "QUEUE_EVENTS",
+    kind: "request",
+    retry: true,
+    request: "{queue, from, max?, maxWaitMs?}",
+    response: "{events: [QueueEvent], position}",
+  },
+  QueueSchedule: {
+    code: 90,
+    wireName: "QUEUE_SCHEDULE",
+    kind: "request",
+    retry: true,
+    request: "{queue, action: upsert|list|pause|resume|remove, name?, opts?} (+ one publish record: data, headers, for upsert)",
+    response: "{schedules: [ScheduleInfo without data, headers]} + publish records (data, headers) | {removed} | {}",
+  },
 } as const satisfies Record<string, OpSpec>;
 
 export type OpName = keyof typeof OPS;

@@ -5,7 +5,7 @@
  * what makes a resumed move idempotent, Q-4). Durable through the job records (`sluice-dd`)
  * and the snapshot. One window per class, so insertion order is expiry order.
  */
-import { SYSTEM_DEDUPE_PREFIX } from "../../queue-store.js";
+import { SCHEDULE_DEDUPE_PREFIX, SYSTEM_DEDUPE_PREFIX } from "../../queue-store.js";
 import type { Deferred } from "./journal.js";
 
 /** Dedupe window for the broker's own ids (dead-letter moves, redrives): 7 days. */
@@ -28,6 +28,8 @@ export function isSystemDedupeId(id: string): boolean {
 export class DedupeTable {
   private readonly user = new Map<string, DedupeEntry>();
   private readonly system = new Map<string, DedupeEntry>();
+  /** Per schedule (`sys:sch:<name>`), its latest tick's id: older ticks are forgotten (SCHED-2). */
+  private readonly latestTick = new Map<string, string>();
 
   constructor(private windowMs: number) {}
 
@@ -53,11 +55,33 @@ export class DedupeTable {
   }
 
   get(id: string): DedupeEntry | undefined {
-    return this.map(id).get(id);
+    const e = this.map(id).get(id);
+    if (e !== undefined || !id.startsWith(SCHEDULE_DEDUPE_PREFIX)) return e;
+    // SCHED-2: a schedule's ticks are stored in tick order (the scheduler enqueues them in order
+    // and never re-enqueues a tick older than one stored), so a tick older than the schedule's
+    // latest stored one was stored: answered as a duplicate of that one.
+    const cut = id.lastIndexOf(":");
+    const latest = this.latestTick.get(id.slice(0, cut));
+    if (latest === undefined || Number(latest.slice(cut + 1)) <= Number(id.slice(cut + 1))) return undefined;
+    const le = this.system.get(latest);
+    return le !== undefined && le.wait === null ? le : undefined;
   }
 
   set(id: string, e: DedupeEntry): void {
     this.map(id).set(id, e);
+    // SCHED-2: a schedule's ticks only move forward, so only its latest tick id must be
+    // remembered; keeping one entry per schedule bounds memory for fast schedules.
+    if (id.startsWith(SCHEDULE_DEDUPE_PREFIX)) {
+      const cut = id.lastIndexOf(":");
+      const sched = id.slice(0, cut);
+      const prev = this.latestTick.get(sched);
+      if (prev === undefined || Number(id.slice(cut + 1)) >= Number(prev.slice(cut + 1))) {
+        if (prev !== undefined && prev !== id) this.system.delete(prev);
+        this.latestTick.set(sched, id);
+      } else {
+        this.system.delete(id); // an older tick (recovery out of order): the later one stands
+      }
+    }
   }
 
   delete(id: string): void {

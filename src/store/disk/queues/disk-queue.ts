@@ -24,10 +24,13 @@ import type {
   QueueSettings,
   StoredBrowsePage,
   StoredBrowseRequest,
+  StoredEventsPage,
+  StoredEventsRequest,
   StoredJobInfo,
   StoredQueue,
 } from "../../queue-store.js";
 import { nextRecoveryDelay, RECOVERY_MIN_DELAY_MS } from "../recovery-backoff.js";
+import { readEvents } from "./event-reader.js";
 import { QueueInstance, type InstanceOptions, type QueueFiles } from "./queue-instance.js";
 
 export class DiskQueue implements StoredQueue {
@@ -159,6 +162,13 @@ export class DiskQueue implements StoredQueue {
   }
   extend(lease: Lease, ms: number): Promise<void> {
     return this.live().extend(lease, ms);
+  }
+  progress(lease: Lease, json: string): Promise<void> {
+    return this.live().progress(lease, json);
+  }
+  /** Reads through whichever instance is current (the logs are the same files after a reopen). */
+  async readEvents(req: StoredEventsRequest): Promise<StoredEventsPage> {
+    return readEvents(() => this.live().eventSource(), req);
   }
   release(lease: Lease, counted: boolean): void {
     this.current?.release(lease, counted);

@@ -179,63 +179,56 @@ export class Enqueuer {
     this.dedupe.sweep(now);
     const seenInBatch = new Map<string, number>();
     const dupOf: [number, number][] = [];
-    for (let i = 0; i < jobs.length; i++) {
-      const id = jobs[i].dedupeId;
-      if (id !== null) {
-        const window = this.dedupe.window(id);
-        const e = window > 0 ? this.dedupe.get(id) : undefined;
-        if (e !== undefined && e.exp > now) {
-          const idx = e.idx;
-          results[i] = e.wait !== null ? e.wait.promise.then((base) => ({ id: String(base + idx), duplicate: true })) : { id: String(e.off), duplicate: true };
-          continue;
+    try {
+      for (let i = 0; i < jobs.length; i++) {
+        const id = jobs[i].dedupeId;
+        if (id !== null) {
+          const window = this.dedupe.window(id);
+          const e = window > 0 ? this.dedupe.get(id) : undefined;
+          if (e !== undefined && e.exp > now) {
+            const idx = e.idx;
+            results[i] = e.wait !== null ? e.wait.promise.then((base) => ({ id: String(base + idx), duplicate: true })) : { id: String(e.off), duplicate: true };
+            continue;
+          }
+          if (window > 0 && seenInBatch.has(id)) {
+            dupOf.push([i, seenInBatch.get(id)!]);
+            results[i] = { id: "", duplicate: true };
+            continue;
+          }
+          if (window > 0 && !isSystemDedupeId(id) && this.dedupe.userSize >= this.host.settings().maxDedupeEntries) throw this.full();
+          if (window > 0) seenInBatch.set(id, i);
         }
-        if (window > 0 && seenInBatch.has(id)) {
-          dupOf.push([i, seenInBatch.get(id)!]);
-          results[i] = { id: "", duplicate: true };
-          continue;
+        if (sg !== null && jobs[i].singleton) {
+          const r = sg.decide(i, fresh.length, now, recs, this.host.settings().maxDedupeEntries);
+          if (r !== null) {
+            results[i] = r;
+            continue;
+          }
         }
-        if (window > 0 && !isSystemDedupeId(id) && this.dedupe.userSize >= this.host.settings().maxDedupeEntries) throw this.full();
-        if (window > 0) seenInBatch.set(id, i);
+        fresh.push(i);
       }
-      if (sg !== null && jobs[i].singleton) {
-        const r = sg.decide(i, fresh.length, now, recs, this.host.settings().maxDedupeEntries);
-        if (r !== null) {
-          results[i] = r;
-          continue;
-        }
-      }
-      fresh.push(i);
-    }
-    if (fresh.length > 0) {
-      const group = fresh.map((i) => jobs[i]);
-      let base: number;
-      try {
-        base = await this.appendGroup(
-        group,
-        fresh.map((i) => recs[i]),
-        signal,
-        idem,
-        (d) => {
+      if (fresh.length > 0) {
+        const group = fresh.map((i) => jobs[i]);
+        const claim = (d: Deferred<number>): void => {
           // Claimed now so a concurrent duplicate waits for this job's id (the window survives a
           // restart via the record's header).
           for (let k = 0; k < group.length; k++) {
             const id = group[k].dedupeId;
             if (id !== null && this.dedupe.window(id) > 0) this.dedupe.set(id, { off: -1, exp: now + this.dedupe.window(id), wait: d, idx: k });
           }
-        },
-        sg?.d,
-        sg?.replaced(),
-      );
-      } catch (e) {
-        sg?.undo(e, now);
-        throw e;
+        };
+        const base = await this.appendGroup(group, fresh.map((i) => recs[i]), signal, idem, claim, sg?.d, sg?.replaced());
+        for (let k = 0; k < fresh.length; k++) {
+          const r: EnqueueResult = { id: String(base + k), duplicate: false };
+          const rp = sg?.replacedBy.get(fresh[k]);
+          if (rp !== undefined) r.replaced = String(rp);
+          results[fresh[k]] = r;
+        }
       }
-      for (let k = 0; k < fresh.length; k++) {
-        const r: EnqueueResult = { id: String(base + k), duplicate: false };
-        const rp = sg?.replacedBy.get(fresh[k]);
-        if (rp !== undefined) r.replaced = String(rp);
-        results[fresh[k]] = r;
-      }
+    } catch (e) {
+      // Nothing of the request was stored: singleton keys and replaced jobs go back (JOB-2).
+      sg?.undo(e, now);
+      throw e;
     }
     const out = await Promise.all(results);
     for (const [i, first] of dupOf) out[i] = { id: out[first].id, duplicate: true };

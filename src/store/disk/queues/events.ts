@@ -29,12 +29,14 @@ export const enum Ev {
   DEAD = 7,
   /** Every row below `offset` is done. */
   PURGE = 8,
+  /** Progress of a leased job: var = the progress as JSON (MAX_PROGRESS_BYTES). Kept while the job is live. */
+  PROGRESS = 9,
   /**
    * A delivery given back (`job.retryAfter(ms)`, RATE-2): attempt = the job's attempt count
    * without it (the given-back delivery's number - 1), time = wall-clock visibleAt. Replayed only
    * while the given-back delivery is the job's latest (a conditional assignment, JRN-1).
    */
-  GIVE_BACK = 9,
+  GIVE_BACK = 10,
 }
 
 /** Why a job left the queue without a copy (the var of a DEAD event). */

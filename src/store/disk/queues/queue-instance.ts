@@ -20,6 +20,9 @@ import { PartitionLog, type LogConfig } from "../../../log/partition-log.js";
 import type { Clock, Telemetry } from "../../../observability/telemetry.js";
 import type { AttemptRecord, QueueStats, RedriveOptions, RedriveResult } from "../../../queues/types.js";
 import type { EnqueueOutcome, EnqueueRequestOptions, GrantedJob, GrantRequest, Lease, NewJob, PreparedRecord, QueueSettings, StoredBrowsePage, StoredBrowseRequest, StoredJobInfo, StoredQueue } from "../../queue-store.js";
+import type { EventSource } from "./event-reader.js";
+import { messageLogStart, retainedJournalStart } from "./journal-retention.js";
+import { JobProgress } from "./progress.js";
 import { Mover } from "./dead-letters.js";
 import { Removals } from "./removals.js";
 import { encodeEvent, encodeRawEvent, Ev } from "./events.js";
@@ -27,7 +30,7 @@ import { Enqueuer, storedJobSize } from "./enqueuer.js";
 import { JobState, type DiskLease } from "./job-state.js";
 import { Journal, MAX_JOURNAL_RECORD_BYTES } from "./journal.js";
 import { browseJobs } from "./browse.js";
-import { lookupJob } from "./lookup.js";
+import { lookupJob, offsetOfId } from "./lookup.js";
 import { PayloadCache } from "./payload-cache.js";
 import { RateLimiter } from "./rate-limit.js";
 import { recoverQueue } from "./recovery.js";
@@ -80,6 +83,7 @@ export class QueueInstance {
   private cache!: PayloadCache;
   private mover!: Mover;
   private removals!: Removals;
+  private progressOf = new JobProgress();
   private msgBytesSinceSnapshot = 0;
   private lastSnapshotBytes = 0;
   private delayTimer: NodeJS.Timeout | null = null;
@@ -169,6 +173,7 @@ export class QueueInstance {
     try {
       const r = await recoverQueue({ fs: this.o.fs, dir: this.o.dir, queue: this.name, msgs: this.msgs, journal: journalLog, dedupeWindowMs: s.dedupeWindowMs, resultRetentionMs: s.resultRetentionMs, logger: this.logger, now: this.now(), monoNow: this.mono() });
       this.st = r.state;
+      this.progressOf = new JobProgress(r.progress);
       this.journal = new Journal(journalLog, {
         check: () => this.check(),
         failed: (e) => this.failed(e),
@@ -396,6 +401,7 @@ export class QueueInstance {
   /** A terminal transition happened: free the cache slot, wake blocked enqueues. */
   private settled(off: number): void {
     this.cache.remove(off);
+    this.progressOf.drop(off);
     this.enqueuer.room();
   }
 
@@ -445,6 +451,14 @@ export class QueueInstance {
     l.deadlineWall = this.now() + ms;
     this.scheduleLeaseTimer(l.deadlineMono);
     return this.journal.fixed(Ev.EXTEND, l.off, l.attempt, l.deadlineWall);
+  }
+
+  /** Q-2/Q-3 as `extend`: a leased job's progress, durable when this resolves (JRN-2). */
+  progress(lease: Lease, json: string): Promise<void> {
+    const l = this.leaseOf(lease, this.mono());
+    const ev = encodeRawEvent(Ev.PROGRESS, l.off, l.attempt, this.now(), json);
+    this.progressOf.set(l.off, json);
+    return this.journal.event(ev);
   }
 
   release(lease: Lease, counted: boolean): void {
@@ -544,6 +558,7 @@ export class QueueInstance {
     const { purged, leases } = this.st.purge();
     for (const l of leases) l.consumer?.leaseLost(l, new LeaseExpiredError("job was purged"));
     this.cache.clear();
+    this.progressOf.dropBelow(end);
     this.enqueuer.room();
     await this.journal.fixed(Ev.PURGE, end, 0, this.now());
     await this.journal.compact();
@@ -554,9 +569,18 @@ export class QueueInstance {
     return this.mover.redrive(opts);
   }
 
-  getJob(id: string): Promise<StoredJobInfo | null> {
+  async getJob(id: string): Promise<StoredJobInfo | null> {
     this.check();
-    return lookupJob(this.st, this.cache, id, this.now());
+    const info = await lookupJob(this.st, this.cache, id, this.now());
+    const p = info === null || info.state === "completed" || info.state === "dead" ? undefined : this.progressOf.get(offsetOfId(id));
+    if (p !== undefined) info!.progress = p;
+    return info;
+  }
+
+  /** The logs `readEvents` reads (event-reader.ts); they change when the queue is reopened. */
+  eventSource(): EventSource {
+    this.check();
+    return { journal: this.journal.log, msgs: this.msgs, incarnation: this.incarnation };
   }
 
   browse(req: StoredBrowseRequest): Promise<StoredBrowsePage> {
@@ -623,14 +647,17 @@ export class QueueInstance {
       idem: this.enqueuer.producers.snapshot(),
       singletons: this.st.singletons.rows(now),
       now,
+      progress: this.progressOf.live(this.st.table),
     });
     this.journal.snapshotTaken();
     this.msgBytesSinceSnapshot = 0;
     this.lastSnapshotBytes = body.length;
     await writeSnapshot(this.o.fs, this.o.dir, body);
-    // The snapshot is durable: what it covers may go (storage proportional to backlog).
-    await this.journal.log.advanceLogStart(Math.min(meta.journalOffset, this.journal.log.highWatermark));
-    await this.msgs.advanceLogStart(Math.min(meta.floor, this.msgs.highWatermark));
+    // The snapshot is durable: what it covers may go (storage proportional to backlog), except
+    // the newest journal segments, which `queue.events()` readers read (EVT-2).
+    const jl = this.journal.log;
+    await jl.advanceLogStart(Math.min(retainedJournalStart(jl.describeSegments(), meta.journalOffset, jl.config.segmentBytes), jl.highWatermark));
+    await this.msgs.advanceLogStart(messageLogStart(this.msgs.describeSegments(), Math.min(meta.floor, this.msgs.highWatermark)));
   }
 
   /** Forces a snapshot (after pending events are durable). */

@@ -47,6 +47,8 @@ export interface Recovered {
   state: JobState;
   dedupe: DedupeTable;
   producers: EnqueueProducers;
+  /** The last progress (JSON text) of live jobs: the snapshot's, then PROGRESS events replayed. */
+  progress: Map<number, string>;
 }
 
 export async function recoverQueue(c: RecoveryContext): Promise<Recovered> {
@@ -54,6 +56,7 @@ export async function recoverQueue(c: RecoveryContext): Promise<Recovered> {
   const producers = new EnqueueProducers();
   const keyIds = new Map<string, number>();
   const leases = new Map<number, LeaseRecord>();
+  const progress = new Map<number, string>();
   let journalFrom = c.journal.logStartOffset;
   let state: JobState;
   const snap = await readSnapshot(c.fs, c.dir, c.queue);
@@ -72,6 +75,7 @@ export async function recoverQueue(c: RecoveryContext): Promise<Recovered> {
     for (const [off, p] of meta.priorities ?? []) state.setPriority(off, p);
     for (const [off, at] of meta.expiries ?? []) state.setExpiry(off, at);
     state.singletons.load(meta.singletons ?? [], c.now);
+    if (meta.progress !== undefined) for (const [off, json] of meta.progress) progress.set(off, json);
     state.redeliveries = meta.counters.redeliveries;
     state.retries = meta.counters.retries;
     state.completed = meta.counters.completed;
@@ -89,11 +93,14 @@ export async function recoverQueue(c: RecoveryContext): Promise<Recovered> {
   }
   const replacedOffs: number[] = [];
   await scanJobs(c, state, keyIds, dedupe, producers, replacedOffs);
-  await replayJournal(c, state, leases, journalFrom);
+  await replayJournal(c, state, leases, journalFrom, progress);
   removeReplaced(state, replacedOffs, leases);
   state.rebuild(keyIds, leases, c.now, c.monoNow);
   state.retained.prune(c.now);
-  return { state, dedupe, producers };
+  // Progress is kept only while its job is live (a later ACK or DEAD replayed drops it).
+  const t = state.table;
+  for (const off of progress.keys()) if (!t.has(off) || isTerminal(t.status[t.idx(off)])) progress.delete(off);
+  return { state, dedupe, producers, progress };
 }
 
 /** Rows for the jobs after the snapshot, from the message log (REC-1 for damaged ranges). */
@@ -157,9 +164,13 @@ function removeReplaced(st: JobState, offs: readonly number[], leases: Map<numbe
   }
 }
 
-async function replayJournal(c: RecoveryContext, st: JobState, leases: Map<number, LeaseRecord>, from: number): Promise<void> {
+async function replayJournal(c: RecoveryContext, st: JobState, leases: Map<number, LeaseRecord>, from: number, progress: Map<number, string>): Promise<void> {
   const apply = (r: StoredRecord): void => {
-    if (r.value !== null) for (const ev of decodeEvents(r.value)) replay(st, ev, leases);
+    if (r.value === null) return;
+    for (const ev of decodeEvents(r.value)) {
+      if (ev.type === Ev.PROGRESS) progress.set(ev.offset, JSON.stringify(ev.data));
+      else replay(st, ev, leases);
+    }
   };
   await scan(c.journal, from, apply, (from, to, err) => {
     c.logger.error({ err, queue: c.queue, from, to }, "queue journal is damaged: the settlements in this range are lost (those jobs are delivered again)");

@@ -47,6 +47,8 @@ export interface SnapshotMeta {
   expiries?: [number, number][];
   /** Singleton, debounce and throttle keys in force (singletons.ts; absent: none). */
   singletons?: SingletonRow[];
+  /** Last progress (JSON text) of live jobs (job.progress; absent when none or in older versions). */
+  progress?: [number, string][];
 }
 
 /** Everything a snapshot holds besides the state (dedupe ids and idempotent requests). */
@@ -58,6 +60,8 @@ export interface SnapshotExtras {
   singletons: SingletonRow[];
   /** Wall-clock ms: retained outcomes expired by then are left out. */
   now: number;
+  /** Last progress of live jobs (JSON text). */
+  progress?: [number, string][];
 }
 
 /** Serialises the state (its floor advanced first). */
@@ -86,6 +90,7 @@ export function encodeSnapshot(st: JobState, x: SnapshotExtras): { body: Buffer;
     ...(st.prio !== null && st.prio.size > 0 ? { priorities: [...st.prio] } : {}),
     ...(st.expiry !== null && st.expiry.size > 0 ? { expiries: [...st.expiry] } : {}),
     ...(x.singletons.length > 0 ? { singletons: x.singletons } : {}),
+    ...(x.progress !== undefined && x.progress.length > 0 ? { progress: x.progress } : {}),
   };
   const json = Buffer.from(JSON.stringify(meta), "utf8");
   const head = Buffer.alloc(12);

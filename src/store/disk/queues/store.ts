@@ -16,6 +16,7 @@ import type { Telemetry } from "../../../observability/telemetry.js";
 import type { QueueConfig } from "../../../queues/types.js";
 import type { OpenQueueRequest, QueueStore, StoredQueue } from "../../queue-store.js";
 import { DiskQueue } from "./disk-queue.js";
+import { DiskScheduleStore, SCHEDULES_FILE } from "./schedules-file.js";
 
 const MANIFEST = "queues.json";
 
@@ -43,7 +44,12 @@ export class DiskQueueStore implements QueueStore {
   private lock: Promise<unknown> = Promise.resolve();
   private closed = false;
 
-  constructor(private readonly o: DiskQueueStoreOptions) {}
+  /** Job schedules of every queue (src/queues/schedules/), beside the manifest. */
+  readonly schedules: DiskScheduleStore;
+
+  constructor(private readonly o: DiskQueueStoreOptions) {
+    this.schedules = new DiskScheduleStore(o.fs, o.dir);
+  }
 
   /** Loads the manifest; removes incarnation directories it does not name (an interrupted delete). */
   async start(): Promise<void> {
@@ -52,7 +58,7 @@ export class DiskQueueStore implements QueueStore {
     this.manifest = (await readJsonFile<Manifest>(fs, join(dir, MANIFEST))) ?? { version: 1, queues: {} };
     const live = new Set(Object.values(this.manifest.queues).map((e) => e.incarnation));
     for (const n of await fs.readdir(dir)) {
-      if (n === MANIFEST || n.endsWith(".tmp")) continue;
+      if (n === MANIFEST || n === SCHEDULES_FILE || n.endsWith(".tmp")) continue;
       if (!live.has(n)) await fs.rm(join(dir, n));
     }
   }
