@@ -8,8 +8,8 @@
  *   handler, and the README worker loop exactly as examples/queue.ts writes it (read at run time,
  *   so the row follows the file: whether `job.extend()` / `job.ack()` are awaited).
  * - Over the network, concurrency 50 for every system: sluice server `process()`, BullMQ on Redis
- *   with appendfsync always (and on the in-memory Redis for information), pg-boss; and with a
- *   priority on every job (sluice against BullMQ on fsync'd Redis).
+ *   with appendfsync always (and on the in-memory Redis for information), pg-boss; with a
+ *   priority on every job, and rate-limited (sluice against BullMQ on fsync'd Redis).
  * - RSS of a process holding one million delayed jobs; p99 enqueue-to-delivery of an idle
  *   embedded worker (absolute).
  *
@@ -34,6 +34,8 @@ import { SLUICE_DURABILITY } from "./sluice-topics.js";
 const EMBEDDED = "sluice-embedded";
 const SERVER = "sluice-server";
 const PRODUCER = `${JOB_PRODUCER} (enqueueBatch)`;
+/** The limit of the rate-limited row: below what BullMQ on fsync'd Redis does unlimited here (~2,300-3,500 jobs/s). */
+const RATE_LIMIT = { max: 2000, durationMs: 1000 };
 
 type Open = { open(): Promise<Broker>; release(b: Broker): Promise<void> };
 let seq = 0;
@@ -259,6 +261,19 @@ function groups(emb: Open, srv: Open, bullFsyncDur: string, bullMemDur: string, 
       cases: [
         processCase(SERVER, srv, JOB_CONCURRENCY, { shape: "enqueue(data, { priority: i % 10 }) (10 levels, higher first)", itemOpts: (i) => ({ priority: i % 10 }) }),
         bullmqJobs(REDIS_FSYNC_PORT, BULLMQ_FSYNC_SYSTEM, bullFsyncDur, { shape: "opts.priority = 10 - (i % 10) (10 levels, 1 first)", jobOpts: (i) => ({ priority: 10 - (i % 10) }) }),
+      ],
+      ratios: [{ sluice: SERVER, peer: BULLMQ_FSYNC_SYSTEM }],
+      prime: true,
+    },
+    {
+      // A queue-wide limit below what either system does unlimited: both should run at the
+      // limit, neither above it (the figure is the rate achieved; the limit is in the shape).
+      id: "jobs-ratelimited",
+      table: "per-message",
+      metrics: metric(`rate-limited to ${RATE_LIMIT.max.toLocaleString("en-US")} per ${RATE_LIMIT.durationMs} ms, over the network, concurrency ${JOB_CONCURRENCY}`),
+      cases: [
+        processCase(SERVER, srv, JOB_CONCURRENCY, { shape: `queue config rateLimit: { max: ${RATE_LIMIT.max}, durationMs: ${RATE_LIMIT.durationMs} }`, config: { rateLimit: RATE_LIMIT } }),
+        bullmqJobs(REDIS_FSYNC_PORT, BULLMQ_FSYNC_SYSTEM, bullFsyncDur, { shape: `Worker limiter: { max: ${RATE_LIMIT.max}, duration: ${RATE_LIMIT.durationMs} }`, workerOpts: { limiter: { max: RATE_LIMIT.max, duration: RATE_LIMIT.durationMs } } }),
       ],
       ratios: [{ sluice: SERVER, peer: BULLMQ_FSYNC_SYSTEM }],
       prime: true,
