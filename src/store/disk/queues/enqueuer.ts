@@ -437,6 +437,27 @@ export class Enqueuer {
     const now = this.host.now();
     const lastDebounce = new Map<string, number>();
     for (let i = 0; i < n; i++) if (jobs[i].singleton?.mode === "debounce") lastDebounce.set(jobs[i].singleton!.key, i);
+    /** Job i carries identity `id` (a dedupe id or a singleton key) whose table entry `entry()` gives. */
+    const classify = (i: number, id: string, entry: () => { off: number; wait: unknown } | undefined): void => {
+      const prev = firstIdx.get(id);
+      if (prev !== undefined) {
+        kind[i] = 3;
+        at[i] = prev;
+        return;
+      }
+      firstIdx.set(id, i);
+      const e = entry();
+      // A claim still in flight, or an offset past the request, belongs to a later job with this
+      // id (the window ended and the id was used again): the original entry is gone.
+      if (e === undefined || e.wait !== null || e.off >= end) kind[i] = 4;
+      else if (e.off >= first) {
+        kind[i] = 1;
+        at[i] = e.off;
+      } else {
+        kind[i] = 2;
+        out[i] = { id: String(e.off), duplicate: true };
+      }
+    };
     for (let i = 0; i < n; i++) {
       const sk = jobs[i].singleton;
       if (sk?.mode === "debounce") {
@@ -450,45 +471,12 @@ export class Enqueuer {
       }
       if (sk) {
         // As a dedupe id: the key's entry names the job that took it.
-        const e = st.singletons.get(sk.mode, sk.key, now);
-        const id = `\u0000${sk.mode}:${sk.key}`;
-        const prev = firstIdx.get(id);
-        if (prev !== undefined) {
-          kind[i] = 3;
-          at[i] = prev;
-          continue;
-        }
-        firstIdx.set(id, i);
-        if (e === undefined || e.wait !== null || e.off >= end) kind[i] = 4;
-        else if (e.off >= first) {
-          kind[i] = 1;
-          at[i] = e.off;
-        } else {
-          kind[i] = 2;
-          out[i] = { id: String(e.off), duplicate: true };
-        }
+        classify(i, `\u0000${sk.mode}:${sk.key}`, () => st.singletons.get(sk.mode, sk.key, now));
         continue;
       }
       const d = jobs[i].dedupeId;
       if (d === null || this.dedupe.window(d) <= 0) continue;
-      const prev = firstIdx.get(d);
-      if (prev !== undefined) {
-        kind[i] = 3;
-        at[i] = prev;
-        continue;
-      }
-      firstIdx.set(d, i);
-      const e = this.dedupe.get(d);
-      // A claim still in flight, or an offset past the request, belongs to a later job with this
-      // id (the window ended and the id was used again): the original entry is gone.
-      if (e === undefined || e.wait !== null || e.off >= end) kind[i] = 4;
-      else if (e.off >= first) {
-        kind[i] = 1;
-        at[i] = e.off;
-      } else {
-        kind[i] = 2;
-        out[i] = { id: String(e.off), duplicate: true };
-      }
+      classify(i, d, () => this.dedupe.get(d));
     }
     // Assign new offsets in job order, segment by segment between jobs of known offset.
     let cursor = first;
