@@ -114,53 +114,39 @@ async function withBroker<T>(dir: string, metrics: boolean, fn: (b: Broker, regi
   }
 }
 
+type Run = (b: Broker, registry: Registry | null, limits: Limits) => Promise<{ values: { rate: number; cpu: number; mainCpu: number }; note: string }>;
+
+const ON = "sluice-embedded, metrics on (scraped every 1 s)";
+const OFF = "sluice-embedded, metrics off";
+
+/** One row: `run` on a fresh broker with metrics and on one without, throughput and CPU per message, ratios on / off. */
+function onOff(dir: string, id: string, label: string, shape: string, run: Run): BenchGroup {
+  return {
+    id,
+    table: "info",
+    metrics: [
+      { key: "rate", name: `${label} with and without metrics`, unit: "msg/s" },
+      { key: "cpu", name: `${label}: process CPU per message`, unit: "us" },
+      { key: "mainCpu", name: `${label}: main-thread CPU per message`, unit: "us" },
+    ],
+    cases: [
+      { system: ON, durability: SLUICE_DURABILITY, shape, run: (l) => withBroker(dir, true, (b, r) => run(b, r, l)) },
+      { system: OFF, durability: SLUICE_DURABILITY, shape, run: (l) => withBroker(dir, false, (b, r) => run(b, r, l)) },
+    ],
+    ratios: [
+      { sluice: ON, peer: OFF, goal: { atLeast: 0.97 } },
+      { sluice: ON, peer: OFF, key: "cpu", goal: { atMost: 1.03 } },
+      { sluice: ON, peer: OFF, key: "mainCpu", goal: { atMost: 1.03 } },
+    ],
+    alternate: true,
+    reps: 6,
+  };
+}
+
 function groups(dir: string): BenchGroup[] {
-  const ON = "sluice-embedded, metrics on (scraped every 1 s)";
-  const OFF = "sluice-embedded, metrics off";
   const pub = `publish() per message, ${WINDOW.toLocaleString("en-US")} in flight, 4 partitions`;
   const con = `README loop: for await (msg of sub) { void msg.commit() }, 4 partitions, backlog ${BACKLOG.toLocaleString("en-US")}`;
-  return [
-    {
-      id: "metrics-publish",
-      table: "info",
-      metrics: [
-        { key: "rate", name: "publish per message with and without metrics", unit: "msg/s" },
-        { key: "cpu", name: "publish per message: process CPU per message", unit: "us" },
-        { key: "mainCpu", name: "publish per message: main-thread CPU per message", unit: "us" },
-      ],
-      cases: [
-        { system: ON, durability: SLUICE_DURABILITY, shape: pub, run: (l) => withBroker(dir, true, (b, r) => publishOne(b, r, l)) },
-        { system: OFF, durability: SLUICE_DURABILITY, shape: pub, run: (l) => withBroker(dir, false, (b, r) => publishOne(b, r, l)) },
-      ],
-      ratios: [
-        { sluice: ON, peer: OFF, goal: { atLeast: 0.97 } },
-        { sluice: ON, peer: OFF, key: "cpu", goal: { atMost: 1.03 } },
-        { sluice: ON, peer: OFF, key: "mainCpu", goal: { atMost: 1.03 } },
-      ],
-      alternate: true,
-      reps: 6,
-    },
-    {
-      id: "metrics-consume",
-      table: "info",
-      metrics: [
-        { key: "rate", name: "consume (README loop) with and without metrics", unit: "msg/s" },
-        { key: "cpu", name: "consume (README loop): process CPU per message", unit: "us" },
-        { key: "mainCpu", name: "consume (README loop): main-thread CPU per message", unit: "us" },
-      ],
-      cases: [
-        { system: ON, durability: SLUICE_DURABILITY, shape: con, run: (l) => withBroker(dir, true, (b, r) => consume(b, r, l)) },
-        { system: OFF, durability: SLUICE_DURABILITY, shape: con, run: (l) => withBroker(dir, false, (b, r) => consume(b, r, l)) },
-      ],
-      ratios: [
-        { sluice: ON, peer: OFF, goal: { atLeast: 0.97 } },
-        { sluice: ON, peer: OFF, key: "cpu", goal: { atMost: 1.03 } },
-        { sluice: ON, peer: OFF, key: "mainCpu", goal: { atMost: 1.03 } },
-      ],
-      alternate: true,
-      reps: 6,
-    },
-  ];
+  return [onOff(dir, "metrics-publish", "publish per message", pub, publishOne), onOff(dir, "metrics-consume", "consume (README loop)", con, consume)];
 }
 
 export async function runMetricsBench(opts: { tmpDir: string; run: RunGroupOptions; only?: Set<string> | null }): Promise<BenchRow[]> {
