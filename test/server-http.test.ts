@@ -161,6 +161,17 @@ test("HTTP: health, readiness, admin, JSON produce/consume, body limit; SIGTERM 
     assert.deepEqual([page2.json.jobs[0].data, page2.json.jobs[0].dataEncoding, page2.json.jobs[0].key, page2.json.next], ["two", "utf8", "k", null]);
     const noQueue = await http(hp, "GET", "/v1/queues/no-such-queue/browse");
     assert.deepEqual([noQueue.status, noQueue.json.error.code], [404, "QUEUE_NOT_FOUND"]);
+    // Schedules are listed read-only; a missing queue is 404 and stays missing.
+    const scheduler = await connect({ url: server.url });
+    await scheduler.queue("web-sched", {}).upsertSchedule("hourly", { everyMs: 3_600_000, data: { report: "usage" }, headers: { src: "http-test" } });
+    await scheduler.close();
+    const scheds = await http(hp, "GET", "/v1/queues/web-sched/schedules");
+    assert.equal(scheds.status, 200);
+    assert.deepEqual(scheds.json.schedules.map((x: any) => [x.name, x.everyMs, x.data, x.dataEncoding, x.headers.src]), [["hourly", 3_600_000, { report: "usage" }, "json", "http-test"]]);
+    assert.deepEqual((await http(hp, "GET", "/v1/queues/web-jobs/schedules")).json, { schedules: [] });
+    const noSched = await http(hp, "GET", "/v1/queues/no-such-queue/schedules");
+    assert.deepEqual([noSched.status, noSched.json.error.code], [404, "QUEUE_NOT_FOUND"]);
+    assert.equal((await http(hp, "GET", "/v1/queues")).json.queues.includes("no-such-queue"), false, "listing schedules creates no queue");
     const typo = await http(hp, "GET", "/v1/queues/web-jbos/stats");
     assert.equal(typo.status, 404);
     assert.equal(typo.json.error.code, "QUEUE_NOT_FOUND");

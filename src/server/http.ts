@@ -8,12 +8,12 @@
  * `ROUTES` (method, path pattern, handler).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import { BodyTooLargeError, BrokerError, ForbiddenError, httpStatusOf, InternalError, NotFoundError, ValidationError } from "../errors.js";
+import { BodyTooLargeError, BrokerError, ForbiddenError, httpStatusOf, InternalError, NotFoundError, QueueNotFoundError, ValidationError } from "../errors.js";
 import type { BrokerHost } from "../broker/host.js";
 import type { ConsumedRecord, PublishRecord, PublishValue, ResetTarget, TopicAlteration } from "../types.js";
 import { errorToWire } from "../wire/index.js";
 import { DEFAULT_BROWSE_LIMIT } from "../queues/config.js";
-import type { BrowsedJob, BrowseOptions, EnqueueItem } from "../queues/types.js";
+import type { BrowseOptions, EnqueueItem } from "../queues/types.js";
 import { HTTP_DEFAULT_FETCH_BYTES, HTTP_MAX_FETCH_BYTES, MAX_HTTP_ITEMS_PER_REQUEST } from "./limits.js";
 import { DASHBOARD_PATHS, dashboardAsset } from "./dashboard/static.js";
 
@@ -189,6 +189,7 @@ const ROUTES: Route[] = [
   // remove(id): {removed: true|false}; 409 JOB_ACTIVE for a leased job (JOB-4).
   { method: "DELETE", path: "/v1/queues/:queue/jobs/:id", handler: async (c) => [200, { removed: await c.broker.queue(c.params.queue).remove(c.params.id) }] },
   { method: "GET", path: "/v1/queues/:queue/browse", handler: browseJobs },
+  { method: "GET", path: "/v1/queues/:queue/schedules", handler: listSchedules },
   { method: "POST", path: "/v1/queues/:queue/purge", handler: async (c) => [200, { purged: await c.broker.queue(c.params.queue).purge() }] },
   // Redrive from a dead-letter queue (e.g. /v1/queues/emails.dlq/redrive).
   { method: "POST", path: "/v1/queues/:queue/redrive", handler: redrive },
@@ -238,7 +239,7 @@ async function browseJobs(c: RouteContext): Promise<Reply> {
     after: url.searchParams.get("after") ?? undefined,
     state: state as BrowseOptions["state"],
   });
-  return [200, { jobs: page.jobs.map(browsedJobToJson), next: page.next }];
+  return [200, { jobs: page.jobs.map(withReadablePayload), next: page.next }];
 }
 
 /**
@@ -246,7 +247,15 @@ async function browseJobs(c: RouteContext): Promise<Reply> {
  * (`"utf8"`) or base64 of the bytes (`"base64"`); header values are strings, or `{base64}`
  * for values that are not UTF-8.
  */
-function browsedJobToJson(j: BrowsedJob): Record<string, unknown> {
+/** `Queue.listSchedules` (nothing created: 404 QUEUE_NOT_FOUND for a missing queue); data and headers as in browse. */
+async function listSchedules(c: RouteContext): Promise<Reply> {
+  if (!(await c.broker.listQueues()).includes(c.params.queue)) throw new QueueNotFoundError(c.params.queue);
+  const list = await c.broker.queue(c.params.queue).listSchedules();
+  return [200, { schedules: list.map(withReadablePayload) }];
+}
+
+/** A job's or a schedule's data and headers as JSON: bytes as base64, with `dataEncoding`. */
+function withReadablePayload<J extends { data: unknown; headers: Record<string, string | Uint8Array> }>(j: J): Record<string, unknown> {
   const headers: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(j.headers)) headers[k] = typeof v === "string" ? v : { base64: Buffer.from(v).toString("base64") };
   const { data, ...rest } = j;
