@@ -83,6 +83,7 @@ async function stats(argv: string[]): Promise<void> {
       ["delayed", s.delayed],
       ["in flight", s.inFlight],
       ["blocked by key", s.blockedByKey],
+      ["waiting for children", s.waitingChildren ?? 0],
       ["depth", s.depth],
       ["bytes", bytes(s.bytes)],
       ["dead-lettered", s.deadLettered],

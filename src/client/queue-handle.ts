@@ -10,13 +10,14 @@ import { processWorkerOptions, runProcess } from "../queues/process.js";
 import { tracing } from "../observability/tracing.js";
 import { browseRequest, readableHeaders } from "../queues/results.js";
 import type { ResolvedQueueConfig } from "../queues/config.js";
-import type { BrowsedJob, BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, Queue, QueueConfig, QueueEvent, QueueEvents, QueueEventsOptions, QueueStats, RedriveOptions, RedriveResult, ScheduleInfo, ScheduleOptions, WorkOptions, Worker } from "../queues/types.js";
+import type { BrowsedJob, BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, FlowJob, FlowResult, Job, JobInfo, ProcessOptions, Queue, QueueConfig, QueueEvent, QueueEvents, QueueEventsOptions, QueueStats, RedriveOptions, RedriveResult, ScheduleInfo, ScheduleOptions, WorkOptions, Worker } from "../queues/types.js";
 import { QueueEventStream } from "../queues/events.js";
 import type { PublishValue } from "../value-types.js";
 import { Op, decodePublishRecords, encodePublishRecords, parseJobJson } from "../wire/index.js";
 import type { Transport } from "./transport.js";
 import { ENQUEUE_DELIVERY_TIMEOUT_MS, enqueuerFor } from "./queue-enqueuer.js";
 import { RemoteWorker } from "./queue.js";
+import { flattenFlow, flowResult, type FlowItem } from "../queues/flows.js";
 
 /** A QUEUE_GET_JOB payload (kinds as in PUSH_JOB_BATCH: 0 bytes, 1 UTF-8, 2 JSON, 3 null). */
 function decodeJobData(kind: number, body: Buffer | null): unknown {
@@ -39,7 +40,8 @@ function hasItemOptions(it: EnqueueItem): boolean {
     it.expiresAt !== undefined ||
     it.singletonKey !== undefined ||
     it.singletonMode !== undefined ||
-    it.singletonWindowMs !== undefined
+    it.singletonWindowMs !== undefined ||
+    (it as FlowItem).flow !== undefined
   );
 }
 
@@ -56,6 +58,7 @@ function wireItemOptions(it: EnqueueItem): Record<string, unknown> {
     singletonKey: it.singletonKey,
     singletonMode: it.singletonMode,
     singletonWindowMs: it.singletonWindowMs,
+    flow: (it as Partial<FlowItem>).flow,
   };
 }
 
@@ -124,6 +127,12 @@ export class RemoteQueue<T> implements Queue<T> {
         signal: opts.signal,
       }),
     );
+  }
+
+  /** One QUEUE_ENQUEUE call of the flow's jobs (one append on the server: FLOW-1). */
+  async enqueueFlow(flow: FlowJob, opts: { signal?: AbortSignal } = {}): Promise<FlowResult> {
+    const items = flattenFlow(flow);
+    return flowResult(items, await this.enqueueBatch(items, opts));
   }
 
   work(opts: WorkOptions = {}): Worker<T> {

@@ -28,7 +28,9 @@ import type { ProcessWorker } from "../queues/process.js";
 import { workerIterator } from "../queues/iterate.js";
 import { LookaheadSizer, maxLookahead, PARK_MAX_MS } from "../queues/lookahead.js";
 import type {
+  ChildOutcome,
   DeadLetterInfo,
+  JobInfo,
   Job,
   QueueConfig,
   WorkOptions,
@@ -367,6 +369,12 @@ export class RemoteWorker<T> implements Worker<T>, ProcessWorker<T> {
     const p = this.transport.request(Op.QueueProgress, meta, null, { retry: false }).then(() => {});
     p.catch(() => {}); // may be left un-awaited, as settlements
     return p;
+  }
+
+  /** QUEUE_GET_JOB of the job (a read: re-sent after a reconnect). */
+  async childResults(job: RemoteJob<T>): Promise<Record<string, ChildOutcome>> {
+    const f = await this.transport.request(Op.QueueGetJob, { queue: this.queueMeta.queue, id: job.id }, null, { retry: true });
+    return ((f.meta.job as JobInfo | null)?.children ?? {}) as Record<string, ChildOutcome>;
   }
 
   settle(job: RemoteJob<T>, action: SettleAction, arg: Record<string, unknown>): Promise<void> {

@@ -7,7 +7,7 @@ import { ValidationError } from "../errors.js";
 import { MAX_DELAY_MS } from "../queues/config.js";
 import { handledRejection } from "../queues/job.js";
 import { encodeProgress, encodeResult } from "../queues/results.js";
-import type { DeadLetterInfo, Job, NackOptions } from "../queues/types.js";
+import type { ChildOutcome, DeadLetterInfo, Job, NackOptions } from "../queues/types.js";
 import { parseJobJson } from "../wire/queue.js";
 
 export const NO_ARG: Record<string, unknown> = Object.freeze({}) as Record<string, unknown>;
@@ -33,6 +33,8 @@ export interface JobSettler<T> {
   settle(job: RemoteJob<T>, action: SettleAction, arg: Record<string, unknown>): Promise<void>;
   /** Sends a progress value (JSON text, checked) of a job it holds (QUEUE_PROGRESS). */
   progress(job: RemoteJob<T>, json: string): Promise<void>;
+  /** A flow parent's children's outcomes (QUEUE_GET_JOB). */
+  childResults(job: RemoteJob<T>): Promise<Record<string, ChildOutcome>>;
 }
 
 export class RemoteJob<T> implements Job<T> {
@@ -141,6 +143,9 @@ export class RemoteJob<T> implements Job<T> {
       return handledRejection(e);
     }
     return this.worker.progress(this, json);
+  }
+  childResults(): Promise<Record<string, ChildOutcome>> {
+    return this.worker.childResults(this);
   }
   extend(ms: number): Promise<void> {
     if (!Number.isFinite(ms) || ms <= 0) return Promise.reject(new ValidationError("extend(ms) needs a positive number of milliseconds"));

@@ -7,7 +7,7 @@
 import { decodeValue } from "../log/record-batch.js";
 import type { GrantedJob, Lease } from "../store/queue-store.js";
 import type { DeliveredJob } from "./host-api.js";
-import type { DeadLetterInfo, NackOptions } from "./types.js";
+import type { ChildOutcome, DeadLetterInfo, NackOptions } from "./types.js";
 
 /** What a job needs from the worker that holds it. */
 export interface JobOwner {
@@ -18,6 +18,8 @@ export interface JobOwner {
   /** Gives the job back after `ms` without counting this delivery (RATE-2). */
   retryAfter(job: LeasedJob<unknown>, ms: number): Promise<void>;
   progress(job: LeasedJob<unknown>, value: unknown): Promise<void>;
+  /** A flow parent's children's outcomes (FLOW-2). */
+  childResults(job: LeasedJob<unknown>): Promise<Record<string, ChildOutcome>>;
   /** Gives the job back without a failure record (`counted` false: not an attempt). */
   release(job: LeasedJob<unknown>, counted: boolean): void;
   restartLease(job: LeasedJob<unknown>): void;
@@ -158,6 +160,9 @@ export class LeasedJob<T> implements DeliveredJob {
     } catch (e) {
       return handledRejection(e);
     }
+  }
+  childResults(): Promise<Record<string, ChildOutcome>> {
+    return this.owner.childResults(this);
   }
   unstart(): void {
     this.owner.release(this, false);

@@ -13,7 +13,8 @@ import type { EnqueueOutcome, QueueSettings, QueueStore, StoredQueue } from "../
 import { MAX_BATCH_ITEMS, resolveQueueConfig, validateQueueName } from "./config.js";
 import type { EnqueueCallsOutcome, HostQueue, PushWorker, PushWorkerOptions, QueueHostApi, RawEnqueueItem } from "./host-api.js";
 import type { EnqueueIdentity } from "./idempotence.js";
-import { prepareItem, prepareRaw } from "./prepare.js";
+import { checkFlowShape, prepareItem, prepareRaw } from "./prepare.js";
+import { flattenFlow, flowResult } from "./flows.js";
 import { processWorkerOptions, runProcess } from "./process.js";
 import { browseRequest, toBrowsedJob, toJobInfo } from "./results.js";
 import { eventsBounds, QueueEventStream, type EventsPage } from "./events.js";
@@ -23,7 +24,7 @@ import { TurnYield } from "../turn-yield.js";
 
 /** `stats()` completes without waiting for I/O: a polling loop over it must still yield (turn-yield.ts). */
 const statsYield = new TurnYield();
-import type { BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, Job, JobInfo, ProcessOptions, QueueConfig, QueueEvents, QueueEventsOptions, QueueStats, RedriveOptions, RedriveResult, ScheduleInfo, ScheduleOptions, WorkOptions, Worker } from "./types.js";
+import type { BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, FlowJob, FlowResult, Job, JobInfo, ProcessOptions, QueueConfig, QueueEvents, QueueEventsOptions, QueueStats, RedriveOptions, RedriveResult, ScheduleInfo, ScheduleOptions, WorkOptions, Worker } from "./types.js";
 import type { PublishValue } from "../value-types.js";
 import type { NewJob } from "../store/queue-store.js";
 import type { SchemaRegistry } from "../contracts/schemas.js";
@@ -227,11 +228,14 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
     const rt = await this.runtime();
     const max = rt.settings.maxMessageBytes;
     const now = rt.now();
-    const r = await rt.stored.enqueue(
-      items.map((it) => prepareItem(it, max, rt.settings.dedupeWindowMs, now)),
-      { signal: opts.signal },
-    );
-    return results(r);
+    const jobs = items.map((it) => prepareItem(it, max, rt.settings.dedupeWindowMs, now));
+    checkFlowShape(jobs);
+    return results(await rt.stored.enqueue(jobs, { signal: opts.signal }));
+  }
+
+  async enqueueFlow(flow: FlowJob, opts: { signal?: AbortSignal } = {}): Promise<FlowResult> {
+    const items = flattenFlow(flow);
+    return flowResult(items, await this.enqueueBatch(items, opts));
   }
 
   async enqueueCalls(items: readonly RawEnqueueItem[], calls: readonly number[] | undefined, opts: { signal?: AbortSignal; identity?: EnqueueIdentity }): Promise<EnqueueCallsOutcome> {
@@ -258,6 +262,7 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
           const it = items[i + k];
           jobs.push(prepareRaw(it.value, it.valueKind, it.opts, max, rt.settings.dedupeWindowMs, now));
         }
+        checkFlowShape(jobs, from);
         starts[c] = from;
       } catch (e) {
         if (calls === undefined) throw e;

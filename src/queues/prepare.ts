@@ -6,13 +6,16 @@
  */
 import { RecordTooLargeError, ValidationError } from "../errors.js";
 import { prepareValue, recordSize, type PreparedRecord, type ValueKind } from "../log/record-batch.js";
-import { isSystemHeader, RESERVED_HEADER_PREFIX, SYSTEM_DEDUPE_PREFIX, type NewJob, type SingletonSpec } from "../store/queue-store.js";
-import { MAX_DEDUPE_ID_BYTES, MAX_DELAY_MS, MAX_HEADERS, MAX_KEY_BYTES, MAX_PRIORITY, MAX_SINGLETON_WINDOW_MS } from "./config.js";
+import { isSystemHeader, RESERVED_HEADER_PREFIX, SYSTEM_DEDUPE_PREFIX, type FlowLink, type NewJob, type SingletonSpec } from "../store/queue-store.js";
+import { MAX_BATCH_ITEMS, MAX_DEDUPE_ID_BYTES, MAX_DELAY_MS, MAX_HEADERS, MAX_KEY_BYTES, MAX_PRIORITY, MAX_SINGLETON_WINDOW_MS } from "./config.js";
 import type { EnqueueItem } from "./types.js";
 
 
-/** The options of an enqueue item without its data. */
-export type EnqueueItemOptions = Omit<EnqueueItem, "data">;
+/**
+ * The options of an enqueue item without its data; `flow` is set by `enqueueFlow` (flows.ts),
+ * never by users directly (it travels in QUEUE_ENQUEUE's per-job options).
+ */
+export type EnqueueItemOptions = Omit<EnqueueItem, "data"> & { flow?: FlowLink };
 
 /** A user's enqueue item (value of any kind). */
 export function prepareItem(item: EnqueueItem, maxMessageBytes: number, dedupeWindowMs: number, now: number): NewJob {
@@ -54,7 +57,7 @@ export function prepareRaw(value: Buffer | null, valueKind: ValueKind, item: Enq
   if (size > maxMessageBytes) throw new RecordTooLargeError(size, maxMessageBytes);
   const job: NewJob = { record, key, deliverAt, dedupeId, size, origin: null, priority: 0, expiresAt: 0, singleton: null };
   // Most jobs set none of these: one check for all of them.
-  if (item.priority !== undefined || item.expireInMs !== undefined || item.expiresAt !== undefined || item.singletonKey !== undefined || item.singletonMode !== undefined || item.singletonWindowMs !== undefined)
+  if (item.priority !== undefined || item.expireInMs !== undefined || item.expiresAt !== undefined || item.singletonKey !== undefined || item.singletonMode !== undefined || item.singletonWindowMs !== undefined || item.flow !== undefined)
     jobOptions(job, item, now);
   return job;
 }
@@ -76,6 +79,7 @@ function jobOptions(job: NewJob, item: EnqueueItemOptions, now: number): void {
     if (typeof t !== "number" || !Number.isFinite(t) || t <= 0 || t > now + MAX_DELAY_MS) throw new ValidationError("expiresAt must be a time within a year");
     job.expiresAt = t;
   }
+  if (item.flow !== undefined) job.flow = flowLink(item);
   if (item.singletonKey === undefined) {
     if (item.singletonMode !== undefined || item.singletonWindowMs !== undefined) throw new ValidationError("singletonMode and singletonWindowMs need a singletonKey");
     return;
@@ -92,6 +96,46 @@ function jobOptions(job: NewJob, item: EnqueueItemOptions, now: number): void {
   job.singleton = singleton;
   // Debounce: the job waits out its quiet period (a later enqueue replaces it meanwhile).
   if (mode === "debounce" && w > 0) job.deliverAt = Math.max(job.deliverAt, now + w);
+}
+
+/** A flow job's link (its shape across the call is checked by `checkFlowShape`). */
+function flowLink(item: EnqueueItemOptions): FlowLink {
+  const f = item.flow;
+  if (f === null || typeof f !== "object") throw new ValidationError("flow must be an object");
+  const { parentDelta, children, onChildFailure } = f;
+  if (!Number.isSafeInteger(parentDelta) || parentDelta < 0 || parentDelta >= MAX_BATCH_ITEMS) throw new ValidationError("flow.parentDelta must be an integer in [0, 10000)");
+  if (!Number.isSafeInteger(children) || children < 0 || children >= MAX_BATCH_ITEMS) throw new ValidationError("flow.children must be an integer in [0, 10000)");
+  if (onChildFailure !== "fail" && onChildFailure !== "continue") throw new ValidationError(`onChildFailure must be "fail" or "continue"`);
+  // A flow's jobs are stored together or not at all (FLOW-1); a dedupe or singleton decision
+  // could drop one of them alone.
+  if (item.dedupeId !== undefined || item.singletonKey !== undefined) throw new ValidationError("jobs of a flow cannot have a dedupeId or singletonKey");
+  return { parentDelta, children, onChildFailure };
+}
+
+/**
+ * FLOW-1: the jobs of one enqueue call that belong to flows form whole trees: each parent comes
+ * before its children (parentDelta points back inside the call, at a job that declares
+ * children) and declares exactly as many children as point at it. Checked before anything is
+ * stored, wherever the call came from (a network client's options are not trusted).
+ */
+export function checkFlowShape(jobs: readonly NewJob[], from = 0, to = jobs.length): void {
+  let counted: Map<number, number> | null = null;
+  for (let i = from; i < to; i++) {
+    const f = jobs[i].flow;
+    if (!f) continue;
+    counted ??= new Map();
+    if (f.parentDelta > 0) {
+      const p = i - f.parentDelta;
+      const pf = p >= from ? jobs[p].flow : undefined;
+      if (!pf || pf.children === 0) throw new ValidationError("flow: a child's parent must come before it in the same call");
+      counted.set(p, (counted.get(p) ?? 0) + 1);
+    }
+  }
+  if (counted === null) return;
+  for (let i = from; i < to; i++) {
+    const f = jobs[i].flow;
+    if (f && f.children !== (counted.get(i) ?? 0)) throw new ValidationError("flow: a parent must declare exactly its children");
+  }
 }
 
 function prepareHeaders(h: EnqueueItem["headers"]): [string, Buffer][] | null {

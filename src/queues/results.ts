@@ -6,9 +6,9 @@
  */
 import { decodeValue, type ValueKind } from "../log/record-batch.js";
 import { ValidationError } from "../errors.js";
-import type { StoredBrowsedJob, StoredBrowseRequest, StoredJobInfo } from "../store/queue-store.js";
+import type { StoredBrowsedJob, StoredBrowseRequest, StoredChildOutcome, StoredJobInfo } from "../store/queue-store.js";
 import { DEFAULT_BROWSE_LIMIT, MAX_BROWSE_BYTES, MAX_BROWSE_LIMIT, MAX_PROGRESS_BYTES, MAX_RESULT_BYTES } from "./config.js";
-import type { BrowsedJob, BrowseOptions, JobInfo } from "./types.js";
+import type { BrowsedJob, BrowseOptions, ChildOutcome, JobInfo } from "./types.js";
 
 /** `result` as JSON text; ValidationError when it is not JSON-serialisable or too large. */
 export function encodeResult(result: unknown): string {
@@ -68,6 +68,20 @@ export function toJobInfo<T>(s: StoredJobInfo): JobInfo<T> {
   if (s.lastError !== undefined) out.lastError = s.lastError;
   if (s.completedAt !== undefined) out.completedAt = s.completedAt;
   if (s.progress !== undefined) out.progress = JSON.parse(s.progress);
+  if (s.parentId !== undefined) out.parentId = s.parentId;
+  if (s.children !== undefined) out.children = childOutcomes(s.children);
+  return out;
+}
+
+/** A parent's children as users see them: results parsed (FLOW-2). */
+function childOutcomes(c: Record<string, StoredChildOutcome>): Record<string, ChildOutcome> {
+  const out: Record<string, ChildOutcome> = {};
+  for (const [id, o] of Object.entries(c)) {
+    const x: ChildOutcome = { state: o.state };
+    if (o.result !== undefined) x.result = JSON.parse(o.result);
+    if (o.error !== undefined) x.error = o.error;
+    out[id] = x;
+  }
   return out;
 }
 

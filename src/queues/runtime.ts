@@ -6,12 +6,12 @@
  * `maxAttempts` is reached or the failure is permanent).
  */
 import { ValidationError } from "../errors.js";
-import type { AttemptRecord, NackOptions } from "./types.js";
+import type { AttemptRecord, ChildOutcome, NackOptions } from "./types.js";
 import type { GrantedJob, GrantRequest, LeaseConsumer, QueueListener, QueueSettings, StoredQueue } from "../store/queue-store.js";
 import { retryDelayMs } from "./backoff.js";
 import { MAX_DELAY_MS, MAX_ERROR_CHARS, MAX_LEASE_MS } from "./config.js";
 import type { LeasedJob } from "./job.js";
-import { encodeProgress, encodeResult } from "./results.js";
+import { encodeProgress, encodeResult, toJobInfo } from "./results.js";
 
 /** Settlements since the last grant round that make it worth granting before a journal write. */
 const EARLY_GRANT_MIN = 4;
@@ -143,7 +143,7 @@ export class QueueRuntime implements QueueListener {
 
   /** Whether acks' results are kept (the queue's `resultRetentionMs`). */
   get keepsResults(): boolean {
-    return this.settings.resultRetentionMs > 0;
+    return this.settings.resultRetentionMs > 0 || this.stored.hasFlows;
   }
 
   /**
@@ -180,6 +180,12 @@ export class QueueRuntime implements QueueListener {
   retryAfter(job: LeasedJob<unknown>, ms: number): Promise<void> {
     if (typeof ms !== "number" || !(ms >= 0) || ms > MAX_DELAY_MS) throw new ValidationError("retryAfter(ms) needs a number in [0, 1 year]");
     return this.stored.giveBack(job.lease, this.now() + ms);
+  }
+
+  /** A flow parent's children's outcomes so far (FLOW-2; `{}` for a job without children). */
+  async childResults(id: string): Promise<Record<string, ChildOutcome>> {
+    const s = await this.stored.getJob(id);
+    return (s === null ? undefined : toJobInfo(s).children) ?? {};
   }
 
   /** Progress of a leased job: checked (JSON, MAX_PROGRESS_BYTES) before anything is written. */

@@ -241,6 +241,12 @@ export interface Job<T = unknown> {
    * previous value.
    */
   progress(value: unknown): Promise<void>;
+  /**
+   * A flow's parent: the outcome of each of its children by child id (`result` as the child was
+   * acked with). Every child has finished by the time the parent runs. `{}` for a job without
+   * children.
+   */
+  childResults(): Promise<Record<string, ChildOutcome>>;
 }
 
 export interface WorkOptions {
@@ -293,9 +299,11 @@ export interface QueueStats {
   inFlight: number;
   /** Keyed jobs held behind an earlier job of the same key. */
   blockedByKey: number;
+  /** Flow parents waiting for their children (`enqueueFlow`). */
+  waitingChildren: number;
   /** Total jobs this queue has moved to its dead-letter queue. */
   deadLettered: number;
-  /** waiting + delayed + inFlight + blockedByKey. */
+  /** waiting + delayed + inFlight + blockedByKey + waitingChildren (and jobs being dead-lettered). */
   depth: number;
   bytes: number;
   oldestWaitingAgeMs: number;
@@ -340,7 +348,7 @@ export interface RedriveResult {
 }
 
 /** Where a job is, as `Queue.getJob` reports it. */
-export type JobStatus = "waiting" | "delayed" | "active" | "completed" | "dead";
+export type JobStatus = "waiting" | "waiting-children" | "delayed" | "active" | "completed" | "dead";
 
 /** A job as `Queue.getJob` reports it. */
 export interface JobInfo<T = unknown> {
@@ -364,6 +372,41 @@ export interface JobInfo<T = unknown> {
   completedAt?: number;
   /** The last `job.progress(value)` of a job not yet completed or dead-lettered. */
   progress?: unknown;
+  /** A flow's parent not yet finished: each child's outcome so far, by child id. */
+  children?: Record<string, ChildOutcome>;
+  /** A flow's child whose parent is still waiting for it: the parent's id. */
+  parentId?: string;
+}
+
+/** A child job's outcome, as its parent sees it (`job.childResults()`, `getJob(parent).children`). */
+export interface ChildOutcome {
+  /** `pending`: not finished yet; `failed`: dead-lettered (with `onChildFailure: "continue"`); `removed`: removed or expired unstarted. */
+  state: "pending" | "completed" | "failed" | "removed";
+  /** What the child was acked with (completed with a result). */
+  result?: unknown;
+  /** Why it failed. */
+  error?: string;
+}
+
+/**
+ * A job of a flow (`queue.enqueueFlow`): a parent becomes runnable only once every one of its
+ * `children` finished; children are flows themselves (any depth). Every job of a flow is stored
+ * in one durable write: all of them or none.
+ */
+export interface FlowJob extends Omit<EnqueueItem, "dedupeId" | "singletonKey" | "singletonMode" | "singletonWindowMs"> {
+  children?: FlowJob[];
+  /**
+   * What a child that is dead-lettered does to this job: `"fail"` (default) dead-letters this
+   * job at once (it never runs; its own parent sees it failed), `"continue"` counts the child as
+   * finished, with `state: "failed"` in `childResults()`.
+   */
+  onChildFailure?: "fail" | "continue";
+}
+
+/** The ids of a stored flow, in the shape of the flow. */
+export interface FlowResult {
+  id: string;
+  children: FlowResult[];
 }
 
 /** Which jobs `Queue.browse` lists. */
@@ -457,6 +500,11 @@ export interface Queue<T = unknown> extends QueueSchedules<T> {
   readonly name: string;
   enqueue(data: T & PublishValue, opts?: EnqueueOptions): Promise<EnqueueResult>;
   enqueueBatch(items: EnqueueItem[], opts?: { signal?: AbortSignal }): Promise<EnqueueResult[]>;
+  /**
+   * Stores a flow: parents run only after all their children finished (FLOW-1, FLOW-2). One
+   * durable write for the whole tree (at most `MAX_BATCH_ITEMS` jobs): all of it or nothing.
+   */
+  enqueueFlow(flow: FlowJob, opts?: { signal?: AbortSignal }): Promise<FlowResult>;
   work(opts?: WorkOptions): Worker<T>;
   /**
    * Runs `fn` per job: return = ack (the return value, when not undefined, is the job's result,

@@ -25,7 +25,7 @@ import { LookaheadSizer, maxLookahead, MIN_LOOKAHEAD_LEASE_MS, PARK_MAX_MS } fro
 import type { ProcessWorker } from "./process.js";
 import { workerIterator } from "./iterate.js";
 import type { QueueRuntime, RuntimeWorker } from "./runtime.js";
-import type { Job, NackOptions, WorkOptions, Worker } from "./types.js";
+import type { ChildOutcome, Job, NackOptions, WorkOptions, Worker } from "./types.js";
 
 let workerSeq = 0;
 
@@ -275,6 +275,9 @@ export class QueueWorker<T> implements Worker<T>, RuntimeWorker, PushWorker, Pro
   }
   progress(job: LeasedJob<unknown>, value: unknown): Promise<void> {
     return handled(this.runtime!.progress(job, value));
+  }
+  childResults(job: LeasedJob<unknown>): Promise<Record<string, ChildOutcome>> {
+    return this.runtime!.childResults(job.id);
   }
   release(job: LeasedJob<unknown>, counted: boolean): void {
     if (!job.leaseHeld) return;

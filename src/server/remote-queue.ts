@@ -21,6 +21,7 @@ import { MAX_PREFETCH } from "../queues/config.js";
 import { maxLookahead } from "../queues/lookahead.js";
 import type { DeliveredJob, HostQueue, PushWorker, RawEnqueueItem } from "../queues/host-api.js";
 import type { EnqueueIdentity } from "../queues/idempotence.js";
+import type { EnqueueItemOptions } from "../queues/prepare.js";
 import type { EnqueueItem, EnqueueResult, NackOptions } from "../queues/types.js";
 import { decodeEnqueueRecords, errorToWire, type WireError, type WireJob } from "../wire/index.js";
 import { checkProgressText, checkResultText } from "../queues/results.js";
@@ -540,8 +541,8 @@ function checkCallTotal(calls: number[], jobs: number): void {
   if (total !== jobs) throw new ValidationError(`calls count ${total} jobs, the request has ${jobs}`);
 }
 
-function itemOptions(o: unknown, i: number, headers: Record<string, Uint8Array> | undefined): Omit<EnqueueItem, "data"> {
-  const item: Omit<EnqueueItem, "data"> = {};
+function itemOptions(o: unknown, i: number, headers: Record<string, Uint8Array> | undefined): EnqueueItemOptions {
+  const item: EnqueueItemOptions = {};
   if (headers !== undefined) item.headers = headers;
   if (o === undefined || o === null) return item;
   if (typeof o !== "object") throw new ValidationError(`opts[${i}] must be an object`);
@@ -557,6 +558,8 @@ function itemOptions(o: unknown, i: number, headers: Record<string, Uint8Array> 
   if (x.singletonKey !== undefined) item.singletonKey = x.singletonKey as string;
   if (x.singletonMode !== undefined) item.singletonMode = x.singletonMode as EnqueueItem["singletonMode"];
   if (x.singletonWindowMs !== undefined) item.singletonWindowMs = x.singletonWindowMs as number;
+  // FLOW-1: the queue checks the link and the call's shape (checkFlowShape).
+  if (x.flow !== undefined) item.flow = x.flow as EnqueueItemOptions["flow"];
   return item;
 }
 

@@ -137,6 +137,24 @@ export interface NewJob {
   expiresAt?: number;
   /** Singleton / debounce / throttle key (absent: none). */
   singleton?: SingletonSpec | null;
+  /** Its place in a flow (absent: none; FLOW-1). */
+  flow?: FlowLink | null;
+}
+
+/** What a child does to its parent when it fails (dead-lettered): fail it too, or count as finished. */
+export type ChildFailurePolicy = "fail" | "continue";
+
+/**
+ * A job's place in a flow (parent/child jobs enqueued together, FLOW-1). Positions are relative
+ * within one enqueue call, so a flow's records need no offsets before they are stored.
+ */
+export interface FlowLink {
+  /** How many jobs back (in the same call) its parent is; 0: it has none (a root). */
+  parentDelta: number;
+  /** Children it waits for (0: none, runnable at once). */
+  children: number;
+  /** Set on parents: what a failed child does to it. */
+  onChildFailure: ChildFailurePolicy;
 }
 
 export type SingletonMode = "singleton" | "debounce" | "throttle";
@@ -233,6 +251,19 @@ export interface StoredJobInfo {
   completedAt?: number;
   /** The last progress as JSON text (jobs not yet completed or dead-lettered). */
   progress?: string;
+  /** A flow's parent not yet finished: its children's outcomes (results as JSON text), by child id. */
+  children?: Record<string, StoredChildOutcome>;
+  /** The parent of a child job still waiting for it. */
+  parentId?: string;
+}
+
+/** A child's outcome as its parent sees it (FLOW-2). */
+export interface StoredChildOutcome {
+  state: "pending" | "completed" | "failed" | "removed";
+  /** Result as JSON text (completed with one). */
+  result?: string;
+  /** Why it failed. */
+  error?: string;
 }
 
 /** What `readEvents` reads (the policy validated and bounded it). */
@@ -303,6 +334,8 @@ export interface StoredQueue {
   /** Changes when the queue is deleted and re-created: old jobs never come back. */
   readonly incarnation: string;
   readonly settings: QueueSettings;
+  /** Whether live flows wait for results: acks keep theirs even without `resultRetentionMs` (FLOW-2). */
+  readonly hasFlows: boolean;
 
   /** Stores jobs (dedupe, admission, Q-1); results in job order. */
   enqueue(jobs: readonly NewJob[], opts?: EnqueueRequestOptions): Promise<EnqueueOutcome>;

@@ -33,6 +33,7 @@ import { queueBrowseTests } from "./conformance-queue-browse.js";
 import { queueEventTests } from "./conformance-queue-events.js";
 import { queueScheduleTests } from "./conformance-queue-schedules.js";
 import { queueOptionTests } from "./conformance-queue-options.js";
+import { queueFlowTests } from "./conformance-queue-flows.js";
 import { queueLimitTests } from "./conformance-queue-limits.js";
 import { queueTests } from "./conformance-queues.js";
 import { topicTests } from "./conformance-topics.js";
@@ -71,5 +72,6 @@ export function defineConformanceSuite(name: string, factory: () => Promise<Conf
   queueEventTests(t);
   queueScheduleTests(t);
   queueOptionTests(t);
+  queueFlowTests(t);
   queueLimitTests(t);
 }

@@ -73,6 +73,9 @@ class CountingStoredQueue implements StoredQueue {
   get settings(): QueueSettings {
     return this.inner.settings;
   }
+  get hasFlows(): boolean {
+    return this.inner.hasFlows;
+  }
   enqueue(jobs: readonly NewJob[], opts?: EnqueueRequestOptions): Promise<EnqueueOutcome> {
     return this.count("queues.enqueue", () => this.inner.enqueue(jobs, opts));
   }

@@ -60,6 +60,10 @@ export class DiskQueue implements StoredQueue {
     return this._settings;
   }
 
+  get hasFlows(): boolean {
+    return this.current?.hasFlows ?? false;
+  }
+
   /** New settings (the stored config changed); log-level ones apply from the next open. */
   configure(s: QueueSettings): void {
     this._settings = s;

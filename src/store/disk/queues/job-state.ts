@@ -7,13 +7,14 @@
  * transitions decide and schedules the timers.
  *
  * Status meaning (table.ts): READY in the ready heap; DELAYED in the delay heap; BLOCKED held
- * behind its key's head; INFLIGHT leased (exactly the rows with an entry in `leases`); MOVING
+ * behind its key's head; WAITING a flow's parent waiting for its children; INFLIGHT leased (exactly the rows with an entry in `leases`); MOVING
  * being dead-lettered (an entry in `moving`) or redriven; DONE / DEAD terminal.
  */
 import type { AttemptRecord, DeadLetterInfo } from "../../../queues/types.js";
-import type { GrantedJob, GrantRequest, Lease, LeaseConsumer, PreparedRecord, ValueKind } from "../../queue-store.js";
+import type { FlowLink, GrantedJob, GrantRequest, Lease, LeaseConsumer, PreparedRecord, ValueKind } from "../../queue-store.js";
 import { decodeJobFields, type DecodedJobFields } from "./records.js";
 import { KeyChains } from "./chains.js";
+import { Flows, type ChildOutcomeRecord } from "./flows.js";
 import { OffsetHeap } from "./heap.js";
 import { RetainedJobs } from "./retained.js";
 import { Singletons } from "./singletons.js";
@@ -104,6 +105,11 @@ export class DiskLease implements Lease, GrantedJob {
   }
 }
 
+/** A child's outcome when acked (with the result as JSON text, if any). */
+function ACKED(result: string | undefined): ChildOutcomeRecord {
+  return result === undefined ? { state: "completed" } : { state: "completed", result };
+}
+
 /** Leases a consumer holds in this queue. */
 export interface HeldCount {
   readonly consumer: LeaseConsumer;
@@ -136,6 +142,8 @@ export class JobState {
   expiring: OffsetHeap | null = null;
   /** READY jobs found expired when popped for a grant: the queue expires them (JOB-3). */
   expiredFound: number[] = [];
+  /** Parents and children of flows (FLOW-1, FLOW-2), null until the queue stores the first. */
+  flows: Flows | null = null;
   /** Singleton, debounce and throttle keys (singletons.ts). */
   readonly singletons = new Singletons();
   /** Completed and dead-lettered jobs kept for `getJob` (retained.ts; off unless the queue has
@@ -145,7 +153,7 @@ export class JobState {
    * points at its consumer's counter, so ending one costs no lookup. */
   private readonly held = new Map<LeaseConsumer, HeldCount>();
   /** Rows per status. */
-  readonly counts = new Float64Array(8);
+  readonly counts = new Float64Array(9);
   live = 0;
   liveBytes = 0;
   redeliveries = 0;
@@ -203,7 +211,7 @@ export class JobState {
   /** Whether `off` is a live job that no worker holds (waiting, delayed, blocked by its key). */
   isWaiting(off: number): boolean {
     const s = this.statusOf(off);
-    return s === St.READY || s === St.DELAYED || s === St.BLOCKED;
+    return s === St.READY || s === St.DELAYED || s === St.BLOCKED || s === St.WAITING;
   }
 
   /**
@@ -224,7 +232,8 @@ export class JobState {
     let chain = -1;
     let isHead = true;
     if (key !== null) [chain, isHead] = this.chains.push(key, off);
-    const s = !isHead ? St.BLOCKED : deliverAt <= now ? St.READY : St.DELAYED;
+    // FLOW-2: a parent waits for its children first (its key's turn is checked when it wakes).
+    const s = this.flows !== null && this.flows.waits(off) ? St.WAITING : !isHead ? St.BLOCKED : deliverAt <= now ? St.READY : St.DELAYED;
     this.table.add(off, s, deliverAt, enqueuedAt, chain, size);
     this.counts[s]++;
     this.live++;
@@ -262,12 +271,22 @@ export class JobState {
     }
   }
 
-  /** Terminal transition (DONE or DEAD): frees the row and unblocks the key's next job (returns
-   * true when there was one). */
-  finish(off: number, s: St.DONE | St.DEAD, now: number): boolean {
+  /** A flow job's link (before its row is added, so a waiting parent is never READY). */
+  linkFlow(off: number, f: FlowLink): void {
+    (this.flows ??= new Flows()).link(off, f);
+  }
+
+  /**
+   * Terminal transition (DONE or DEAD): frees the row and unblocks the key's next job, or a
+   * flow's parent whose last child this was (returns true when one became grantable).
+   * `outcome`: what a flow's parent sees of it (a DONE without one was removed; a DEAD failed).
+   */
+  finish(off: number, s: St.DONE | St.DEAD, now: number, outcome?: ChildOutcomeRecord): boolean {
     const t = this.table;
     const i = t.idx(off);
     const c = t.chain[i];
+    let unblocked = false;
+    if (this.flows !== null) unblocked = this.flowFinished(off, s, now, outcome);
     this.setStatus(i, s);
     this.live--;
     this.liveBytes -= t.size[i];
@@ -276,7 +295,6 @@ export class JobState {
     if (this.prio !== null) this.prio.delete(off);
     if (this.expiry !== null) this.expiry.delete(off);
     if (this.singletons.tracking) this.singletons.finished(off);
-    let unblocked = false;
     if (c >= 0) {
       const next = this.chains.remove(c, off);
       if (next >= 0 && t.has(next)) {
@@ -289,6 +307,20 @@ export class JobState {
     }
     if (off === t.floor) t.advanceFloor();
     return unblocked;
+  }
+
+  /** FLOW-2: tells a finished job's parent; wakes it when this was its last child. */
+  private flowFinished(off: number, s: St.DONE | St.DEAD, now: number, outcome: ChildOutcomeRecord | undefined): boolean {
+    const flows = this.flows!;
+    let o = outcome;
+    if (o === undefined) {
+      const m = this.moving.get(off);
+      o = s === St.DONE ? { state: "removed" } : { state: "failed", error: m === undefined ? "unreadable" : m.error || m.errorClass };
+    }
+    const p = flows.finished(off, o);
+    if (p < 0 || this.statusOf(p) !== St.WAITING) return false;
+    this.makeVisible(p, Math.max(this.table.visibleAt[this.table.idx(p)], now), now);
+    return this.statusOf(p) === St.READY;
   }
 
   /** Status of `off`, or 0 when it has no row (below the floor or past the end). */
@@ -420,7 +452,7 @@ export class JobState {
   ack(l: DiskLease, now: number, mono: number, result?: string): boolean {
     this.endLease(l);
     this.keepCompleted(l.off, now, l.attempt, result);
-    const unblocked = this.finish(l.off, St.DONE, now);
+    const unblocked = this.finish(l.off, St.DONE, now, ACKED(result));
     this.countAck(mono);
     return unblocked;
   }
@@ -534,6 +566,7 @@ export class JobState {
     this.expiry?.clear();
     this.expiring?.clear();
     this.singletons.clear();
+    this.flows?.clear();
     this.chains.clear();
     this.ready.clear();
     this.delayed.clear();
@@ -589,6 +622,20 @@ export class JobState {
     return 0;
   }
 
+  /** FLOW-2 after recovery: parents with unfinished children wait; the others are visible. */
+  private rebuildFlows(): void {
+    const t = this.table;
+    const live = (o: number): boolean => t.has(o) && !isTerminal(t.status[t.idx(o)]);
+    const waits = this.flows!.recover(live, (o) => t.status[t.idx(o)] === St.MOVING);
+    for (const [p, wait] of waits) {
+      const i = t.idx(p);
+      const s = t.status[i];
+      if (s === St.INFLIGHT || s === St.MOVING) continue;
+      if (wait) t.status[i] = St.WAITING;
+      else if (s === St.WAITING) t.status[i] = St.READY;
+    }
+  }
+
   /**
    * After recovery filled the table (snapshot rows, rows rebuilt from the message log, journal
    * replayed): rebuilds counts, chains (KEY-1: only a chain's head is deliverable), heaps and
@@ -598,6 +645,7 @@ export class JobState {
   rebuild(keyIds: Map<string, number>, restored: Map<number, LeaseRecord>, wallNow: number, monoNow: number): void {
     for (const [key, id] of keyIds) this.chains.restore(id, key);
     const t = this.table;
+    if (this.flows !== null) this.rebuildFlows();
     t.forEachLive((o, i) => {
       this.live++;
       this.liveBytes += t.size[i];

@@ -4,7 +4,7 @@
  * log), a completed or dead-lettered one from the retained outcomes (retained.ts). Reads only:
  * nothing is written or created.
  */
-import type { StoredJobInfo } from "../../queue-store.js";
+import type { StoredChildOutcome, StoredJobInfo } from "../../queue-store.js";
 import type { JobState } from "./job-state.js";
 import type { PayloadCache } from "./payload-cache.js";
 import { St } from "./table.js";
@@ -23,6 +23,8 @@ export function liveState(s: number, moving: boolean): StoredJobInfo["state"] | 
       return "waiting";
     case St.DELAYED:
       return "delayed";
+    case St.WAITING:
+      return "waiting-children";
     case St.INFLIGHT:
       return "active";
     case St.MOVING:
@@ -54,9 +56,22 @@ export async function lookupJob(st: JobState, cache: PayloadCache, id: string, n
   const out: StoredJobInfo = { id, state, attempts: t.attempts[i] };
   const last = st.history.get(off)?.at(-1) ?? st.moving.get(off);
   if (last !== undefined) out.lastError = last.error || last.errorClass;
+  if (st.flows !== null) flowInfo(st, off, out);
   if (state === "dead") return out; // the payload went to the dead-letter queue
   const rec = (await cache.fetch([off])).get(off);
   // The job may have settled while its record was read: report the state it had.
   if (rec !== undefined && !(rec instanceof Error)) out.record = { value: rec.value, valueKind: rec.valueKind };
   return out;
+}
+
+/** A flow job's parent and, for a parent, its children's outcomes so far (FLOW-2). */
+function flowInfo(st: JobState, off: number, out: StoredJobInfo): void {
+  const flows = st.flows!;
+  const p = flows.parentIdOf(off);
+  if (p !== undefined) out.parentId = String(p);
+  const kids = flows.children(off);
+  if (kids === undefined) return;
+  const children: Record<string, StoredChildOutcome> = {};
+  for (const [c, o] of kids) children[String(c)] = o ?? { state: "pending" };
+  out.children = children;
 }

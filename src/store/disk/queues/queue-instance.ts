@@ -35,6 +35,7 @@ import { PayloadCache } from "./payload-cache.js";
 import { RateLimiter } from "./rate-limit.js";
 import { recoverQueue } from "./recovery.js";
 import { RESERVED_HEADER_ROOM } from "./records.js";
+import { MAX_ERROR_CHARS } from "../../../queues/config.js";
 import { encodeSnapshot, writeSnapshot } from "./snapshot.js";
 import { isTerminal, St } from "./table.js";
 
@@ -197,6 +198,7 @@ export class QueueInstance {
     // Interrupted dead-letter moves and redrives continue in the background (they may need
     // other queues, which may need this one: never awaited inside open).
     this.mover.resume();
+    if (this.st.flows !== null && this.st.flows.failing.length > 0) this.failParents();
     await this.mover.resumeRedrive();
   }
 
@@ -301,6 +303,8 @@ export class QueueInstance {
       // JOB-1 / JOB-3: known before the row is added, so its first ready push ranks it.
       if (job.priority) this.st.setPriority(base + i, job.priority);
       if (job.expiresAt) this.st.setExpiry(base + i, job.expiresAt);
+      // FLOW-1: linked before the row is added (a parent comes first in its group).
+      if (job.flow) this.st.linkFlow(base + i, job.flow);
       this.st.addJob(base + i, job.key, job.deliverAt, rec.timestamp, storedJobSize(job, rec), now);
       // Delayed jobs are not cached: they are delivered much later (read back in order then).
       if (job.deliverAt <= rec.timestamp) this.cache.add(base + i, rec);
@@ -403,13 +407,30 @@ export class QueueInstance {
     this.cache.remove(off);
     this.progressOf.drop(off);
     this.enqueuer.room();
+    if (this.st.flows !== null && this.st.flows.failing.length > 0) this.failParents();
+  }
+
+  /** Whether acks' results are needed by flows' parents (FLOW-2). */
+  get hasFlows(): boolean {
+    return this.st.flows !== null && this.st.flows.size > 0;
+  }
+
+  /** FLOW-2: parents whose child failed under `onChildFailure: "fail"` are dead-lettered. */
+  private failParents(): void {
+    const now = this.now();
+    for (const { parent, child, error } of this.st.flows!.failing.splice(0)) {
+      if (!this.st.isWaiting(parent)) continue;
+      const rec: AttemptRecord = { at: now, attempt: 0, consumer: "(flow)", errorClass: "ChildFailedError", error: `child ${child} failed: ${error}`.slice(0, MAX_ERROR_CHARS) };
+      this.track(this.mover.deadLetter(parent, rec).catch((e) => this.logger.error({ err: e, queue: this.name }, "dead-letter move failed")));
+    }
   }
 
   ack(lease: Lease, result?: string): Promise<void> {
     const mono = this.mono();
     const l = this.leaseOf(lease, mono);
     const now = this.now();
-    const kept = this.settings.resultRetentionMs > 0 ? result : undefined;
+    // FLOW-2: a flow's child keeps its result for its parent whatever the retention.
+    const kept = this.settings.resultRetentionMs > 0 || this.st.flows?.isChild(l.off) === true ? result : undefined;
     // Q-9: the result travels in the ACK event (one durable write), encoded before anything changes.
     const ev = kept === undefined ? null : encodeRawEvent(Ev.ACK, l.off, l.attempt, now, kept);
     // The consumer's own room is its worker's business; a key's successor is ours (KEY-1).
@@ -611,6 +632,7 @@ export class QueueInstance {
       delayed: st.counts[St.DELAYED],
       inFlight: st.counts[St.INFLIGHT],
       blockedByKey: st.counts[St.BLOCKED],
+      waitingChildren: st.counts[St.WAITING],
       deadLettered: st.deadLettered,
       depth: st.live,
       bytes: st.liveBytes,

@@ -6,7 +6,7 @@
  */
 import { recordSize, type PreparedRecord, type StoredRecord } from "../../../log/record-batch.js";
 import type { DeadLetterInfo } from "../../../queues/types.js";
-import { isSystemHeader, type NewJob, type SingletonMode } from "../../queue-store.js";
+import { isSystemHeader, type ChildFailurePolicy, type FlowLink, type NewJob, type SingletonMode } from "../../queue-store.js";
 
 /** Delivery time (f64 ms) of a job enqueued with a delay. */
 export const H_DELIVER_AT = "sluice-at";
@@ -28,6 +28,11 @@ export const H_EXPIRES = "sluice-ex";
  */
 export const H_SINGLETON = "sluice-sk";
 /**
+ * A job's place in a flow (FLOW-1): parentDelta f64 (how many offsets back its parent is; 0
+ * none) | children u32 (how many it waits for) | policy u8 (1 fail, 2 continue).
+ */
+export const H_FLOW = "sluice-fl";
+/**
  * Room the message log leaves above `maxMessageBytes` for the reserved headers (delivery time,
  * dedupe id, idempotent request, redrive fields), so a job the policy admitted always fits.
  */
@@ -44,7 +49,7 @@ export function getHeader(h: [string, Buffer][] | null, name: string): Buffer | 
 export function encodeJob(job: NewJob): PreparedRecord {
   const r = job.record;
   // Most jobs carry no reserved header at all: stored as handed over (the hot path).
-  if (job.origin === null && job.deliverAt <= r.timestamp && job.dedupeId === null && !job.priority && !job.expiresAt && !job.singleton) return r;
+  if (job.origin === null && job.deliverAt <= r.timestamp && job.dedupeId === null && !job.priority && !job.expiresAt && !job.singleton && !job.flow) return r;
   const out: [string, Buffer][] = r.headers === null ? [] : [...r.headers];
   const o = job.origin;
   if (o !== null) {
@@ -65,6 +70,7 @@ export function encodeJob(job: NewJob): PreparedRecord {
     out.push([H_EXPIRES, b]);
   }
   if (job.singleton) out.push([H_SINGLETON, encodeSingleton(job.singleton.mode, job.singleton.windowMs, -1, job.singleton.key)]);
+  if (job.flow) out.push([H_FLOW, encodeFlow(job.flow)]);
   return { ...r, headers: out.length > 0 ? out : null };
 }
 
@@ -88,6 +94,26 @@ export function singletonOf(r: PreparedRecord): { mode: SingletonMode; windowMs:
   const mode = SINGLETON_MODES[b[0] - 1];
   if (mode === undefined) return null;
   return { mode, windowMs: b.readDoubleLE(1), replaces: b.readDoubleLE(9), key: b.toString("utf8", 17) };
+}
+
+const FLOW_POLICIES: readonly ChildFailurePolicy[] = ["fail", "continue"];
+
+function encodeFlow(f: FlowLink): Buffer {
+  const b = Buffer.allocUnsafe(13);
+  b.writeDoubleLE(f.parentDelta, 0);
+  b.writeUInt32LE(f.children, 8);
+  b[12] = FLOW_POLICIES.indexOf(f.onChildFailure) + 1;
+  return b;
+}
+
+/** A stored job's place in a flow, or null (none, or malformed). */
+export function flowOf(r: PreparedRecord): FlowLink | null {
+  const b = getHeader(r.headers, H_FLOW);
+  if (b === undefined || b.length !== 13) return null;
+  const onChildFailure = FLOW_POLICIES[b[12] - 1];
+  const parentDelta = b.readDoubleLE(0);
+  if (onChildFailure === undefined || !Number.isSafeInteger(parentDelta) || parentDelta < 0) return null;
+  return { parentDelta, children: b.readUInt32LE(8), onChildFailure };
 }
 
 /** A stored job's priority (0 when it has none). */

@@ -22,7 +22,8 @@ import { DedupeTable } from "./dedupe.js";
 import { decodeEvents, Ev, type JournalEvent } from "./events.js";
 import { JobState, type DlqIntent, type LeaseRecord } from "./job-state.js";
 import { decodeIdemHeader, EnqueueProducers, H_IDEMPOTENCE } from "./producers.js";
-import { dedupeIdOf, deliverAtOf, expiresAtOf, getHeader, priorityOf, singletonOf, storedSize } from "./records.js";
+import { Flows } from "./flows.js";
+import { dedupeIdOf, deliverAtOf, expiresAtOf, flowOf, getHeader, priorityOf, singletonOf, storedSize } from "./records.js";
 import { readSnapshot } from "./snapshot.js";
 import { isTerminal, JobTable, St } from "./table.js";
 
@@ -75,6 +76,7 @@ export async function recoverQueue(c: RecoveryContext): Promise<Recovered> {
     for (const [off, p] of meta.priorities ?? []) state.setPriority(off, p);
     for (const [off, at] of meta.expiries ?? []) state.setExpiry(off, at);
     state.singletons.load(meta.singletons ?? [], c.now);
+    if (meta.flows !== undefined) (state.flows = new Flows()).load(meta.flows);
     if (meta.progress !== undefined) for (const [off, json] of meta.progress) progress.set(off, json);
     state.redeliveries = meta.counters.redeliveries;
     state.retries = meta.counters.retries;
@@ -140,6 +142,8 @@ async function scanJobs(c: RecoveryContext, st: JobState, keyIds: Map<string, nu
 function restoreJobOptions(c: RecoveryContext, st: JobState, r: StoredRecord, replaced: number[]): void {
   st.setPriority(r.offset, priorityOf(r));
   st.setExpiry(r.offset, expiresAtOf(r));
+  const f = flowOf(r);
+  if (f !== null) st.linkFlow(r.offset, f);
   const sk = singletonOf(r);
   if (sk === null) return;
   const exp = sk.mode === "throttle" ? r.timestamp + sk.windowMs : Infinity;
@@ -233,6 +237,8 @@ export function replay(st: JobState, ev: JournalEvent, leases: Map<number, Lease
     case Ev.ACK:
       // the result travels in the ACK event itself.
       st.keepCompleted(o, ev.time, ev.attempt, ev.data === undefined ? undefined : JSON.stringify(ev.data));
+      // FLOW-2: a child's result reaches its parent from the same event.
+      st.flows?.replayed(o, ev.data === undefined ? { state: "completed" } : { state: "completed", result: JSON.stringify(ev.data) });
       t.status[i] = St.DONE;
       leases.delete(o);
       break;
@@ -260,15 +266,22 @@ export function replay(st: JobState, ev: JournalEvent, leases: Map<number, Lease
     case Ev.DEAD:
       if (ev.data !== undefined && (ev.data as { removed?: unknown }).removed !== undefined) {
         // Removed without a copy (JOB-3, JOB-4): gone, as a purged job.
+        st.flows?.replayed(o, { state: "removed" });
         t.status[i] = St.DONE;
         leases.delete(o);
         st.moving.delete(o);
         break;
       }
       st.keepDead(o, ev.time);
+      st.flows?.replayed(o, { state: "failed", error: deadError(st.moving.get(o)) });
       t.status[i] = St.DEAD;
       leases.delete(o);
       st.moving.delete(o);
       break;
   }
+}
+
+/** What a flow's parent is told of a dead-lettered child (FLOW-2). */
+function deadError(m: DlqIntent | undefined): string {
+  return m === undefined ? "unreadable" : m.error || m.errorClass;
 }

@@ -16,6 +16,7 @@ import { join } from "node:path";
 import { StorageError } from "../../../errors.js";
 import { writeFileAtomic, type FileSystem } from "../../../log/io.js";
 import type { AttemptRecord } from "../../../queues/types.js";
+import type { FlowRow } from "./flows.js";
 import type { DlqIntent, JobState } from "./job-state.js";
 import type { IdemSnapshot } from "./producers.js";
 import type { RetainedRow } from "./retained.js";
@@ -49,6 +50,8 @@ export interface SnapshotMeta {
   singletons?: SingletonRow[];
   /** Last progress (JSON text) of live jobs (job.progress; absent when none or in older versions). */
   progress?: [number, string][];
+  /** Live flow parents, their children and the outcomes so far (FLOW-2; absent: none). */
+  flows?: FlowRow[];
 }
 
 /** Everything a snapshot holds besides the state (dedupe ids and idempotent requests). */
@@ -91,6 +94,7 @@ export function encodeSnapshot(st: JobState, x: SnapshotExtras): { body: Buffer;
     ...(st.expiry !== null && st.expiry.size > 0 ? { expiries: [...st.expiry] } : {}),
     ...(x.singletons.length > 0 ? { singletons: x.singletons } : {}),
     ...(x.progress !== undefined && x.progress.length > 0 ? { progress: x.progress } : {}),
+    ...(st.flows !== null && st.flows.size > 0 ? { flows: st.flows.rows() } : {}),
   };
   const json = Buffer.from(JSON.stringify(meta), "utf8");
   const head = Buffer.alloc(12);

@@ -23,6 +23,8 @@ export const enum St {
   DONE = 6,
   /** Moved to the dead-letter queue (or dropped after maxAttempts without one). Terminal. */
   DEAD = 7,
+  /** A flow's parent waiting for its children (FLOW-2, flows.ts). */
+  WAITING = 8,
 }
 
 export function isTerminal(s: number): boolean {
