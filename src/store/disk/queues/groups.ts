@@ -29,6 +29,11 @@ export interface GroupLimits {
 
 export const NO_GROUP_LIMITS: GroupLimits = { concurrency: 0, rate: null };
 
+/** Pops a heap's best READY offset with the queue's checks (JobState.popFrom), -1 when only stale entries are left. */
+export interface ReadyTaker {
+  popFrom(h: OffsetHeap, now: number): number;
+}
+
 const enum Where {
   IDLE,
   RING,
@@ -155,11 +160,11 @@ export class GroupReady {
 
   /**
    * The next READY offset, round-robin across groups (GRP-Q2): the ring's first group gives its
-   * best job (`take` pops its heap with the queue's checks, -1 when only stale entries are
-   * left) and goes to the back. A group at its cap or out of window room leaves the ring with
-   * its entries kept (GRP-Q1). -1 when no group can serve.
+   * best job (`take.popFrom` pops its heap with the queue's checks) and goes to the back. A
+   * group at its cap or out of window room leaves the ring with its entries kept (GRP-Q1).
+   * -1 when no group can serve.
    */
-  pop(mono: number, take: (h: OffsetHeap) => number): number {
+  pop(mono: number, take: ReadyTaker, now: number): number {
     while (this.head < this.ring.length) {
       const g = this.ring[this.head++];
       if (this.head > 1024 && this.head * 2 > this.ring.length) {
@@ -176,7 +181,7 @@ export class GroupReady {
         this.rated.push(g.limiter.nextOpening(), g.num);
         continue;
       }
-      const off = g.heap.size > 0 ? take(g.heap) : -1;
+      const off = g.heap.size > 0 ? take.popFrom(g.heap, now) : -1;
       if (off < 0) {
         g.where = Where.IDLE;
         continue;
@@ -213,6 +218,7 @@ export class GroupReady {
       this.enter(g);
       return true;
     }
+    if (g.live === 0) this.maybeDrop(g, -Infinity);
     return false;
   }
 

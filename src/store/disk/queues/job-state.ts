@@ -380,11 +380,11 @@ export class JobState {
   /** The next READY offset (lazy deletion of stale heap entries), or -1. Expired jobs are
    * set aside in `expiredFound` (JOB-3: never granted once their expiry passed). */
   private popReady(now: number, mono: number): number {
-    return this.groups === null ? this.popFrom(this.ready, now) : this.groups.pop(mono, (h) => this.popFrom(h, now));
+    return this.groups === null ? this.popFrom(this.ready, now) : this.groups.pop(mono, this, now);
   }
 
-  /** `popReady` from one heap (the main one, or a group's). */
-  private popFrom(h: OffsetHeap, now: number): number {
+  /** `popReady` from one heap (the main one, or a group's: groups.ts calls it). */
+  popFrom(h: OffsetHeap, now: number): number {
     const t = this.table;
     while (h.size > 0) {
       const o = h.pop();
