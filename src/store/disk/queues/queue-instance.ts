@@ -585,6 +585,8 @@ export class QueueInstance {
     const dead = this.st.expire(l, rec, this.settings.maxAttempts, rec.at);
     l.consumer?.leaseLost(l, new LeaseExpiredError());
     if (dead) {
+      // GRP-Q1: the lease's group may have been parked at its cap.
+      if (this.st.groups !== null) this.o.available();
       this.track(this.mover.deadLetter(l.off, rec).catch((e) => this.logger.error({ err: e, queue: this.name }, "dead-letter move failed")));
       return;
     }
