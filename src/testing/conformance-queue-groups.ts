@@ -106,6 +106,11 @@ async function groupRoundRobin(b: Broker): Promise<void> {
   await k.enqueue("free-mid", { group: "K", priority: 5 });
   await k.enqueue("other", { group: "L" });
   assert.deepEqual(await drain(k, 4), ["free-mid", "other", "k-first-low", "k-second-high"]);
+  // Flow jobs carry groups too: the children take turns; the parent joins its group once they finished.
+  const f = b.queue<string>(uniq("grp-flow"));
+  const ids = await f.enqueueFlow({ data: "parent", group: "P", children: [{ data: "x1", group: "X" }, { data: "x2", group: "X" }, { data: "y1", group: "Y" }] });
+  assert.equal((await f.getJob(ids.id))?.group, "P");
+  assert.deepEqual(await drain(f, 4), ["x1", "y1", "x2", "parent"]);
 }
 
 async function groupRestart(b: Broker, kit: ConformanceKit): Promise<void> {
