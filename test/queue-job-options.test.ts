@@ -113,7 +113,7 @@ test("a queue written without the new options opens unchanged, and its snapshot 
     const dirName = findQueueDir(queueDir, "plain");
     const meta = snapshotMeta(t.dir, dirName);
     assert.equal(meta.version, 1);
-    for (const field of ["priorities", "expiries", "singletons"]) assert.equal(field in meta, false, `no ${field}`);
+    for (const field of ["priorities", "expiries", "singletons", "groups"]) assert.equal(field in meta, false, `no ${field}`);
     const m = await open(t.dir);
     try {
       assert.deepEqual((await drain(m, "plain", 3)).sort(), ["a", "b", "c"]);

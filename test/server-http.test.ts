@@ -142,7 +142,7 @@ test("HTTP: health, readiness, admin, JSON produce/consume, body limit; SIGTERM 
     assert.equal((await http(hp, "GET", "/v1/groups/g/topics/web/lag")).json.totalRecords, 2);
     assert.equal((await http(hp, "POST", "/v1/groups/g/topics/web/reset", { to: "latest", dryRun: true })).json.dryRun, true);
     // Queues: enqueue and stats over HTTP.
-    const enq = await http(hp, "POST", "/v1/queues/web-jobs/jobs", { jobs: [{ data: { a: 1 } }, { data: "two", key: "k" }] });
+    const enq = await http(hp, "POST", "/v1/queues/web-jobs/jobs", { jobs: [{ data: { a: 1 } }, { data: "two", key: "k", group: "tenant-1" }] });
     assert.equal(enq.status, 200);
     assert.equal(enq.json.results.length, 2);
     assert.equal((await http(hp, "GET", "/v1/queues/web-jobs/stats")).json.waiting, 2);
@@ -158,7 +158,7 @@ test("HTTP: health, readiness, admin, JSON produce/consume, body limit; SIGTERM 
     assert.deepEqual([page1.json.jobs[0].data, page1.json.jobs[0].dataEncoding, page1.json.jobs[0].attempts], [{ a: 1 }, "json", 0]);
     assert.equal(page1.json.next, enq.json.results[0].id);
     const page2 = await http(hp, "GET", `/v1/queues/web-jobs/browse?limit=1&after=${page1.json.next}`);
-    assert.deepEqual([page2.json.jobs[0].data, page2.json.jobs[0].dataEncoding, page2.json.jobs[0].key, page2.json.next], ["two", "utf8", "k", null]);
+    assert.deepEqual([page2.json.jobs[0].data, page2.json.jobs[0].dataEncoding, page2.json.jobs[0].key, page2.json.jobs[0].group, page2.json.next], ["two", "utf8", "k", "tenant-1", null]);
     const noQueue = await http(hp, "GET", "/v1/queues/no-such-queue/browse");
     assert.deepEqual([noQueue.status, noQueue.json.error.code], [404, "QUEUE_NOT_FOUND"]);
     // Schedules are listed read-only; a missing queue is 404 and stays missing.

@@ -36,6 +36,7 @@ function hasItemOptions(it: EnqueueItem): boolean {
     it.deliverAt !== undefined ||
     it.dedupeId !== undefined ||
     it.priority !== undefined ||
+    it.group !== undefined ||
     it.expireInMs !== undefined ||
     it.expiresAt !== undefined ||
     it.singletonKey !== undefined ||
@@ -53,6 +54,7 @@ function wireItemOptions(it: EnqueueItem): Record<string, unknown> {
     deliverAt: it.deliverAt instanceof Date ? it.deliverAt.getTime() : it.deliverAt,
     dedupeId: it.dedupeId,
     priority: it.priority,
+    group: it.group,
     expireInMs: it.expireInMs,
     expiresAt: it.expiresAt instanceof Date ? it.expiresAt.getTime() : it.expiresAt,
     singletonKey: it.singletonKey,

@@ -64,6 +64,8 @@ export const MAX_BROWSE_BYTES = 4 * 1024 * 1024;
 export const MAX_RATE_LIMIT = 1_000_000;
 /** `rateLimit.durationMs`: the longest window, a day. */
 export const MAX_RATE_LIMIT_WINDOW_MS = 86_400_000;
+/** `groupConcurrency`: leases per group at once, at most. */
+export const MAX_GROUP_CONCURRENCY = 1_000_000;
 /** Names of redacted headers per queue. */
 const MAX_REDACT_HEADERS = 256;
 
@@ -139,19 +141,21 @@ export function resolveQueueConfig(name: string, c: QueueConfig = {}): ResolvedQ
     resultRetentionMs: strictInt(c.resultRetentionMs, "resultRetentionMs", 0, MAX_RESULT_RETENTION_MS, 0),
     onExpire,
     rateLimit: rateLimitOption(c.rateLimit),
+    groupConcurrency: strictInt(c.groupConcurrency, "groupConcurrency", 0, MAX_GROUP_CONCURRENCY, 0),
+    groupRateLimit: rateLimitOption(c.groupRateLimit, "groupRateLimit"),
   };
 }
 
-/** `rateLimit`: `{ max, durationMs }` integers within bounds, or null (none). */
-function rateLimitOption(v: unknown): { max: number; durationMs: number } | null {
+/** `rateLimit` (or `groupRateLimit`): `{ max, durationMs }` integers within bounds, or null (none). */
+function rateLimitOption(v: unknown, name = "rateLimit"): { max: number; durationMs: number } | null {
   if (v === undefined || v === null) return null;
-  if (typeof v !== "object" || Array.isArray(v)) throw new ValidationError("rateLimit must be an object { max, durationMs } or null");
+  if (typeof v !== "object" || Array.isArray(v)) throw new ValidationError(`${name} must be an object { max, durationMs } or null`);
   const r = v as Record<string, unknown>;
-  for (const k of Object.keys(r)) if (k !== "max" && k !== "durationMs") throw new ValidationError(`rateLimit has an unknown field ${JSON.stringify(k)}`);
-  if (r.max === undefined || r.durationMs === undefined) throw new ValidationError("rateLimit needs both max and durationMs");
+  for (const k of Object.keys(r)) if (k !== "max" && k !== "durationMs") throw new ValidationError(`${name} has an unknown field ${JSON.stringify(k)}`);
+  if (r.max === undefined || r.durationMs === undefined) throw new ValidationError(`${name} needs both max and durationMs`);
   return {
-    max: strictInt(r.max, "rateLimit.max", 1, MAX_RATE_LIMIT, 0),
-    durationMs: strictInt(r.durationMs, "rateLimit.durationMs", 1, MAX_RATE_LIMIT_WINDOW_MS, 0),
+    max: strictInt(r.max, `${name}.max`, 1, MAX_RATE_LIMIT, 0),
+    durationMs: strictInt(r.durationMs, `${name}.durationMs`, 1, MAX_RATE_LIMIT_WINDOW_MS, 0),
   };
 }
 

@@ -57,13 +57,18 @@ export function prepareRaw(value: Buffer | null, valueKind: ValueKind, item: Enq
   if (size > maxMessageBytes) throw new RecordTooLargeError(size, maxMessageBytes);
   const job: NewJob = { record, key, deliverAt, dedupeId, size, origin: null, priority: 0, expiresAt: 0, singleton: null };
   // Most jobs set none of these: one check for all of them.
-  if (item.priority !== undefined || item.expireInMs !== undefined || item.expiresAt !== undefined || item.singletonKey !== undefined || item.singletonMode !== undefined || item.singletonWindowMs !== undefined || item.flow !== undefined)
+  if (item.priority !== undefined || item.expireInMs !== undefined || item.expiresAt !== undefined || item.singletonKey !== undefined || item.singletonMode !== undefined || item.singletonWindowMs !== undefined || item.flow !== undefined || item.group !== undefined)
     jobOptions(job, item, now);
   return job;
 }
 
-/** Priority, expiry and singleton key of a job (validated; docs on `EnqueueOptions`). */
+/** Priority, group, expiry and singleton key of a job (validated; docs on `EnqueueOptions`). */
 function jobOptions(job: NewJob, item: EnqueueItemOptions, now: number): void {
+  if (item.group !== undefined) {
+    const g = item.group;
+    if (typeof g !== "string" || g.length === 0 || Buffer.byteLength(g) > MAX_KEY_BYTES) throw new ValidationError(`group must be a non-empty string of at most ${MAX_KEY_BYTES} bytes`);
+    job.group = g;
+  }
   if (item.priority !== undefined && item.priority !== null) {
     if (!Number.isInteger(item.priority) || item.priority < 0 || item.priority > MAX_PRIORITY)
       throw new ValidationError(`priority must be an integer in [0, ${MAX_PRIORITY}] (higher first)`);

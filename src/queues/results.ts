@@ -68,6 +68,7 @@ export function toJobInfo<T>(s: StoredJobInfo): JobInfo<T> {
   if (s.lastError !== undefined) out.lastError = s.lastError;
   if (s.completedAt !== undefined) out.completedAt = s.completedAt;
   if (s.progress !== undefined) out.progress = JSON.parse(s.progress);
+  if (s.group !== undefined) out.group = s.group;
   if (s.parentId !== undefined) out.parentId = s.parentId;
   if (s.children !== undefined) out.children = childOutcomes(s.children);
   return out;
@@ -135,5 +136,6 @@ export function toBrowsedJob<T>(s: StoredBrowsedJob): BrowsedJob<T> {
     headers: readableHeaders(s.headers),
     redriveCount: s.redriveCount,
     deadLetter: s.deadLetter,
+    ...(s.group !== undefined ? { group: s.group } : {}),
   };
 }

@@ -71,6 +71,20 @@ export interface QueueConfig {
    * extra starts. Default none. `max` 1 .. 1,000,000; `durationMs` 1 .. 24 h.
    */
   rateLimit?: RateLimitConfig | null;
+  /**
+   * Per-group concurrency (BullMQ Pro groups, pg-boss `groupConcurrency`): at most this many
+   * jobs of one `group` (EnqueueOptions.group) are leased at once, across all workers and all
+   * client processes. A group at its cap is skipped (its jobs wait, in order) until one of its
+   * jobs is acked, failed, released or its lease expires. Default 0: no cap. Ungrouped jobs are
+   * never capped. At most 1,000,000.
+   */
+  groupConcurrency?: number;
+  /**
+   * Per-group rate limit: at most `max` jobs of one group started in any `durationMs` window
+   * (sliding, as `rateLimit`, and like it kept in memory: it starts empty after a restart).
+   * Default none. Same bounds as `rateLimit`.
+   */
+  groupRateLimit?: RateLimitConfig | null;
 }
 
 /** `QueueConfig.rateLimit`: at most `max` starts in any `durationMs` window (sliding). */
@@ -98,6 +112,15 @@ export interface EnqueueOptions {
    * with its own priority). Retries keep the job's priority.
    */
   priority?: number;
+  /**
+   * The job's group (a tenant, a customer, a user): a non-empty string of at most 1024 bytes.
+   * Once any job of the queue has a group, waiting jobs are served round-robin across groups
+   * (ungrouped jobs take turns as one more group), so one group's backlog cannot starve
+   * another's; `priority` orders jobs within a group, and a `key`'s order still wins. The
+   * queue's `groupConcurrency` and `groupRateLimit` cap each group. Kept across retries and
+   * restarts; a dead-letter copy or a redriven job has no group.
+   */
+  group?: string;
   /**
    * The job must be started (handed to a worker) within this many ms of the enqueue; if not, it
    * is dead-lettered (error class `JobExpiredError`) or dropped, per the queue's `onExpire`.
@@ -372,6 +395,8 @@ export interface JobInfo<T = unknown> {
   completedAt?: number;
   /** The last `job.progress(value)` of a job not yet completed or dead-lettered. */
   progress?: unknown;
+  /** The job's group (`EnqueueOptions.group`), while it is not yet completed or dead-lettered. */
+  group?: string;
   /** A flow's parent not yet finished: each child's outcome so far, by child id. */
   children?: Record<string, ChildOutcome>;
   /** A flow's child whose parent is still waiting for it: the parent's id. */

@@ -307,6 +307,7 @@ async function enqueueJobs(c: RouteContext): Promise<Reply> {
       delayMs: o.delayMs as number | undefined,
       dedupeId: o.dedupeId as string | undefined,
       priority: o.priority as number | undefined,
+      group: o.group as string | undefined,
       expireInMs: o.expireInMs as number | undefined,
       expiresAt: o.expiresAt as number | undefined,
       singletonKey: o.singletonKey as string | undefined,

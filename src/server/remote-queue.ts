@@ -553,6 +553,7 @@ function itemOptions(o: unknown, i: number, headers: Record<string, Uint8Array> 
   if (x.dedupeId !== undefined) item.dedupeId = x.dedupeId as string;
   // Checked by the queue (prepare.ts) as embedded enqueues are.
   if (x.priority !== undefined) item.priority = x.priority as number;
+  if (x.group !== undefined) item.group = x.group as string;
   if (x.expireInMs !== undefined) item.expireInMs = x.expireInMs as number;
   if (x.expiresAt !== undefined) item.expiresAt = x.expiresAt as number;
   if (x.singletonKey !== undefined) item.singletonKey = x.singletonKey as string;

@@ -102,6 +102,10 @@ export interface QueueSettings {
   onExpire?: "dead-letter" | "drop";
   /** At most `max` leases granted in any `durationMs` window (absent or null: no limit). */
   rateLimit?: { max: number; durationMs: number } | null;
+  /** Leases per job group at once (absent or 0: no cap; GRP-Q1). */
+  groupConcurrency?: number;
+  /** At most `max` leases per job group in any `durationMs` window (absent or null: no limit). */
+  groupRateLimit?: { max: number; durationMs: number } | null;
 }
 
 /** Where a job came from when it is a copy made by the broker (a dead-letter move, a redrive). */
@@ -137,6 +141,8 @@ export interface NewJob {
   expiresAt?: number;
   /** Singleton / debounce / throttle key (absent: none). */
   singleton?: SingletonSpec | null;
+  /** The job's group (GRP-Q1/GRP-Q2; absent or null: none). */
+  group?: string | null;
   /** Its place in a flow (absent: none; FLOW-1). */
   flow?: FlowLink | null;
 }
@@ -251,6 +257,8 @@ export interface StoredJobInfo {
   completedAt?: number;
   /** The last progress as JSON text (jobs not yet completed or dead-lettered). */
   progress?: string;
+  /** The job's group (jobs not yet completed or dead-lettered, enqueued with one). */
+  group?: string;
   /** A flow's parent not yet finished: its children's outcomes (results as JSON text), by child id. */
   children?: Record<string, StoredChildOutcome>;
   /** The parent of a child job still waiting for it. */
@@ -308,6 +316,8 @@ export interface StoredBrowsedJob {
   enqueuedAt: number;
   redriveCount: number;
   deadLetter: DeadLetterInfo | null;
+  /** The job's group (absent: none). */
+  group?: string;
 }
 
 export interface StoredBrowsePage {

@@ -34,6 +34,7 @@ import { queueEventTests } from "./conformance-queue-events.js";
 import { queueScheduleTests } from "./conformance-queue-schedules.js";
 import { queueOptionTests } from "./conformance-queue-options.js";
 import { queueFlowTests } from "./conformance-queue-flows.js";
+import { queueGroupTests } from "./conformance-queue-groups.js";
 import { queueLimitTests } from "./conformance-queue-limits.js";
 import { queueTests } from "./conformance-queues.js";
 import { topicTests } from "./conformance-topics.js";
@@ -74,4 +75,5 @@ export function defineConformanceSuite(name: string, factory: () => Promise<Conf
   queueOptionTests(t);
   queueFlowTests(t);
   queueLimitTests(t);
+  queueGroupTests(t);
 }

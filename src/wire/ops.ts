@@ -136,7 +136,7 @@ export const OPS = {
     wireName: "QUEUE_ENQUEUE",
     kind: "request",
     retry: "caller",
-    request: "{queue, config?, opts?: [{key?, delayMs?, deliverAt?, dedupeId?, priority?, expireInMs?, expiresAt?, singletonKey?, singletonMode?, singletonWindowMs?}], compact?, producerId?, sequence?, calls?} + publish records (value = job data, headers)",
+    request: "{queue, config?, opts?: [{key?, delayMs?, deliverAt?, dedupeId?, priority?, group?, expireInMs?, expiresAt?, singletonKey?, singletonMode?, singletonWindowMs?}], compact?, producerId?, sequence?, calls?} + publish records (value = job data, headers)",
     response: "{results: [{id, duplicate, replaced?}]} or {first, n} (§7), errors?",
   },
   QueueWork: {

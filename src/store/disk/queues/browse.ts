@@ -13,7 +13,7 @@ import type { StoredBrowsedJob, StoredBrowsePage, StoredBrowseRequest } from "..
 import type { JobState } from "./job-state.js";
 import { liveState, offsetOfId } from "./lookup.js";
 import type { PayloadCache } from "./payload-cache.js";
-import { decodeJobFields } from "./records.js";
+import { decodeJobFields, groupOf } from "./records.js";
 
 /** Rows examined per call: a page over a long run of jobs in other states ends early (with a cursor). */
 const MAX_SCAN_ROWS = 200_000;
@@ -85,6 +85,12 @@ async function records(cache: PayloadCache, log: PartitionLog, offs: readonly nu
   return out;
 }
 
+/** `{ group }` of a grouped job's record, else nothing (most jobs: one null check). */
+function groupField(r: PreparedRecord): { group?: string } {
+  const g = r.headers === null ? null : groupOf(r);
+  return g === null ? {} : { group: g };
+}
+
 export async function browseJobs(st: JobState, cache: PayloadCache, log: PartitionLog, req: StoredBrowseRequest): Promise<StoredBrowsePage> {
   const { picked, next } = pick(st, req);
   const recs = await records(cache, log, picked.map((p) => p.off));
@@ -112,6 +118,7 @@ export async function browseJobs(st: JobState, cache: PayloadCache, log: Partiti
       enqueuedAt: r.timestamp,
       redriveCount: f.redriveCount,
       deadLetter,
+      ...groupField(r),
     });
   }
   return { jobs, next };

@@ -15,6 +15,7 @@ import type { FlowLink, GrantedJob, GrantRequest, Lease, LeaseConsumer, Prepared
 import { decodeJobFields, type DecodedJobFields } from "./records.js";
 import { KeyChains } from "./chains.js";
 import { Flows, type ChildOutcomeRecord } from "./flows.js";
+import { GroupReady, NO_GROUP_LIMITS, type GroupLimits } from "./groups.js";
 import { OffsetHeap } from "./heap.js";
 import { RetainedJobs } from "./retained.js";
 import { Singletons } from "./singletons.js";
@@ -144,6 +145,12 @@ export class JobState {
   expiredFound: number[] = [];
   /** Parents and children of flows (FLOW-1, FLOW-2), null until the queue stores the first. */
   flows: Flows | null = null;
+  /**
+   * Groups (groups.ts, GRP-Q1/GRP-Q2), null until the queue sees its first grouped job: a queue
+   * that never uses groups pays one null check per ready push and pop.
+   */
+  groups: GroupReady | null = null;
+  private groupLimits: GroupLimits = NO_GROUP_LIMITS;
   /** Singleton, debounce and throttle keys (singletons.ts). */
   readonly singletons = new Singletons();
   /** Completed and dead-lettered jobs kept for `getJob` (retained.ts; off unless the queue has
@@ -186,6 +193,23 @@ export class JobState {
   /** Records a job's priority (before its row is added or rebuilt, so its first push ranks it). */
   setPriority(off: number, p: number): void {
     if (p > 0) (this.prio ??= new Map()).set(off, p);
+  }
+
+  /** Records a job's group (before its row is added or rebuilt, as `setPriority`). */
+  setGroup(off: number, group: string): void {
+    (this.groups ??= new GroupReady(this.ready, this.groupLimits)).assign(off, group);
+  }
+
+  /** `groupConcurrency` / `groupRateLimit` changed: true when parked groups may be served now. */
+  configureGroups(limits: GroupLimits): boolean {
+    this.groupLimits = limits;
+    return this.groups !== null && this.groups.configure(limits);
+  }
+
+  /** Every READY push goes through here: the main heap, or its group's (GRP-Q2). */
+  private pushReady(off: number): void {
+    if (this.groups === null) this.ready.push(this.rank(off), off);
+    else this.groups.push(off, this.rank(off));
   }
 
   /** Records a job's expiry (JOB-3). */
@@ -238,7 +262,7 @@ export class JobState {
     this.counts[s]++;
     this.live++;
     this.liveBytes += size;
-    if (s === St.READY) this.ready.push(this.rank(off), off);
+    if (s === St.READY) this.pushReady(off);
     else if (s === St.DELAYED) this.delayed.push(deliverAt, off);
   }
 
@@ -264,7 +288,7 @@ export class JobState {
     }
     if (visibleAt <= now) {
       this.setStatus(i, St.READY);
-      this.ready.push(this.rank(off), off);
+      this.pushReady(off);
     } else {
       this.setStatus(i, St.DELAYED);
       this.delayed.push(visibleAt, off);
@@ -294,6 +318,7 @@ export class JobState {
     this.moving.delete(off);
     if (this.prio !== null) this.prio.delete(off);
     if (this.expiry !== null) this.expiry.delete(off);
+    if (this.groups !== null) this.groups.finished(off);
     if (this.singletons.tracking) this.singletons.finished(off);
     if (c >= 0) {
       const next = this.chains.remove(c, off);
@@ -348,16 +373,21 @@ export class JobState {
       const i = t.idx(off);
       if (t.status[i] !== St.DELAYED || t.visibleAt[i] !== at) continue;
       this.setStatus(i, St.READY);
-      this.ready.push(this.rank(off), off);
+      this.pushReady(off);
     }
   }
 
   /** The next READY offset (lazy deletion of stale heap entries), or -1. Expired jobs are
    * set aside in `expiredFound` (JOB-3: never granted once their expiry passed). */
-  private popReady(now: number): number {
+  private popReady(now: number, mono: number): number {
+    return this.groups === null ? this.popFrom(this.ready, now) : this.groups.pop(mono, this, now);
+  }
+
+  /** `popReady` from one heap (the main one, or a group's: groups.ts calls it). */
+  popFrom(h: OffsetHeap, now: number): number {
     const t = this.table;
-    while (this.ready.size > 0) {
-      const o = this.ready.pop();
+    while (h.size > 0) {
+      const o = h.pop();
       if (!t.has(o) || t.status[t.idx(o)] !== St.READY) continue;
       if (this.expiry !== null && this.isExpired(o, now)) {
         this.expiredFound.push(o);
@@ -399,11 +429,12 @@ export class JobState {
       if (room[k] > 0) open++;
     }
     const t = this.table;
-    while (open > 0 && this.ready.size > 0 && this.leases.size < maxInFlight) {
+    if (this.groups !== null) this.groups.begin(monoNow);
+    while (open > 0 && (this.groups === null ? this.ready.size > 0 : this.groups.hasReady()) && this.leases.size < maxInFlight) {
       for (let k = 0; k < n && this.leases.size < maxInFlight; k++) {
         const idx = (this.rr + k) % n;
         if (room[idx] <= 0) continue;
-        const off = this.popReady(wallNow);
+        const off = this.popReady(wallNow, monoNow);
         if (off < 0) break;
         const consumer = requests[idx].consumer;
         const i = t.idx(off);
@@ -431,6 +462,8 @@ export class JobState {
     const attempt = r?.attempt ?? attempts;
     const lease = new DiskLease(off, attempt, monoNow + Math.max(0, deadlineWall - wallNow), deadlineWall, monoNow, null, r?.consumer ?? "(before restart)", undefined);
     this.leases.set(off, lease);
+    // GRP-Q1: restored leases count against their group's cap.
+    if (this.groups !== null) this.groups.restored(off);
   }
 
   /** The current lease of `lease`'s job if it is `lease` itself (Q-3), else null. */
@@ -439,22 +472,26 @@ export class JobState {
     return cur !== undefined && cur === lease && !cur.ended ? cur : null;
   }
 
-  /** Ends a lease (every way a lease ends goes through here). */
-  endLease(l: DiskLease): void {
+  /**
+   * Ends a lease (every way a lease ends goes through here). Returns true when this made a
+   * group parked at its cap grantable again (GRP-Q1: the caller wakes the workers).
+   */
+  endLease(l: DiskLease): boolean {
     l.ended = true;
     this.leases.delete(l.off);
     const h = l.held;
     if (h !== null && --h.n === 0) this.held.delete(h.consumer);
+    return this.groups !== null && this.groups.leaseEnded(l.off);
   }
 
-  /** Returns true when the ack made the key's next job grantable (KEY-1). `result`: JSON text
-   * kept with the completion (when the queue retains results). */
+  /** Returns true when the ack made the key's next job grantable (KEY-1), or its group's
+   * (GRP-Q1). `result`: JSON text kept with the completion (when the queue retains results). */
   ack(l: DiskLease, now: number, mono: number, result?: string): boolean {
-    this.endLease(l);
+    const freed = this.endLease(l);
     this.keepCompleted(l.off, now, l.attempt, result);
     const unblocked = this.finish(l.off, St.DONE, now, ACKED(result));
     this.countAck(mono);
-    return unblocked;
+    return unblocked || freed;
   }
 
   /** Retains the outcome of an ack (before `finish` drops the job's history). */
@@ -565,6 +602,7 @@ export class JobState {
     this.prio?.clear();
     this.expiry?.clear();
     this.expiring?.clear();
+    this.groups?.purge();
     this.singletons.clear();
     this.flows?.clear();
     this.chains.clear();
@@ -608,16 +646,21 @@ export class JobState {
     return acks / 10;
   }
 
-  /** Age of the oldest READY job (lazily dropping stale heap tops). */
+  /** Age of the oldest READY job (lazily dropping stale heap tops; each group's too). */
   oldestWaitingAge(now: number): number {
+    const age = this.heapAge(this.ready, now);
+    return this.groups === null ? age : Math.max(age, this.groups.oldestAge((h) => this.heapAge(h, now)));
+  }
+
+  private heapAge(h: OffsetHeap, now: number): number {
     const t = this.table;
-    while (this.ready.size > 0) {
-      const o = this.ready.peekOffset();
+    while (h.size > 0) {
+      const o = h.peekOffset();
       if (t.has(o) && t.status[t.idx(o)] === St.READY) {
         const i = t.idx(o);
         return Math.max(0, now - Math.max(t.enqueuedAt[i], t.visibleAt[i]));
       }
-      this.ready.pop();
+      h.pop();
     }
     return 0;
   }
@@ -662,7 +705,7 @@ export class JobState {
       if (s === St.MOVING && !this.moving.has(o)) s = St.READY; // redrive marks are in-memory only
       t.status[i] = s;
       this.counts[s]++;
-      if (s === St.READY) this.ready.push(this.rank(o), o);
+      if (s === St.READY) this.pushReady(o);
       else if (s === St.DELAYED) this.delayed.push(t.visibleAt[i], o);
     });
     this.chains.finishRestore();
@@ -670,6 +713,7 @@ export class JobState {
     for (const o of [...this.moving.keys()]) if (!t.has(o) || t.status[t.idx(o)] !== St.MOVING) this.moving.delete(o);
     const live = (o: number): boolean => t.has(o) && !isTerminal(t.status[t.idx(o)]);
     if (this.prio !== null) for (const o of [...this.prio.keys()]) if (!live(o)) this.prio.delete(o);
+    if (this.groups !== null) this.groups.retainLive(live);
     if (this.expiry !== null) {
       this.expiring = new OffsetHeap(64);
       for (const [o, at] of this.expiry) {

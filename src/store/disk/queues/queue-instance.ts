@@ -27,6 +27,7 @@ import { Mover } from "./dead-letters.js";
 import { Removals } from "./removals.js";
 import { encodeEvent, encodeRawEvent, Ev } from "./events.js";
 import { Enqueuer, storedJobSize } from "./enqueuer.js";
+import type { GroupLimits } from "./groups.js";
 import { JobState, type DiskLease } from "./job-state.js";
 import { Journal, MAX_JOURNAL_RECORD_BYTES } from "./journal.js";
 import { browseJobs } from "./browse.js";
@@ -71,6 +72,11 @@ export interface InstanceOptions extends QueueFiles {  /** Grantable jobs may ex
   beforeWrite(): void;
 }
 
+/** The group limits of `s` (GRP-Q1). */
+function groupLimits(s: QueueSettings): GroupLimits {
+  return { concurrency: s.groupConcurrency ?? 0, rate: s.groupRateLimit ?? null };
+}
+
 export class QueueInstance {
   readonly name: string;
   readonly incarnation: string;
@@ -93,6 +99,9 @@ export class QueueInstance {
   private leaseTimerAt = Infinity;
   /** `settings.rateLimit` (RATE-1), or null: a queue without one pays one branch per grant. */
   private limiter: RateLimiter | null = null;
+  /** Wakes the workers when the earliest group parked out of `groupRateLimit` room may start again. */
+  private groupTimer: NodeJS.Timeout | null = null;
+  private groupTimerAt = Infinity;
   private closed = false;
   private broken: StorageError | null = null;
   private background = new Set<Promise<unknown>>();
@@ -129,7 +138,8 @@ export class QueueInstance {
         if (!this.closed && !this.broken) this.o.available();
       });
     } else this.limiter.configure(r);
-    // Workers may have waited for a window that is now lifted or wider.
+    if (this.st !== undefined) this.st.configureGroups(groupLimits(s));
+    // Workers may have waited for a window (or a group cap) that is now lifted or wider.
     if (this.st !== undefined) this.o.available();
   }
 
@@ -174,6 +184,7 @@ export class QueueInstance {
     try {
       const r = await recoverQueue({ fs: this.o.fs, dir: this.o.dir, queue: this.name, msgs: this.msgs, journal: journalLog, dedupeWindowMs: s.dedupeWindowMs, resultRetentionMs: s.resultRetentionMs, logger: this.logger, now: this.now(), monoNow: this.mono() });
       this.st = r.state;
+      this.st.configureGroups(groupLimits(s));
       this.progressOf = new JobProgress(r.progress);
       this.journal = new Journal(journalLog, {
         check: () => this.check(),
@@ -305,6 +316,7 @@ export class QueueInstance {
       if (job.expiresAt) this.st.setExpiry(base + i, job.expiresAt);
       // FLOW-1: linked before the row is added (a parent comes first in its group).
       if (job.flow) this.st.linkFlow(base + i, job.flow);
+      if (job.group) this.st.setGroup(base + i, job.group);
       this.st.addJob(base + i, job.key, job.deliverAt, rec.timestamp, storedJobSize(job, rec), now);
       // Delayed jobs are not cached: they are delivered much later (read back in order then).
       if (job.deliverAt <= rec.timestamp) this.cache.add(base + i, rec);
@@ -325,6 +337,7 @@ export class QueueInstance {
     // RATE-1: the window's room caps this round (counted at grant, before any lookahead).
     const cap = lim === null ? this.settings.maxInFlight : Math.min(this.settings.maxInFlight, this.st.leases.size + lim.room(mono));
     const leases = this.st.grant(requests, cap, now, mono);
+    if (this.st.groups !== null) this.scheduleGroupTimer();
     if (this.st.expiredFound.length > 0) this.removals.expire(this.st.expiredFound.splice(0), now);
     let durable: Promise<void> | null = null;
     let first = Infinity;
@@ -381,8 +394,8 @@ export class QueueInstance {
    */
   private unreadable(l: DiskLease, err: Error | undefined, now: number): void {
     this.logger.error({ err, queue: this.name, offset: l.off }, "job unreadable (damaged message log); it is counted in stats().unreadable and never delivered");
-    this.st.endLease(l);
-    if (this.st.finish(l.off, St.DEAD, now)) this.o.available();
+    const freed = this.st.endLease(l);
+    if (this.st.finish(l.off, St.DEAD, now) || freed) this.o.available();
     this.st.unreadable++;
     this.settled(l.off);
     void this.journal.fixed(Ev.DEAD, l.off, l.attempt, now).catch(() => {});
@@ -460,7 +473,8 @@ export class QueueInstance {
 
   deadLetter(lease: Lease, failure: AttemptRecord): Promise<void> {
     const l = this.leaseOf(lease, this.mono());
-    this.st.endLease(l);
+    // GRP-Q1: a group parked at its cap may be served again.
+    if (this.st.endLease(l)) this.o.available();
     this.st.pushHistory(l.off, failure);
     return this.mover.deadLetter(l.off, failure);
   }
@@ -527,6 +541,20 @@ export class QueueInstance {
     this.delayTimer.unref();
   }
 
+  /** GRP-Q1: one timer, for the earliest opening of a group's rate window (as RateLimiter's). */
+  private scheduleGroupTimer(): void {
+    const at = this.st.groups!.nextOpening();
+    if (this.closed || at === Infinity || at >= this.groupTimerAt) return;
+    if (this.groupTimer) clearTimeout(this.groupTimer);
+    this.groupTimerAt = at;
+    this.groupTimer = setTimeout(() => {
+      this.groupTimer = null;
+      this.groupTimerAt = Infinity;
+      if (!this.closed && !this.broken) this.o.available();
+    }, Math.min(MAX_TIMER_MS, Math.max(0, Math.ceil(at - this.mono()) + 1)));
+    this.groupTimer.unref();
+  }
+
   private scheduleLeaseTimer(atMono: number): void {
     if (this.closed || this.st.leases.size === 0 || atMono >= this.leaseTimerAt) return;
     if (this.leaseTimer) clearTimeout(this.leaseTimer);
@@ -557,6 +585,8 @@ export class QueueInstance {
     const dead = this.st.expire(l, rec, this.settings.maxAttempts, rec.at);
     l.consumer?.leaseLost(l, new LeaseExpiredError());
     if (dead) {
+      // GRP-Q1: the lease's group may have been parked at its cap.
+      if (this.st.groups !== null) this.o.available();
       this.track(this.mover.deadLetter(l.off, rec).catch((e) => this.logger.error({ err: e, queue: this.name }, "dead-letter move failed")));
       return;
     }
@@ -595,6 +625,8 @@ export class QueueInstance {
     const info = await lookupJob(this.st, this.cache, id, this.now());
     const p = info === null || info.state === "completed" || info.state === "dead" ? undefined : this.progressOf.get(offsetOfId(id));
     if (p !== undefined) info!.progress = p;
+    const g = info === null || this.st.groups === null ? null : this.st.groups.groupName(offsetOfId(id));
+    if (g !== null) info!.group = g;
     return info;
   }
 
@@ -649,7 +681,7 @@ export class QueueInstance {
 
   /** Memory held by the job table, heaps and tail cache (docs and the memory benchmark). */
   memoryBytes(): number {
-    return this.st.table.capacityBytes + this.st.ready.capacityBytes + this.st.delayed.capacityBytes + this.cache.heldBytes + this.st.retained.heldBytes;
+    return this.st.table.capacityBytes + this.st.ready.capacityBytes + this.st.delayed.capacityBytes + this.cache.heldBytes + this.st.retained.heldBytes + (this.st.groups?.capacityBytes ?? 0);
   }
 
   // ─────────────────────────────── snapshots ───────────────────────────────
@@ -708,6 +740,7 @@ export class QueueInstance {
     this.closed = true;
     if (this.delayTimer) clearTimeout(this.delayTimer);
     if (this.leaseTimer) clearTimeout(this.leaseTimer);
+    if (this.groupTimer) clearTimeout(this.groupTimer);
     this.limiter?.close();
     this.removals.close();
     this.enqueuer.wakeAll();

@@ -20,6 +20,8 @@ export const H_FIRST_ENQUEUED = "sluice-fe";
 export const H_DLQ = "sluice-dlq";
 /** Priority (u8, 1..MAX_PRIORITY; absent = 0), on jobs enqueued with one. */
 export const H_PRIORITY = "sluice-pr";
+/** Group (UTF-8), on jobs enqueued with one (GRP-Q1/GRP-Q2). */
+export const H_GROUP = "sluice-gr";
 /** Expiry (f64 wall-clock ms): not started by then, the job is dead-lettered or dropped. */
 export const H_EXPIRES = "sluice-ex";
 /**
@@ -49,7 +51,7 @@ export function getHeader(h: [string, Buffer][] | null, name: string): Buffer | 
 export function encodeJob(job: NewJob): PreparedRecord {
   const r = job.record;
   // Most jobs carry no reserved header at all: stored as handed over (the hot path).
-  if (job.origin === null && job.deliverAt <= r.timestamp && job.dedupeId === null && !job.priority && !job.expiresAt && !job.singleton && !job.flow) return r;
+  if (job.origin === null && job.deliverAt <= r.timestamp && job.dedupeId === null && !job.priority && !job.expiresAt && !job.singleton && !job.flow && !job.group) return r;
   const out: [string, Buffer][] = r.headers === null ? [] : [...r.headers];
   const o = job.origin;
   if (o !== null) {
@@ -64,6 +66,7 @@ export function encodeJob(job: NewJob): PreparedRecord {
   }
   if (job.dedupeId !== null) out.push([H_DEDUPE, Buffer.from(job.dedupeId, "utf8")]);
   if (job.priority) out.push([H_PRIORITY, Buffer.from([job.priority])]);
+  if (job.group) out.push([H_GROUP, Buffer.from(job.group, "utf8")]);
   if (job.expiresAt) {
     const b = Buffer.allocUnsafe(8);
     b.writeDoubleLE(job.expiresAt, 0);
@@ -120,6 +123,12 @@ export function flowOf(r: PreparedRecord): FlowLink | null {
 export function priorityOf(r: PreparedRecord): number {
   const p = getHeader(r.headers, H_PRIORITY);
   return p !== undefined && p.length === 1 ? p[0] : 0;
+}
+
+/** A stored job's group, or null when it has none. */
+export function groupOf(r: PreparedRecord): string | null {
+  const g = getHeader(r.headers, H_GROUP);
+  return g === undefined || g.length === 0 ? null : g.toString("utf8");
 }
 
 /** A stored job's expiry (wall-clock ms), or 0 when it has none. */

@@ -23,7 +23,7 @@ import { decodeEvents, Ev, type JournalEvent } from "./events.js";
 import { JobState, type DlqIntent, type LeaseRecord } from "./job-state.js";
 import { decodeIdemHeader, EnqueueProducers, H_IDEMPOTENCE } from "./producers.js";
 import { Flows } from "./flows.js";
-import { dedupeIdOf, deliverAtOf, expiresAtOf, flowOf, getHeader, priorityOf, singletonOf, storedSize } from "./records.js";
+import { dedupeIdOf, deliverAtOf, expiresAtOf, flowOf, getHeader, groupOf, priorityOf, singletonOf, storedSize } from "./records.js";
 import { readSnapshot } from "./snapshot.js";
 import { isTerminal, JobTable, St } from "./table.js";
 
@@ -75,6 +75,7 @@ export async function recoverQueue(c: RecoveryContext): Promise<Recovered> {
     // Absent in snapshots of older versions and when unused (JOB-1, JOB-3).
     for (const [off, p] of meta.priorities ?? []) state.setPriority(off, p);
     for (const [off, at] of meta.expiries ?? []) state.setExpiry(off, at);
+    for (const [off, g] of meta.groups ?? []) state.setGroup(off, g);
     state.singletons.load(meta.singletons ?? [], c.now);
     if (meta.flows !== undefined) (state.flows = new Flows()).load(meta.flows);
     if (meta.progress !== undefined) for (const [off, json] of meta.progress) progress.set(off, json);
@@ -138,9 +139,11 @@ async function scanJobs(c: RecoveryContext, st: JobState, keyIds: Map<string, nu
   });
 }
 
-/** Priority, expiry and singleton key of a job after the snapshot (JOB-1..3). */
+/** Priority, group, expiry and singleton key of a job after the snapshot (JOB-1..3, GRP-Q1). */
 function restoreJobOptions(c: RecoveryContext, st: JobState, r: StoredRecord, replaced: number[]): void {
   st.setPriority(r.offset, priorityOf(r));
+  const g = groupOf(r);
+  if (g !== null) st.setGroup(r.offset, g);
   st.setExpiry(r.offset, expiresAtOf(r));
   const f = flowOf(r);
   if (f !== null) st.linkFlow(r.offset, f);

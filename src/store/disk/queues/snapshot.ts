@@ -44,6 +44,8 @@ export interface SnapshotMeta {
   retained?: RetainedRow[];
   /** [offset, priority] of live jobs with a priority above 0 (JOB-1; absent: none). */
   priorities?: [number, number][];
+  /** [offset, group] of live jobs enqueued with a group (GRP-Q1/GRP-Q2; absent: none). */
+  groups?: [number, string][];
   /** [offset, expiresAt] of live jobs with an expiry not yet reached (JOB-3; absent: none). */
   expiries?: [number, number][];
   /** Singleton, debounce and throttle keys in force (singletons.ts; absent: none). */
@@ -92,6 +94,7 @@ export function encodeSnapshot(st: JobState, x: SnapshotExtras): { body: Buffer;
     ...(st.retained.size > 0 ? { retained: st.retained.rows(x.now) } : {}),
     ...(st.prio !== null && st.prio.size > 0 ? { priorities: [...st.prio] } : {}),
     ...(st.expiry !== null && st.expiry.size > 0 ? { expiries: [...st.expiry] } : {}),
+    ...(st.groups !== null && st.groups.jobs > 0 ? { groups: st.groups.entries() } : {}),
     ...(x.singletons.length > 0 ? { singletons: x.singletons } : {}),
     ...(x.progress !== undefined && x.progress.length > 0 ? { progress: x.progress } : {}),
     ...(st.flows !== null && st.flows.size > 0 ? { flows: st.flows.rows() } : {}),
