@@ -16,7 +16,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { AttemptRecord } from "../src/queues/types.js";
 import type { Lease, LeaseConsumer } from "../src/store/queue-store.js";
-import { JobState, type DiskLease } from "../src/store/disk/queues/job-state.js";
+import { JobState } from "../src/store/disk/queues/job-state.js";
+import type { DiskLease } from "../src/store/disk/queues/lease.js";
 import { JobTable, St } from "../src/store/disk/queues/table.js";
 import { rng } from "./fixtures/queue-helpers.js";
 

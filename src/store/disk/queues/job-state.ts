@@ -7,12 +7,13 @@
  * transitions decide and schedules the timers.
  *
  * Status meaning (table.ts): READY in the ready heap; DELAYED in the delay heap; BLOCKED held
- * behind its key's head; WAITING a flow's parent waiting for its children; INFLIGHT leased (exactly the rows with an entry in `leases`); MOVING
- * being dead-lettered (an entry in `moving`) or redriven; DONE / DEAD terminal.
+ * behind its key's head; WAITING a flow's parent waiting for its children (FLOW-2); INFLIGHT
+ * leased (exactly the rows with an entry in `leases`, lease.ts); MOVING being dead-lettered (an
+ * entry in `moving`) or redriven; DONE / DEAD terminal.
  */
-import type { AttemptRecord, DeadLetterInfo } from "../../../queues/types.js";
-import type { FlowLink, GrantedJob, GrantRequest, Lease, LeaseConsumer, PreparedRecord, ValueKind } from "../../queue-store.js";
-import { decodeJobFields, type DecodedJobFields } from "./records.js";
+import type { AttemptRecord } from "../../../queues/types.js";
+import type { FlowLink, GrantRequest, Lease, LeaseConsumer } from "../../queue-store.js";
+import { DiskLease, type HeldCount } from "./lease.js";
 import { KeyChains } from "./chains.js";
 import { Flows, type ChildOutcomeRecord } from "./flows.js";
 import { GroupReady, NO_GROUP_LIMITS, type GroupLimits } from "./groups.js";
@@ -20,6 +21,11 @@ import { OffsetHeap } from "./heap.js";
 import { RetainedJobs } from "./retained.js";
 import { Singletons } from "./singletons.js";
 import { isTerminal, JobTable, St } from "./table.js";
+
+/** A child's outcome when acked (with the result as JSON text, if any). */
+function acked(result: string | undefined): ChildOutcomeRecord {
+  return result === undefined ? { state: "completed" } : { state: "completed", result };
+}
 
 /** History entries kept per job (the most recent); bounds memory of repeatedly failing jobs. */
 export const MAX_HISTORY = 20;
@@ -36,86 +42,6 @@ export interface DlqIntent {
   history: AttemptRecord[];
 }
 
-/**
- * A lease of the disk engine, and once handed out also the job it leases (`GrantedJob`): one
- * object per delivery, and the lease's identity (Q-3). The job's fields are read from its
- * record on access (most consumers read few of them; `process()` in a hot loop reads none).
- */
-export class DiskLease implements Lease, GrantedJob {
-  readonly jobId: string;
-  /** Set once the lease ended (settled, released, expired, lost); a later use is stale. */
-  ended = false;
-  /** The job's record, set when the lease is handed out. */
-  rec: PreparedRecord | null = null;
-  /** Its consumer's lease count (null for a lease restored from disk). */
-  held: HeldCount | null = null;
-  private decoded: DecodedJobFields | null = null;
-  private receiptText: string | null = null;
-  constructor(
-    readonly off: number,
-    readonly attempt: number,
-    public deadlineMono: number,
-    public deadlineWall: number,
-    public startedMono: number,
-    /** null for a lease restored from disk (its holder is gone). */
-    readonly consumer: LeaseConsumer | null,
-    readonly consumerId: string,
-    readonly codeVersion: string | undefined,
-  ) {
-    this.jobId = String(off);
-  }
-  get receipt(): string {
-    return (this.receiptText ??= `${this.off}.${this.attempt}`);
-  }
-  get deadline(): number {
-    return this.deadlineWall;
-  }
-  get lease(): Lease {
-    return this;
-  }
-  get id(): string {
-    return this.jobId;
-  }
-  private record(): PreparedRecord {
-    if (this.rec === null) throw new Error(`job ${this.off} was not handed out`);
-    return this.rec;
-  }
-  get value(): Buffer | null {
-    return this.record().value;
-  }
-  get valueKind(): ValueKind {
-    return this.record().valueKind;
-  }
-  get enqueuedAt(): number {
-    return this.record().timestamp;
-  }
-  private fields(): DecodedJobFields {
-    return (this.decoded ??= decodeJobFields(this.record()));
-  }
-  get key(): string | null {
-    return this.fields().key;
-  }
-  get headers(): [string, Buffer][] | null {
-    return this.fields().headers;
-  }
-  get redriveCount(): number {
-    return this.fields().redriveCount;
-  }
-  get deadLetter(): DeadLetterInfo | null {
-    return this.fields().deadLetter;
-  }
-}
-
-/** A child's outcome when acked (with the result as JSON text, if any). */
-function ACKED(result: string | undefined): ChildOutcomeRecord {
-  return result === undefined ? { state: "completed" } : { state: "completed", result };
-}
-
-/** Leases a consumer holds in this queue. */
-export interface HeldCount {
-  readonly consumer: LeaseConsumer;
-  n: number;
-}
 
 /** A lease as journaled (restored on recovery before its holder is known). */
 export interface LeaseRecord {
@@ -489,7 +415,7 @@ export class JobState {
   ack(l: DiskLease, now: number, mono: number, result?: string): boolean {
     const freed = this.endLease(l);
     this.keepCompleted(l.off, now, l.attempt, result);
-    const unblocked = this.finish(l.off, St.DONE, now, ACKED(result));
+    const unblocked = this.finish(l.off, St.DONE, now, acked(result));
     this.countAck(mono);
     return unblocked || freed;
   }

@@ -28,7 +28,8 @@ import { Removals } from "./removals.js";
 import { encodeEvent, encodeRawEvent, Ev } from "./events.js";
 import { Enqueuer, storedJobSize } from "./enqueuer.js";
 import type { GroupLimits } from "./groups.js";
-import { JobState, type DiskLease } from "./job-state.js";
+import { JobState } from "./job-state.js";
+import type { DiskLease } from "./lease.js";
 import { Journal, MAX_JOURNAL_RECORD_BYTES } from "./journal.js";
 import { browseJobs } from "./browse.js";
 import { lookupJob, offsetOfId } from "./lookup.js";
@@ -38,19 +39,17 @@ import { recoverQueue } from "./recovery.js";
 import { RESERVED_HEADER_ROOM } from "./records.js";
 import { MAX_ERROR_CHARS } from "../../../queues/config.js";
 import { encodeSnapshot, writeSnapshot } from "./snapshot.js";
+import { EarliestTimer } from "./earliest-timer.js";
+import { queueStats } from "./stats.js";
 import { isTerminal, St } from "./table.js";
 
 /** Snapshot after this many message-log bytes (or twice the last snapshot's size, whichever is larger). */
 const SNAPSHOT_EVERY_MSG_BYTES = 64 * 1024 * 1024;
-const MAX_TIMER_MS = 2 ** 31 - 1;
 /** A queue's logs roll their segments at most weekly (settled segments are deleted whole). */
 const SEGMENT_MS = 7 * 86_400_000;
 /** Journal segments: a quarter of the message log's, within [16 KiB, 16 MiB]. */
 const MIN_JOURNAL_SEGMENT = 16 * 1024;
 const MAX_JOURNAL_SEGMENT = 16 * 1024 * 1024;
-/** Keys listed in stats().blockedKeys, and chains examined for them. */
-const MAX_BLOCKED_KEYS = 100;
-const MAX_BLOCKED_SCAN = 100_000;
 
 /** Where a queue lives and what it works with. */
 export interface QueueFiles {
@@ -93,15 +92,31 @@ export class QueueInstance {
   private progressOf = new JobProgress();
   private msgBytesSinceSnapshot = 0;
   private lastSnapshotBytes = 0;
-  private delayTimer: NodeJS.Timeout | null = null;
-  private delayTimerAt = Infinity;
-  private leaseTimer: NodeJS.Timeout | null = null;
-  private leaseTimerAt = Infinity;
+  /** Promotes due delayed jobs. */
+  private readonly delayTimer = new EarliestTimer(
+    () => this.now(),
+    () => {
+      if (this.closed || this.broken) return;
+      this.st.promoteDue(this.now());
+      this.scheduleDelayTimer();
+      this.o.available();
+    },
+  );
+  /** Expires leases past their monotonic deadline (LEASE-3). */
+  private readonly leaseTimer = new EarliestTimer(
+    () => this.mono(),
+    () => this.checkLeases(),
+  );
   /** `settings.rateLimit` (RATE-1), or null: a queue without one pays one branch per grant. */
   private limiter: RateLimiter | null = null;
   /** Wakes the workers when the earliest group parked out of `groupRateLimit` room may start again. */
-  private groupTimer: NodeJS.Timeout | null = null;
-  private groupTimerAt = Infinity;
+  /** GRP-Q1: the earliest opening of a group's rate window (as RateLimiter's own timer). */
+  private readonly groupTimer = new EarliestTimer(
+    () => this.mono(),
+    () => {
+      if (!this.closed && !this.broken) this.o.available();
+    },
+  );
   private closed = false;
   private broken: StorageError | null = null;
   private background = new Set<Promise<unknown>>();
@@ -525,47 +540,19 @@ export class QueueInstance {
   // ─────────────────────────────── timers ───────────────────────────────
 
   private scheduleDelayTimer(): void {
-    if (this.closed) return;
-    const at = this.st.delayed.peekPriority();
-    if (at === Infinity || at >= this.delayTimerAt) return;
-    if (this.delayTimer) clearTimeout(this.delayTimer);
-    this.delayTimerAt = at;
-    this.delayTimer = setTimeout(() => {
-      this.delayTimer = null;
-      this.delayTimerAt = Infinity;
-      if (this.closed || this.broken) return;
-      this.st.promoteDue(this.now());
-      this.scheduleDelayTimer();
-      this.o.available();
-    }, Math.min(MAX_TIMER_MS, Math.max(0, at - this.now() + 1)));
-    this.delayTimer.unref();
+    if (!this.closed) this.delayTimer.arm(this.st.delayed.peekPriority());
   }
 
-  /** GRP-Q1: one timer, for the earliest opening of a group's rate window (as RateLimiter's). */
+  /** GRP-Q1: one timer, for the earliest opening of a group's rate window. */
   private scheduleGroupTimer(): void {
-    const at = this.st.groups!.nextOpening();
-    if (this.closed || at === Infinity || at >= this.groupTimerAt) return;
-    if (this.groupTimer) clearTimeout(this.groupTimer);
-    this.groupTimerAt = at;
-    this.groupTimer = setTimeout(() => {
-      this.groupTimer = null;
-      this.groupTimerAt = Infinity;
-      if (!this.closed && !this.broken) this.o.available();
-    }, Math.min(MAX_TIMER_MS, Math.max(0, Math.ceil(at - this.mono()) + 1)));
-    this.groupTimer.unref();
+    if (!this.closed) this.groupTimer.arm(this.st.groups!.nextOpening());
   }
 
   private scheduleLeaseTimer(atMono: number): void {
-    if (this.closed || this.st.leases.size === 0 || atMono >= this.leaseTimerAt) return;
-    if (this.leaseTimer) clearTimeout(this.leaseTimer);
-    this.leaseTimerAt = atMono;
-    this.leaseTimer = setTimeout(() => this.checkLeases(), Math.min(MAX_TIMER_MS, Math.max(0, atMono - this.mono() + 1)));
-    this.leaseTimer.unref();
+    if (!this.closed && this.st.leases.size > 0) this.leaseTimer.arm(atMono);
   }
 
   private checkLeases(): void {
-    this.leaseTimer = null;
-    this.leaseTimerAt = Infinity;
     if (this.closed || this.broken) return;
     for (const l of this.st.expiredLeases(this.mono())) this.expire(l);
     const next = this.st.nextLeaseDeadline();
@@ -643,40 +630,7 @@ export class QueueInstance {
 
   stats(): QueueStats {
     this.check();
-    const st = this.st;
-    const t = st.table;
-    const now = this.now();
-    const mono = this.mono();
-    let oldestLease = 0;
-    for (const l of st.leases.values()) oldestLease = Math.max(oldestLease, mono - l.startedMono);
-    const blockedKeys: QueueStats["blockedKeys"] = [];
-    let scanned = 0;
-    for (const c of st.chains.entries()) {
-      if (blockedKeys.length >= MAX_BLOCKED_KEYS || scanned++ > MAX_BLOCKED_SCAN) break;
-      const h = c.offs[c.h];
-      if (h === undefined || !t.has(h)) continue;
-      const i = t.idx(h);
-      if (t.attempts[i] > 0 && t.status[i] !== St.INFLIGHT) blockedKeys.push({ key: c.key, ageMs: Math.max(0, now - t.enqueuedAt[i]), attempts: t.attempts[i] });
-    }
-    return {
-      name: this.name,
-      waiting: st.counts[St.READY],
-      delayed: st.counts[St.DELAYED],
-      inFlight: st.counts[St.INFLIGHT],
-      blockedByKey: st.counts[St.BLOCKED],
-      waitingChildren: st.counts[St.WAITING],
-      deadLettered: st.deadLettered,
-      depth: st.live,
-      bytes: st.liveBytes,
-      oldestWaitingAgeMs: st.oldestWaitingAge(now),
-      oldestLeaseAgeMs: Math.round(oldestLease),
-      redeliveries: st.redeliveries,
-      retries: st.retries,
-      completed: st.completed,
-      completionRatePerSec: st.completionRate(mono),
-      blockedKeys,
-      unreadable: st.unreadable,
-    };
+    return queueStats(this.name, this.st, this.now(), this.mono());
   }
 
   /** Memory held by the job table, heaps and tail cache (docs and the memory benchmark). */
@@ -738,9 +692,9 @@ export class QueueInstance {
     }
     await this.journal.idle();
     this.closed = true;
-    if (this.delayTimer) clearTimeout(this.delayTimer);
-    if (this.leaseTimer) clearTimeout(this.leaseTimer);
-    if (this.groupTimer) clearTimeout(this.groupTimer);
+    this.delayTimer.stop();
+    this.leaseTimer.stop();
+    this.groupTimer.stop();
     this.limiter?.close();
     this.removals.close();
     this.enqueuer.wakeAll();
