@@ -47,13 +47,18 @@ async function checkChildren(job: { data: Node; childResults(): Promise<Record<s
   if (!ok) problems.push(`${job.data.label} delivered with children ${JSON.stringify(kids)}`);
 }
 
-async function workload(fs: FaultyFileSystem, dataDir: string, L: Ledger): Promise<EmbeddedBroker | null> {
-  let b: EmbeddedBroker | null = null;
+/** What a crashed workload leaves open (closed, with a deadline, before recovery). */
+interface Open {
+  broker: EmbeddedBroker | null;
+  worker: { close(): Promise<void> } | null;
+}
+
+async function workload(fs: FaultyFileSystem, dataDir: string, L: Ledger, open: Open): Promise<void> {
   try {
-    b = await openBroker({ dataDir, fs, retentionCheckIntervalMs: 0 });
+    const b = (open.broker = await openBroker({ dataDir, fs, retentionCheckIntervalMs: 0 }));
     const q: Queue<Node> = b.queue<Node>("f", CONFIG);
     L.flow = await q.enqueueFlow(FLOW);
-    const w = q.work({ prefetch: 10 });
+    const w = (open.worker = q.work({ prefetch: 10 }));
     const it = w[Symbol.asyncIterator]();
     for (let n = 0; n < JOBS; n++) {
       const job = await nextJob(it, 5000);
@@ -63,10 +68,19 @@ async function workload(fs: FaultyFileSystem, dataDir: string, L: Ledger): Promi
     }
     await w.close();
     await b.close();
-    return null;
+    open.broker = open.worker = null;
   } catch {
-    return b; // the crash (or its consequences): abandoned below
+    // The crash (or its consequences): what is open is abandoned by the caller.
   }
+}
+
+/** Closes what a crashed workload left open, giving up after 2 s (its file system is frozen). */
+async function abandon(open: Open): Promise<void> {
+  const all = [open.worker?.close(), open.broker?.close()].filter((p) => p !== undefined);
+  for (const p of all) p.catch(() => {});
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([Promise.allSettled(all), new Promise((r) => (timer = setTimeout(r, 2000)))]);
+  clearTimeout(timer);
 }
 
 async function recoverAndCheck(dataDir: string, scratch: string, L: Ledger): Promise<string[]> {
@@ -139,10 +153,12 @@ async function runAt(k: number, seed: number): Promise<{ ops: number; problems: 
     const fs = new FaultyFileSystem({ crashModel: { scratchDir: join(root, "scratch") } });
     fs.crashAtOp(k);
     const L: Ledger = { flow: null, acked: new Map(), problems: [] };
-    const abandoned = await Promise.race([workload(fs, dataDir, L), fs.whenCrashed().then(() => "crashed" as const)]);
-    if (abandoned === "crashed") await new Promise((r) => setTimeout(r, 5)); // acks already due arrive
+    const open: Open = { broker: null, worker: null };
+    const ended = await Promise.race([workload(fs, dataDir, L, open).then(() => "done" as const), fs.whenCrashed().then(() => "crashed" as const)]);
+    if (ended === "crashed") await new Promise((r) => setTimeout(r, 5)); // acks already due arrive
     else if (!fs.isCrashed) fs.crash("power lost after the end of the workload");
     const frozen = { flow: L.flow, acked: new Map(L.acked), problems: [...L.problems] };
+    await abandon(open);
     const ops = fs.opCount;
     await fs.powerLoss({ seed: seed * 7919 + k, mode: "mixed" });
     fs.dispose();
