@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
  * The dashboard's browser-side arithmetic, run in Node (the modules are plain ES modules and
- * touch the DOM only when drawing): rates from the bounded history, and the alert checks.
+ * touch the DOM only when drawing): rates from the bounded history, the alert checks, and how
+ * the Schedules page reads and words schedules.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -49,4 +50,38 @@ test("alert checks: thresholds of the shipped rules; dead letters firing only wh
   hist.queueDeadLettered.push(1002 + 901, { emails: 2 });
   hist.queueDepth.push(1002 + 901, { "emails.dlq": 2 });
   assert.deepEqual(firing(state(2)).slice(2), [], "quiet again 15 minutes after the last growth");
+});
+
+test("schedules: read per queue (a deleted queue left out, an old server said once, other errors per queue); wording", async () => {
+  const { readSchedules, every, nextRun } = await load("schedules.js");
+  const reply = (status: number, body: object): Response => new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
+  const err = (status: number, code: string, message: string): Response => reply(status, { error: { code, message } });
+  const s = (name: string): object => ({ name, cron: null, everyMs: 1000, tz: "UTC", catchUp: "skip", paused: false, nextRunAt: 1, lastRunAt: null });
+  const asked: string[] = [];
+  const realFetch = globalThis.fetch;
+  globalThis.fetch = (async (path: string) => {
+    asked.push(path);
+    const q = decodeURIComponent(path.split("/")[3]);
+    if (q === "a b") return reply(200, { schedules: [s("x"), s("y")] });
+    if (q === "gone") return err(404, "QUEUE_NOT_FOUND", `queue "gone" does not exist`);
+    if (q === "broken") return err(500, "STORAGE_FAULT", "disk said no");
+    return reply(200, { schedules: [] });
+  }) as typeof fetch;
+  try {
+    const r = await readSchedules(["a b", "gone", "broken", "empty"]);
+    assert.deepEqual(asked, ["/v1/queues/a%20b/schedules", "/v1/queues/gone/schedules", "/v1/queues/broken/schedules", "/v1/queues/empty/schedules"]);
+    assert.deepEqual(r.rows.map((x: { queue: string; s: { name: string } }) => `${x.queue}/${x.s.name}`), ["a b/x", "a b/y"]);
+    assert.deepEqual(r.errors, ["broken: STORAGE_FAULT: disk said no"]);
+    globalThis.fetch = (async () => err(404, "NOT_FOUND", "no route")) as typeof fetch;
+    assert.deepEqual((await readSchedules(["a", "b"])).errors, ["This server cannot list schedules (no GET /v1/queues/:queue/schedules route)."]);
+  } finally {
+    globalThis.fetch = realFetch;
+  }
+  assert.equal(every({ cron: "*/5 * * * *", everyMs: null, tz: "Asia/Tokyo" }), "*/5 * * * * (Asia/Tokyo)");
+  assert.equal(every({ cron: null, everyMs: 250, tz: "UTC" }), "every 250 ms");
+  assert.equal(every({ cron: null, everyMs: 90_000, tz: "UTC" }), "every 1 m 30 s");
+  assert.equal(nextRun({ paused: true, nextRunAt: null }, 0), "— (paused)");
+  assert.equal(nextRun({ paused: false, nextRunAt: null }, 0), "never", "a cron that never matches again");
+  assert.match(nextRun({ paused: false, nextRunAt: 1_000_000 }, 1_000_000 - 42_000), / \(in 42 s\)$/);
+  assert.match(nextRun({ paused: false, nextRunAt: 1_000_000 }, 1_000_500), / \(due now\)$/);
 });

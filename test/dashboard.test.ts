@@ -3,7 +3,8 @@
  * The web dashboard on `sluice serve`'s HTTP port: its files are served from the built package
  * (read-only, with a strict content security policy), and a headless Chromium (Debian's package,
  * installed by scripts/ensure-tool.sh when missing) driven by playwright-core shows a group's
- * lag and redrives a dead-lettered job back to its queue through the existing HTTP routes.
+ * lag, redrives a dead-lettered job back to its queue through the existing HTTP routes, and lists
+ * job schedules and flow parents waiting for their children.
  * Screenshots go to test-artifacts/ (gitignored).
  */
 import { test } from "node:test";
@@ -128,7 +129,7 @@ async function take<T>(it: AsyncIterator<Message<T>>, n: number): Promise<Messag
 
 type Client = Awaited<ReturnType<typeof connect>>;
 
-test("in a browser: a group's lag shows, and a dead-lettered job is redriven to its queue", async () => {
+test("in a browser: a group's lag shows, a dead-lettered job is redriven to its queue, schedules and flow parents show", async () => {
   const dir = tmp();
   const server = await startServer(dir);
   const client = await connect({ url: server.url });
@@ -146,6 +147,7 @@ test("in a browser: a group's lag shows, and a dead-lettered job is redriven to 
     await page.getByText("No consumer groups yet.").waitFor({ timeout: WAIT_MS });
     await groupLagShows(page, client);
     await deadLetterRedriven(page, client, server.http);
+    await schedulesShow(page, client);
     await page.click("#tab-overview");
     await page.locator('[data-metric="publish-rate"]').waitFor({ timeout: WAIT_MS });
     await shoot(page, "dashboard.png");
@@ -244,6 +246,58 @@ async function deadLetterRedriven(page: Page, client: Client, http: number): Pro
     }
   }
   assert.equal(await depth(http, "emails.dlq"), 0);
+}
+
+/** Schedules made through the client (one active cron in a time zone, one paused interval) are
+ * listed on the Schedules tab, which reads only while shown; a flow parent counts as waiting
+ * for children on the Queues tab. */
+async function schedulesShow(page: Page, client: Client): Promise<void> {
+  const schedulesAsked: string[] = [];
+  page.on("request", (r) => {
+    if (/\/v1\/queues\/[^/]+\/schedules$/.test(new URL(r.url()).pathname)) schedulesAsked.push(r.url());
+  });
+  await page.click("#tab-schedules");
+  // Queues exist (emails, emails.dlq) but none has a schedule: the page says how to make one.
+  await page.getByText("No job schedules.").waitFor({ timeout: WAIT_MS });
+  assert.match((await page.locator("#page-schedules .empty").textContent()) ?? "", /upsertSchedule\("name", \{ cron: "\*\/5 \* \* \* \*", data \}\)/);
+
+  const reports = client.queue<{ kind: string }>("reports");
+  const nightly = await reports.upsertSchedule("nightly", { cron: "0 3 * * *", tz: "Europe/Paris", data: { kind: "nightly" } });
+  await reports.upsertSchedule("heartbeat", { everyMs: 60_000, data: { kind: "ping" }, catchUp: "once" });
+  await reports.pauseSchedule("heartbeat");
+  await reports.enqueueFlow({ data: { kind: "summary" }, children: [{ data: { kind: "part" } }] });
+  assert.ok(nightly.nextRunAt !== null, "an active cron has a next run");
+
+  // The next poll (the tab is shown) lists both, in name order.
+  const active = page.locator('#page-schedules tr[data-queue="reports"][data-schedule="nightly"]');
+  const paused = page.locator('#page-schedules tr[data-queue="reports"][data-schedule="heartbeat"]');
+  await active.waitFor({ timeout: WAIT_MS });
+  await paused.waitFor({ timeout: WAIT_MS });
+  const cells = async (row: typeof active): Promise<string[]> => (await row.locator("td").allTextContents()).map((t) => t.trim());
+  const a = await cells(active);
+  // The next run as the page formats times (the browser's time zone), then how far away it is.
+  const nextAt = await page.evaluate(async (ms) => {
+    const format = "/dashboard/format.js";
+    return ((await import(format)) as { time: (ms: number | null) => string }).time(ms);
+  }, nightly.nextRunAt);
+  assert.deepEqual(a.slice(0, 5), ["reports", "nightly", "0 3 * * * (Europe/Paris)", "skip", "active"]);
+  assert.match(a[5], new RegExp(`^${nextAt} \\(in [\\d.]+ [dhms]( \\d+ [hms])?\\)$`), a[5]);
+  assert.equal(a[6], "not yet");
+  assert.deepEqual(await cells(paused), ["reports", "heartbeat", "every 1 m 0 s", "once", "paused", "— (paused)", "not yet"]);
+  assert.deepEqual(await page.locator("#page-schedules tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-schedule"))), ["heartbeat", "nightly"]);
+  assert.equal(await page.locator("#page-schedules button").count(), 0, "read-only: no actions");
+  await shoot(page, "dashboard-schedules.png");
+
+  await page.click("#tab-queues");
+  await page.locator("#page-queues th", { hasText: /^Waiting for children$/ }).waitFor({ timeout: WAIT_MS });
+  await page.locator('#page-queues tr[data-queue="reports"] td.waiting-children').filter({ hasText: /^1$/ }).waitFor({ timeout: WAIT_MS });
+  // Hidden, the Schedules tab reads nothing: two more renders (at least one poll) send no request.
+  const renders = async (): Promise<number> => Number((await page.locator("body").getAttribute("data-polls")) ?? 0);
+  const r0 = await renders();
+  await waitUntil(async () => (await renders()) >= r0 + 1, "a poll with the Queues tab shown");
+  const asked = schedulesAsked.length;
+  await waitUntil(async () => (await renders()) >= r0 + 3, "two more polls");
+  assert.equal(schedulesAsked.length, asked, "no schedules request while the tab is hidden");
 }
 
 async function shoot(page: Page, name: string): Promise<void> {

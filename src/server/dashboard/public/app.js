@@ -7,6 +7,7 @@ import { createOverviewPage } from "./overview.js";
 import { createTopicsPage } from "./topics.js";
 import { createGroupsPage } from "./groups.js";
 import { createQueuesPage } from "./queues.js";
+import { createSchedulesPage } from "./schedules.js";
 import { createDlqPage } from "./dlq.js";
 import { createAlertsPage, firingCount } from "./alerts.js";
 
@@ -17,6 +18,7 @@ const TABS = [
   ["topics", "Topics", createTopicsPage()],
   ["groups", "Consumer groups", createGroupsPage()],
   ["queues", "Queues", createQueuesPage()],
+  ["schedules", "Schedules", createSchedulesPage()],
   ["dlq", "Dead letters", createDlqPage()],
   ["alerts", "Alerts", createAlertsPage()],
 ];

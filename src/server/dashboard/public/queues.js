@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Queues: depth, oldest waiting age, jobs in flight, completion rate over time; purge.
+// Queues: depth, oldest waiting age, jobs in flight, flow parents, completion rate over time; purge.
 import { h, fill, table, n, num, rate, bytes, seconds, empty } from "./format.js";
 import { api, enc } from "./api.js";
 import { Chart } from "./charts.js";
@@ -17,7 +17,8 @@ export function createQueuesPage() {
     h(
       "p",
       { class: "hint" },
-      "Depth: every live job (waiting + delayed + in flight + blocked behind an earlier job of its key). Oldest waiting: how long the oldest deliverable job has waited. ",
+      "Depth: every live job (waiting + delayed + in flight + blocked behind an earlier job of its key + waiting for children). Oldest waiting: how long the oldest deliverable job has waited. ",
+      "Waiting for children: flow parents (enqueueFlow) held until all their children have completed. ",
       "Completion rate: acknowledgements per second over the broker's last ~10 s. Dead-lettered: jobs this queue has moved to its dead-letter queue since it was opened.",
     ),
     h("div", { class: "charts" }, depth.el, completion.el, oldest.el),
@@ -49,6 +50,8 @@ export function createQueuesPage() {
           n(num(q.delayed)),
           n(num(q.inFlight)),
           n(num(q.blockedByKey)),
+          // Servers from before flows do not send the field: none can be waiting there.
+          { v: num(q.waitingChildren ?? 0), class: "num waiting-children" },
           n(seconds(q.oldestWaitingAgeMs / 1000)),
           n(rate(q.completionRatePerSec)),
           n(num(q.completed)),
@@ -66,7 +69,7 @@ export function createQueuesPage() {
       fill(
         list,
         state.queueCount > LIMITS.queues ? h("p", { class: "hint" }, `Showing the first ${LIMITS.queues} of ${state.queueCount} queues.`) : null,
-        table(["Queue", n("Depth (jobs)"), n("Waiting"), n("Delayed"), n("In flight"), n("Blocked by key"), n("Oldest waiting"), n("Completion (jobs/s)"), n("Completed"), n("Dead-lettered"), n("Payload bytes"), "Actions"], rows),
+        table(["Queue", n("Depth (jobs)"), n("Waiting"), n("Delayed"), n("In flight"), n("Blocked by key"), n("Waiting for children"), n("Oldest waiting"), n("Completion (jobs/s)"), n("Completed"), n("Dead-lettered"), n("Payload bytes"), "Actions"], rows),
       );
     },
   };
