@@ -276,6 +276,7 @@ export class BrokerCollector {
       sc.out.push(s(METRICS.queueDelayed, q.delayed, labels));
       sc.out.push(s(METRICS.queueInFlight, q.inFlight, labels));
       sc.out.push(s(METRICS.queueBlockedByKey, q.blockedByKey, labels));
+      sc.out.push(s(METRICS.queueWaitingChildren, q.waitingChildren ?? 0, labels));
       sc.out.push(s(METRICS.queueDepth, q.depth, labels));
       sc.out.push(s(METRICS.queueBytes, q.bytes, labels));
       sc.out.push(s(METRICS.queueOldestWaitingAge, q.oldestWaitingAgeMs / 1000, labels));
