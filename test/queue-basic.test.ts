@@ -61,6 +61,20 @@ describe("queue basics", () => {
     await assert.rejects(q.enqueueBatch([{ data: 1 }, { data: 2, delayMs: 1, deliverAt: 5 }]), ValidationError);
     await assert.rejects(q.enqueue("x".repeat(5000)), (e: Error) => e.name === "RecordTooLargeError");
     assert.equal((await q.stats()).depth, 0);
+    // A batch whose jobs each fit but together exceed one write (64 MiB): refused as bad input,
+    // nothing stored, and the queue keeps serving (it is not failed by the log).
+    const big = m.queue("big", { maxMessageBytes: 4 * 1024 * 1024 });
+    const held = await big.enqueue("held");
+    const w = big.work({ prefetch: 1 });
+    const job = await nextJob(iter(w));
+    const v = "x".repeat(3 * 1024 * 1024);
+    await assert.rejects(big.enqueueBatch(Array.from({ length: 30 }, () => ({ data: v }))), (e: Error) => e instanceof ValidationError && /smaller batches/.test(e.message));
+    await job.ack(); // its lease survived the refused batch
+    await w.close();
+    assert.equal(job.id, held.id);
+    assert.equal((await big.stats()).depth, 0);
+    await big.enqueueBatch(Array.from({ length: 10 }, () => ({ data: v })));
+    assert.equal((await big.stats()).depth, 10);
     await m.close();
   });
 

@@ -5,9 +5,9 @@
  * that writes admitted jobs to the message log in groups (one append per round, one fdatasync
  * for many enqueue calls) and adds their rows only once the append is durable (Q-1).
  */
-import { AbortedError, QueueFullError, RecordTooLargeError } from "../../../errors.js";
+import { AbortedError, QueueFullError, RecordTooLargeError, ValidationError } from "../../../errors.js";
 import type { PartitionLog } from "../../../log/partition-log.js";
-import type { PreparedRecord } from "../../../log/record-batch.js";
+import { HEADER_SIZE, MAX_BATCH_BYTES, type PreparedRecord } from "../../../log/record-batch.js";
 import { validateIdentity, type EnqueueIdentity } from "../../../queues/idempotence.js";
 import type { EnqueueResult } from "../../../queues/types.js";
 import type { EnqueueOutcome, EnqueueRequestOptions, NewJob, QueueSettings } from "../../queue-store.js";
@@ -18,6 +18,8 @@ import { encodedSize, encodeJob, RESERVED_HEADER_ROOM, withHeader } from "./reco
 import type { JobState } from "./job-state.js";
 import { SingletonRound } from "./singletons.js";
 
+/** Bytes of one enqueue call's records: they must fit one record batch (room for its header). */
+const MAX_CALL_BYTES = MAX_BATCH_BYTES - HEADER_SIZE;
 /** Records and bytes per message-log append (a single group may exceed them). */
 const MAX_APPEND_RECORDS = 8192;
 const MAX_APPEND_BYTES = 8 * 1024 * 1024;
@@ -134,10 +136,11 @@ export class Enqueuer {
     return r;
   }
 
-  /** The records, checked against the message log's limit before anything is queued. */
+  /** The records, checked against the message log's limits before anything is queued. */
   private encode(jobs: readonly NewJob[]): PreparedRecord[] {
     const limit = this.host.settings().maxMessageBytes + RESERVED_HEADER_ROOM;
     const out = new Array<PreparedRecord>(jobs.length);
+    let userBytes = 0;
     for (let i = 0; i < jobs.length; i++) {
       const job = jobs[i];
       const rec = encodeJob(job);
@@ -146,7 +149,16 @@ export class Enqueuer {
         const size = encodedSize(rec);
         if (size > limit) throw new RecordTooLargeError(size, limit);
       }
+      userBytes += job.size;
       out[i] = rec;
+    }
+    // One call is one append, one record batch (FLOW-1): a call the batch limit cannot hold is
+    // refused here, as bad input, not failed by the log (which would stop the queue). Measured
+    // exactly only when the users' bytes plus the reserved headers' room could reach the limit.
+    if (userBytes + jobs.length * RESERVED_HEADER_ROOM > MAX_CALL_BYTES) {
+      let total = 0;
+      for (const rec of out) total += encodedSize(rec);
+      if (total > MAX_CALL_BYTES) throw new ValidationError(`an enqueue of ${jobs.length} jobs takes ${total} bytes stored, above the ${MAX_CALL_BYTES} one write can hold: send them in smaller batches`);
     }
     return out;
   }
