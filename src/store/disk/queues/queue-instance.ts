@@ -13,10 +13,9 @@
  * ahead of disk, so the instance stops (every lease is lost, LEASE-2) and its owner
  * (disk-queue.ts) reopens the queue from disk (Q-7).
  */
-import { join } from "node:path";
 import { BrokerClosedError, LeaseExpiredError, StorageError } from "../../../errors.js";
 import type { FileSystem } from "../../../log/io.js";
-import { PartitionLog, type LogConfig } from "../../../log/partition-log.js";
+import type { PartitionLog } from "../../../log/partition-log.js";
 import type { Clock, Telemetry } from "../../../observability/telemetry.js";
 import type { AttemptRecord, QueueStats, RedriveOptions, RedriveResult } from "../../../queues/types.js";
 import type { EnqueueOutcome, EnqueueRequestOptions, GrantedJob, GrantRequest, Lease, NewJob, PreparedRecord, QueueSettings, StoredBrowsePage, StoredBrowseRequest, StoredJobInfo, StoredQueue } from "../../queue-store.js";
@@ -30,13 +29,13 @@ import { Enqueuer, storedJobSize } from "./enqueuer.js";
 import type { GroupLimits } from "./groups.js";
 import { JobState } from "./job-state.js";
 import type { DiskLease } from "./lease.js";
-import { Journal, MAX_JOURNAL_RECORD_BYTES } from "./journal.js";
+import { Journal } from "./journal.js";
+import { openQueueLogs } from "./queue-logs.js";
 import { browseJobs } from "./browse.js";
 import { lookupJob, offsetOfId } from "./lookup.js";
 import { PayloadCache } from "./payload-cache.js";
 import { RateLimiter } from "./rate-limit.js";
 import { recoverQueue } from "./recovery.js";
-import { RESERVED_HEADER_ROOM } from "./records.js";
 import { MAX_ERROR_CHARS } from "../../../queues/config.js";
 import { encodeSnapshot, writeSnapshot } from "./snapshot.js";
 import { EarliestTimer } from "./earliest-timer.js";
@@ -45,11 +44,6 @@ import { isTerminal, St } from "./table.js";
 
 /** Snapshot after this many message-log bytes (or twice the last snapshot's size, whichever is larger). */
 const SNAPSHOT_EVERY_MSG_BYTES = 64 * 1024 * 1024;
-/** A queue's logs roll their segments at most weekly (settled segments are deleted whole). */
-const SEGMENT_MS = 7 * 86_400_000;
-/** Journal segments: a quarter of the message log's, within [16 KiB, 16 MiB]. */
-const MIN_JOURNAL_SEGMENT = 16 * 1024;
-const MAX_JOURNAL_SEGMENT = 16 * 1024 * 1024;
 
 /** Where a queue lives and what it works with. */
 export interface QueueFiles {
@@ -176,26 +170,11 @@ export class QueueInstance {
 
   // ─────────────────────────────── open ───────────────────────────────
 
-  private logConfig(maxMessageBytes: number, segmentBytes: number): LogConfig {
-    return { segmentBytes, segmentMs: SEGMENT_MS, maxMessageBytes, durability: this.settings.durability, flushIntervalMs: 1000, retentionMs: -1, retentionBytes: -1 };
-  }
-
-  private openLog(sub: string, topic: string, config: LogConfig): Promise<PartitionLog> {
-    return PartitionLog.open({ fs: this.o.fs, dir: join(this.o.dir, sub), topic, partition: 0, config, telemetry: this.o.telemetry, onFault: (e) => this.failed(e) });
-  }
-
   private async recover(): Promise<void> {
     const s = this.settings;
-    await this.o.fs.mkdir(this.o.dir);
-    this.msgs = await this.openLog("msgs", `queue:${this.name}`, this.logConfig(s.maxMessageBytes + RESERVED_HEADER_ROOM, s.segmentBytes));
-    const journalSegment = Math.max(MIN_JOURNAL_SEGMENT, Math.min(MAX_JOURNAL_SEGMENT, s.segmentBytes / 4));
-    let journalLog: PartitionLog;
-    try {
-      journalLog = await this.openLog("journal", `queue-journal:${this.name}`, this.logConfig(MAX_JOURNAL_RECORD_BYTES + 128 * 1024, journalSegment));
-    } catch (e) {
-      await this.msgs.close().catch(() => {});
-      throw e;
-    }
+    const logs = await openQueueLogs({ name: this.name, dir: this.o.dir, fs: this.o.fs, telemetry: this.o.telemetry, settings: s, onFault: (e) => this.failed(e) });
+    this.msgs = logs.msgs;
+    const journalLog = logs.journal;
     try {
       const r = await recoverQueue({ fs: this.o.fs, dir: this.o.dir, queue: this.name, msgs: this.msgs, journal: journalLog, dedupeWindowMs: s.dedupeWindowMs, resultRetentionMs: s.resultRetentionMs, logger: this.logger, now: this.now(), monoNow: this.mono() });
       this.st = r.state;
