@@ -1,0 +1,321 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * The archive of one partition (tiered storage): archives sealed segments before retention
+ * deletes them (segment-archiver.ts, ARC-1), serves reads below the online log start from the
+ * archived copies (ARC-2, ARC-3), and applies `archiveRetentionMs` to them (ARC-4).
+ *
+ * Invariants (docs/ARCHITECTURE.md):
+ *  ARC-2 reads below the online log start are served from archived segments that have a
+ *        manifest; the archived offsets form one contiguous range ending where the online log
+ *        starts (retention archives every segment it deletes, oldest first, and archive
+ *        retention only removes the oldest).
+ *  ARC-3 an archived segment's bytes are served only after their length, CRC-32C and SHA-256
+ *        matched the manifest (and each batch its own CRC-32C, LOG-2); a mismatch raises
+ *        ArchiveCorruptError and nothing of that segment is served.
+ *  ARC-4 archive retention removes the manifest first (the segment stops being archived),
+ *        then the data objects; data objects without a manifest are garbage, removed at open.
+ *
+ * Memory: manifests are held in memory (a few hundred bytes per archived segment); archived
+ * segment bytes are cached for reads, at most MAX_CACHED_SEGMENTS of them and, beyond the one
+ * being read, at most MAX_CACHE_BYTES.
+ */
+import { CorruptRecordError, InvalidBatchError, OffsetOutOfRangeError, ArchiveCorruptError } from "../../errors.js";
+import type { Logger } from "../../observability/telemetry.js";
+import type { FileSystem } from "../io.js";
+import { decodeRecords, verifyBatch, type BatchHeader, type StoredRecord } from "../record-batch.js";
+import type { RawRead } from "../log-reader.js";
+import type { ArchiveStore } from "./archive-store.js";
+import { dataBase, Digest, manifestBase, objectKey, parseManifest, type SegmentManifest } from "./manifest.js";
+import { archiveSegment, type ArchiveTarget, type LocalSegment } from "./segment-archiver.js";
+
+export const MAX_CACHED_SEGMENTS = 2;
+export const MAX_CACHE_BYTES = 64 * 1024 * 1024;
+const EMPTY = Buffer.alloc(0);
+
+interface Loaded {
+  m: SegmentManifest;
+  log: Buffer;
+  /** Offset index entries (relative offset, position), validated; empty if unusable. */
+  rel: Uint32Array;
+  pos: Uint32Array;
+}
+
+export interface PartitionArchiveOptions {
+  fs: FileSystem;
+  store: ArchiveStore;
+  target: ArchiveTarget;
+  logger: Logger;
+  /** Current `archiveRetentionMs` (read at each check: the topic config object is shared). */
+  retentionMs: () => number;
+}
+
+export class PartitionArchive {
+  /** Manifests by base offset, ascending. */
+  private manifests: SegmentManifest[] = [];
+  private readonly cache = new Map<number, Promise<Loaded>>();
+
+  private constructor(private readonly o: PartitionArchiveOptions) {}
+
+  /** Loads the manifests and removes objects left without one below `logStart` (ARC-4). */
+  static async open(o: PartitionArchiveOptions, logStart: number): Promise<PartitionArchive> {
+    const a = new PartitionArchive(o);
+    const keys = await o.store.list(o.target.prefix);
+    const bases = new Set<number>();
+    for (const k of keys) {
+      const base = manifestBase(k);
+      if (base === null) continue;
+      const bytes = await o.store.get(k);
+      const m = bytes === null ? null : parseManifest(bytes);
+      if (m === null || m.baseOffset !== base || m.topicId !== o.target.topicId) {
+        o.logger.error({ key: k, archive: o.store.location }, "ignoring an unreadable archive manifest");
+        continue;
+      }
+      a.manifests.push(m);
+      bases.add(base);
+    }
+    a.manifests.sort((x, y) => x.baseOffset - y.baseOffset);
+    for (const k of keys) {
+      const base = dataBase(k);
+      // Without a manifest nothing relies on these (ARC-1): an interrupted archive attempt
+      // (redone if the segment is still local) or an interrupted archive deletion.
+      if (base !== null && !bases.has(base) && base < logStart) await o.store.delete(k);
+    }
+    return a;
+  }
+
+  /** First archived offset, or null when nothing is archived. */
+  get startOffset(): number | null {
+    return this.manifests.length > 0 ? this.manifests[0].baseOffset : null;
+  }
+
+  /** Manifests, oldest first (tools, tests). */
+  list(): readonly SegmentManifest[] {
+    return this.manifests;
+  }
+
+  /**
+   * Called by retention before it writes a new log start (retention.ts, LOG-6): archives each
+   * segment about to be deleted, oldest first, and resolves only when all are archived (ARC-1).
+   */
+  async beforeDelete(segs: readonly LocalSegment[], now: number): Promise<void> {
+    for (const s of segs) {
+      if (this.find(s.baseOffset)?.endOffset === s.endOffset) continue;
+      const m = await archiveSegment(this.o.fs, this.o.store, this.o.target, s, now);
+      this.insert(m);
+      this.o.logger.info({ topic: m.topic, partition: m.partition, baseOffset: m.baseOffset, endOffset: m.endOffset, bytes: m.bytes }, "archived segment");
+    }
+  }
+
+  private insert(m: SegmentManifest): void {
+    const i = this.manifests.findIndex((x) => x.baseOffset >= m.baseOffset);
+    if (i < 0) this.manifests.push(m);
+    else if (this.manifests[i].baseOffset === m.baseOffset) this.manifests[i] = m;
+    else this.manifests.splice(i, 0, m);
+  }
+
+  /** The manifest of the archived segment holding `offset`, or undefined. */
+  private find(offset: number): SegmentManifest | undefined {
+    let lo = 0;
+    let hi = this.manifests.length - 1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >>> 1;
+      const m = this.manifests[mid];
+      if (offset < m.baseOffset) hi = mid - 1;
+      else if (offset >= m.endOffset) lo = mid + 1;
+      else return m;
+    }
+    return undefined;
+  }
+
+  /** The verified bytes of an archived segment (ARC-3), from the cache or the store. */
+  private load(m: SegmentManifest): Promise<Loaded> {
+    let p = this.cache.get(m.baseOffset);
+    if (p !== undefined) {
+      this.cache.delete(m.baseOffset);
+      this.cache.set(m.baseOffset, p);
+      return p;
+    }
+    p = this.fetch(m);
+    this.cache.set(m.baseOffset, p);
+    p.catch(() => {
+      if (this.cache.get(m.baseOffset) === p) this.cache.delete(m.baseOffset);
+    });
+    void p.then(() => this.trimCache(m.baseOffset), () => {});
+    return p;
+  }
+
+  private async fetch(m: SegmentManifest): Promise<Loaded> {
+    const { store, target } = this.o;
+    const key = objectKey(target.prefix, m.baseOffset, "log");
+    const log = await store.get(key);
+    if (log === null) throw new ArchiveCorruptError(key, "missing");
+    const d = Digest.of(log);
+    // ARC-3: checked before a single byte is decoded or served.
+    if (d.bytes !== m.bytes) throw new ArchiveCorruptError(key, `${d.bytes} bytes, expected ${m.bytes}`);
+    if (d.crc32c !== m.crc32c) throw new ArchiveCorruptError(key, `CRC-32C ${d.crc32c}, expected ${m.crc32c}`);
+    if (d.sha256 !== m.sha256) throw new ArchiveCorruptError(key, `SHA-256 ${d.sha256}, expected ${m.sha256}`);
+    const idx = await store.get(objectKey(target.prefix, m.baseOffset, "index")).catch(() => null);
+    return { m, log, ...parseIndex(idx ?? EMPTY, log.length) };
+  }
+
+  private trimCache(keep: number): void {
+    let total = 0;
+    const entries = [...this.cache.keys()].reverse(); // most recent first
+    for (const base of entries) {
+      if (base === keep) continue;
+      const m = this.manifests.find((x) => x.baseOffset === base);
+      total += m?.bytes ?? 0;
+      if (this.cache.size > MAX_CACHED_SEGMENTS || total + (this.find(keep)?.bytes ?? 0) > MAX_CACHE_BYTES || m === undefined) this.cache.delete(base);
+    }
+  }
+
+  private outOfRange(offset: number, logStart: number, hwm: number): OffsetOutOfRangeError {
+    return new OffsetOutOfRangeError(this.o.target.topic, this.o.target.partition, offset, this.startOffset ?? logStart, hwm);
+  }
+
+  /**
+   * The verified batches of the archived segment holding `offset`, from the indexed batch at
+   * or below it: calls `each` per batch until it returns false. A damaged batch (one found
+   * damaged when archived) raises CorruptRecordError unless `each` already took batches.
+   */
+  private async walk(offset: number, logStart: number, hwm: number, each: (h: BatchHeader, buf: Buffer, pos: number) => boolean): Promise<SegmentManifest> {
+    const m = this.find(offset);
+    if (m === undefined) throw this.outOfRange(offset, logStart, hwm);
+    const l = await this.load(m);
+    let pos = 0;
+    let expected = m.baseOffset;
+    const e = floor(l.rel, offset - m.baseOffset);
+    if (e >= 0) {
+      pos = l.pos[e];
+      expected = m.baseOffset + l.rel[e];
+    }
+    let took = false;
+    while (pos < l.log.length) {
+      let h: BatchHeader;
+      try {
+        h = verifyBatch(l.log, pos, l.log.length);
+        if (h.baseOffset !== expected) throw new InvalidBatchError(`batch at offset ${h.baseOffset}, expected ${expected}`);
+      } catch (err) {
+        if (!(err instanceof InvalidBatchError)) throw err;
+        if (took) break;
+        const { topic, partition, prefix } = this.o.target;
+        throw new CorruptRecordError(topic, partition, expected, objectKey(prefix, m.baseOffset, "log"), pos, err.message, m.endOffset);
+      }
+      if (h.baseOffset + h.count > offset) {
+        took = true;
+        if (!each(h, l.log, pos)) break;
+      }
+      pos += h.length;
+      expected = h.baseOffset + h.count;
+    }
+    return m;
+  }
+
+  /** Records from `offset` (below the online log start), as LogReader.read (ARC-2). */
+  async read(offset: number, maxBytes: number, logStart: number, hwm: number): Promise<{ records: StoredRecord[]; nextOffset: number }> {
+    const out: StoredRecord[] = [];
+    let bytes = 0;
+    const m = await this.walk(offset, logStart, hwm, (h, buf, pos) => {
+      if (out.length > 0 && bytes >= maxBytes) return false;
+      decodeRecords(buf, pos, h, offset, out);
+      bytes += h.length;
+      return true;
+    });
+    return { records: out, nextOffset: out.length > 0 ? out[out.length - 1].offset + 1 : m.endOffset };
+  }
+
+  /** Whole stored batches from `offset`, as LogReader.readRaw (ARC-2). */
+  async readRaw(offset: number, maxBytes: number, maxRecords: number, logStart: number, hwm: number): Promise<RawRead> {
+    let data: Buffer = EMPTY;
+    let first = -1;
+    let end = -1;
+    let bytes = 0;
+    let records = 0;
+    let next = offset;
+    const m = await this.walk(offset, logStart, hwm, (h, buf, pos) => {
+      if (first >= 0 && (bytes + h.length > maxBytes || records >= maxRecords)) return false;
+      if (first < 0) {
+        data = buf;
+        first = pos;
+      }
+      records += h.baseOffset + h.count - Math.max(h.baseOffset, offset);
+      bytes += h.length;
+      end = pos + h.length;
+      next = h.baseOffset + h.count;
+      return true;
+    });
+    if (first < 0) return { data: EMPTY, nextOffset: m.endOffset, records: 0 };
+    return { data: data.subarray(first, end), nextOffset: next, records };
+  }
+
+  /** First archived offset below `logStart` with a timestamp >= ts, or null (then the online log answers). */
+  async offsetForTimestamp(ts: number, logStart: number, hwm: number): Promise<number | null> {
+    for (const m of [...this.manifests]) {
+      if (m.baseOffset >= logStart) break;
+      if (m.maxTimestamp < ts || m.recordCount === 0) continue;
+      let found: number | null = null;
+      await this.walk(m.baseOffset, logStart, hwm, (h, buf, pos) => {
+        if (h.maxTimestamp < ts) return true;
+        for (const r of decodeRecords(buf, pos, h)) {
+          if (r.timestamp >= ts) {
+            found = r.offset;
+            return false;
+          }
+        }
+        return true;
+      });
+      if (found !== null) return found;
+    }
+    return null;
+  }
+
+  /**
+   * Removes the oldest archived segments whose newest record is older than
+   * `archiveRetentionMs` (ARC-4: manifest first, then the data). Never one at or above the
+   * online log start. Returns how many were removed.
+   */
+  async enforceRetention(now: number, logStart: number): Promise<number> {
+    const ms = this.o.retentionMs();
+    if (ms < 0) return 0;
+    let n = 0;
+    const { store, target } = this.o;
+    while (this.manifests.length > 0) {
+      const m = this.manifests[0];
+      if (m.endOffset > logStart || m.maxTimestamp >= now - ms) break;
+      await store.delete(objectKey(target.prefix, m.baseOffset, "manifest.json"));
+      this.manifests.shift();
+      this.cache.delete(m.baseOffset);
+      for (const ext of ["log", "index", "timeindex"] as const) await store.delete(objectKey(target.prefix, m.baseOffset, ext));
+      n++;
+    }
+    return n;
+  }
+}
+
+/** The archived offset index (8-byte entries: relative offset, position), if consistent (IDX-1: a hint). */
+function parseIndex(b: Buffer, size: number): { rel: Uint32Array; pos: Uint32Array } {
+  const n = b.length % 8 === 0 ? b.length / 8 : 0;
+  const rel = new Uint32Array(n);
+  const pos = new Uint32Array(n);
+  for (let i = 0; i < n; i++) {
+    rel[i] = b.readUInt32BE(i * 8);
+    pos[i] = b.readUInt32BE(i * 8 + 4);
+    const bad = i === 0 ? rel[0] !== 0 || pos[0] !== 0 : rel[i] <= rel[i - 1] || pos[i] <= pos[i - 1];
+    if (bad || pos[i] >= size) return { rel: new Uint32Array(0), pos: new Uint32Array(0) };
+  }
+  return { rel, pos };
+}
+
+function floor(rel: Uint32Array, target: number): number {
+  let lo = 0;
+  let hi = rel.length - 1;
+  let ans = -1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >>> 1;
+    if (rel[mid] <= target) {
+      ans = mid;
+      lo = mid + 1;
+    } else hi = mid - 1;
+  }
+  return ans;
+}
