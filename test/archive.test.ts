@@ -232,3 +232,30 @@ test("sluice archive list and verify: manifests per partition; verify recomputes
   assert.equal(cli("archive", "list").status, 2, "--dir is required");
   assert.equal(cli("archive", "--help").status, 0);
 });
+
+test("subscriptions replay from archived offsets: a group committed below the online start resumes there, earliest starts at offset 0", async () => {
+  using tmp = tempDir("sluice-archive-");
+  const b = await openBroker({ dataDir: join(tmp.dir, "data"), retentionCheckIntervalMs: 0 });
+  try {
+    await b.createTopic("t", { segmentBytes: 4096, retentionBytes: 2 * 4096, archive: { dir: join(tmp.dir, "archive") } });
+    await fill(b, "t", 40);
+    await engine(b).commitOffsets("g-committed", "t", new Map([[0, 2]]));
+    await b.enforceRetention(Date.now());
+    assert.ok(engine(b).log("t", 0).onlineLogStartOffset > 50, "the committed position is archived");
+    const want = (await fetchAll(b, "t", 0)).map((r) => r.offset);
+    for (const [group, from] of [["g-committed", 2], ["g-new", 0]] as const) {
+      const sub = b.subscribe("t", { group, start: "earliest", offsetReset: "error" });
+      const it = sub[Symbol.asyncIterator]();
+      const got: number[] = [];
+      while (got.length < want.length - from) {
+        const r = await it.next();
+        assert.ok(!r.done);
+        got.push(r.value.offset);
+      }
+      await sub.close();
+      assert.deepEqual(got, want.slice(from), `${group} replays every record from ${from}`);
+    }
+  } finally {
+    await b.close();
+  }
+});

@@ -158,14 +158,17 @@ export class PartitionArchive {
     return { m, log, ...parseIndex(idx ?? EMPTY, log.length) };
   }
 
+  /** Keeps the segment just loaded and the most recently used others within both bounds. */
   private trimCache(keep: number): void {
+    let kept = 1;
     let total = 0;
-    const entries = [...this.cache.keys()].reverse(); // most recent first
-    for (const base of entries) {
+    for (const base of [...this.cache.keys()].reverse()) {
       if (base === keep) continue;
       const m = this.manifests.find((x) => x.baseOffset === base);
-      total += m?.bytes ?? 0;
-      if (this.cache.size > MAX_CACHED_SEGMENTS || total + (this.find(keep)?.bytes ?? 0) > MAX_CACHE_BYTES || m === undefined) this.cache.delete(base);
+      if (m !== undefined && kept < MAX_CACHED_SEGMENTS && total + m.bytes <= MAX_CACHE_BYTES) {
+        kept++;
+        total += m.bytes;
+      } else this.cache.delete(base);
     }
   }
 
