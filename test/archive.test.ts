@@ -259,3 +259,25 @@ test("subscriptions replay from archived offsets: a group committed below the on
     await b.close();
   }
 });
+
+test("an archive that cannot be written stops retention for that partition only: nothing is deleted, nothing lost; other topics' retention runs", async () => {
+  using tmp = tempDir("sluice-archive-");
+  const dataDir = join(tmp.dir, "data");
+  const notADir = join(tmp.dir, "archive-file");
+  writeFileSync(notADir, "not a directory");
+  const b = await openBroker({ dataDir, retentionCheckIntervalMs: 0 });
+  try {
+    await b.createTopic("a", { segmentBytes: 4096, retentionBytes: 2 * 4096, archive: { dir: notADir } });
+    await b.createTopic("z", { segmentBytes: 4096, retentionBytes: 2 * 4096 });
+    await fill(b, "a", 40);
+    for (let i = 0; i < 120; i++) await b.publishBatch("z", [{ value: VALUE, partition: 0 }]);
+    const before = localLogs(dataDir, "a");
+    await assert.rejects(b.enforceRetention(Date.now()));
+    assert.deepEqual(localLogs(dataDir, "a"), before, "no local segment deleted without its archive copy");
+    assert.equal(engine(b).log("a", 0).logStartOffset, 0);
+    assert.equal((await fetchAll(b, "a", 0)).length, 160);
+    assert.ok(engine(b).log("z", 0).logStartOffset > 0, "the other topic's retention ran");
+  } finally {
+    await b.close();
+  }
+});

@@ -56,11 +56,36 @@ export class PartitionArchive {
 
   private constructor(private readonly o: PartitionArchiveOptions) {}
 
-  /** Loads the manifests and removes objects left without one below `logStart` (ARC-4). */
+  /**
+   * Loads the manifests and removes objects left without one below `logStart` (ARC-4). An
+   * archive that cannot be read now does not keep the partition from opening: it is loaded
+   * again on its next use (until then nothing is archived, so retention deletes nothing, and
+   * reads below the online log start fail with StorageError).
+   */
   static async open(o: PartitionArchiveOptions, logStart: number): Promise<PartitionArchive> {
     const a = new PartitionArchive(o);
+    await a.ensureLoaded(logStart).catch((e: unknown) => o.logger.error({ err: e, archive: o.store.location, topic: o.target.topic, partition: o.target.partition }, "archive unreadable; retrying on next use"));
+    return a;
+  }
+
+  private loaded: Promise<void> | null = null;
+
+  private ensureLoaded(logStart: number): Promise<void> {
+    if (this.loaded === null) {
+      const p = this.load0(logStart);
+      this.loaded = p;
+      p.catch(() => {
+        if (this.loaded === p) this.loaded = null;
+      });
+    }
+    return this.loaded;
+  }
+
+  private async load0(logStart: number): Promise<void> {
+    const o = this.o;
     const keys = await o.store.list(o.target.prefix);
     const bases = new Set<number>();
+    const found: SegmentManifest[] = [];
     for (const k of keys) {
       const base = manifestBase(k);
       if (base === null) continue;
@@ -70,17 +95,17 @@ export class PartitionArchive {
         o.logger.error({ key: k, archive: o.store.location }, "ignoring an unreadable archive manifest");
         continue;
       }
-      a.manifests.push(m);
+      found.push(m);
       bases.add(base);
     }
-    a.manifests.sort((x, y) => x.baseOffset - y.baseOffset);
+    for (const m of this.manifests) if (!bases.has(m.baseOffset)) found.push(m);
+    this.manifests = found.sort((x, y) => x.baseOffset - y.baseOffset);
     for (const k of keys) {
       const base = dataBase(k);
       // Without a manifest nothing relies on these (ARC-1): an interrupted archive attempt
       // (redone if the segment is still local) or an interrupted archive deletion.
       if (base !== null && !bases.has(base) && base < logStart) await o.store.delete(k);
     }
-    return a;
   }
 
   /** First archived offset, or null when nothing is archived. */
@@ -98,6 +123,7 @@ export class PartitionArchive {
    * segment about to be deleted, oldest first, and resolves only when all are archived (ARC-1).
    */
   async beforeDelete(segs: readonly LocalSegment[], now: number): Promise<void> {
+    if (segs.length > 0) await this.ensureLoaded(segs[0].baseOffset);
     for (const s of segs) {
       if (this.find(s.baseOffset)?.endOffset === s.endOffset) continue;
       const m = await archiveSegment(this.o.fs, this.o.store, this.o.target, s, now);
@@ -182,6 +208,7 @@ export class PartitionArchive {
    * damaged when archived) raises CorruptRecordError unless `each` already took batches.
    */
   private async walk(offset: number, logStart: number, hwm: number, each: (h: BatchHeader, buf: Buffer, pos: number) => boolean): Promise<SegmentManifest> {
+    await this.ensureLoaded(logStart);
     const m = this.find(offset);
     if (m === undefined) throw this.outOfRange(offset, logStart, hwm);
     const l = await this.load(m);
@@ -253,6 +280,7 @@ export class PartitionArchive {
 
   /** First archived offset below `logStart` with a timestamp >= ts, or null (then the online log answers). */
   async offsetForTimestamp(ts: number, logStart: number, hwm: number): Promise<number | null> {
+    await this.ensureLoaded(logStart);
     for (const m of [...this.manifests]) {
       if (m.baseOffset >= logStart) break;
       if (m.maxTimestamp < ts || m.recordCount === 0) continue;
@@ -280,6 +308,7 @@ export class PartitionArchive {
   async enforceRetention(now: number, logStart: number): Promise<number> {
     const ms = this.o.retentionMs();
     if (ms < 0) return 0;
+    await this.ensureLoaded(logStart);
     let n = 0;
     const { store, target } = this.o;
     while (this.manifests.length > 0) {

@@ -353,7 +353,20 @@ export class DiskEngine implements StorageEngine {
   }
 
   async enforceRetention(now = this.telemetry.clock.now()): Promise<void> {
-    for (const t of [...this.topics.values()]) for (const l of t.logs) await l.enforceRetention(now);
+    // One partition that cannot run retention (e.g. its archive is unreachable, ARC-1: then it
+    // deletes nothing) does not hold back the others; the first error is raised at the end.
+    let first: unknown = null;
+    for (const t of [...this.topics.values()]) {
+      for (const l of t.logs) {
+        try {
+          await l.enforceRetention(now);
+        } catch (e) {
+          this.logger.error({ err: e, topic: t.name, partition: l.partition }, "retention failed for a partition");
+          first ??= e;
+        }
+      }
+    }
+    if (first !== null) throw first;
   }
 
   allocateProducer(producerId?: number): Promise<{ producerId: number; producerEpoch: number }> {
