@@ -281,3 +281,49 @@ test("an archive that cannot be written stops retention for that partition only:
     await b.close();
   }
 });
+
+test("sluice archive restore brings an archived range back online (offline, under the data dir lock); replay is then local and identical", async () => {
+  using tmp = tempDir("sluice-archive-");
+  const dataDir = join(tmp.dir, "data");
+  const archiveDir = join(tmp.dir, "archive");
+  let b = await openBroker({ dataDir, retentionCheckIntervalMs: 0 });
+  let want: Awaited<ReturnType<typeof fetchAll>> = [];
+  let manifests: { baseOffset: number; endOffset: number }[] = [];
+  try {
+    await b.createTopic("t", { segmentBytes: 4096, retentionBytes: 2 * 4096, archive: { dir: archiveDir } });
+    await fill(b, "t", 60);
+    want = await fetchAll(b, "t", 0);
+    await b.enforceRetention(Date.now());
+    manifests = engine(b).log("t", 0).archive!.list().map((m) => ({ baseOffset: m.baseOffset, endOffset: m.endOffset }));
+    assert.ok(manifests.length >= 3);
+    const locked = cli("archive", "restore", "--data", dataDir, "--topic", "t", "--partition", "0", "--from", "0");
+    assert.equal(locked.status, 1);
+    assert.match(locked.stderr, /^error \[DATA_DIR_LOCKED\]/);
+  } finally {
+    await b.close();
+  }
+  const from = manifests[1].baseOffset + 1;
+  const r = cli("archive", "restore", "--data", dataDir, "--topic", "t", "--partition", "0", "--from", String(from), "--json");
+  assert.equal(r.status, 0, r.stderr);
+  const report = JSON.parse(r.stdout) as { logStart: number; previousLogStart: number; segments: number };
+  assert.equal(report.logStart, manifests[1].baseOffset);
+  assert.equal(report.previousLogStart, manifests[manifests.length - 1].endOffset);
+  assert.equal(report.segments, manifests.length - 1);
+  b = await openBroker({ dataDir, retentionCheckIntervalMs: 0 });
+  try {
+    const log = engine(b).log("t", 0);
+    assert.equal(log.onlineLogStartOffset, manifests[1].baseOffset, "the range is online again");
+    assert.equal(log.describeSegments()[0].baseOffset, manifests[1].baseOffset);
+    assert.equal(log.logStartOffset, 0, "the first segment is still readable from the archive");
+    assert.deepEqual(await fetchAll(b, "t", 0), want);
+    // Retention deletes the restored segments again without archiving them twice.
+    await b.enforceRetention(Date.now());
+    assert.equal(log.archive!.list().length, manifests.length);
+    assert.deepEqual(await fetchAll(b, "t", 0), want);
+  } finally {
+    await b.close();
+  }
+  const bad = cli("archive", "restore", "--data", dataDir, "--topic", "nope", "--partition", "0", "--from", "0");
+  assert.equal(bad.status, 1);
+  assert.match(bad.stderr, /^error \[TOPIC_NOT_FOUND\]/);
+});

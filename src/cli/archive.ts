@@ -1,24 +1,30 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * `sluice archive list|verify --dir DIR`: the segment archive of topics with an `archive`
+ * `sluice archive list|verify --dir DIR`, `sluice archive restore --data DIR ...`: the segment archive of topics with an `archive`
  * (tiered storage, src/log/archive/). Works on the archive directory itself, read-only, so it
  * runs beside a live broker (manifests and objects are replaced atomically, ARC-1).
  *   list    one line per archived segment (from its manifest)
  *   verify  recomputes length, CRC-32C and SHA-256 of every archived object against its
  *           manifest (ARC-3) and checks each partition's archived range is contiguous
- * `restore` (bringing a range back online) is not there yet: reads below the online log start
- * are already served from the archive.
+ *   restore copies archived segments back into a partition directory (offline, holding the
+ *           data dir's lock, FS-3) and moves its log start back (restore.ts, ARC-5)
  */
 import { BrokerError, ValidationError } from "../errors.js";
 import { NodeFileSystem } from "../log/io.js";
 import { FsArchiveStore } from "../log/archive/fs-archive-store.js";
 import { manifestBase, objectKey, parseManifest, type SegmentManifest } from "../log/archive/manifest.js";
 import { verifyObject } from "../log/archive/segment-archiver.js";
-import { isAbsolute, resolve } from "node:path";
+import { isAbsolute, join, resolve } from "node:path";
+import { readJsonFile } from "../log/io.js";
+import { partitionPrefix } from "../log/archive/manifest.js";
+import { restoreRange } from "../log/archive/restore.js";
+import { validateName } from "../store/names.js";
+import { PartitionNotFoundError, TopicNotFoundError } from "../errors.js";
 import { UsageError, helpIfAsked, parse } from "./args.js";
 import { Progress, printJson, printTable, say } from "./output.js";
 
 export const ARCHIVE_HELP = `Usage: sluice archive list|verify --dir DIR [--topic NAME] [--partition N] [--json]
+       sluice archive restore --data DIR --topic NAME --partition N --from OFFSET [--json]
 
 The segment archive of topics created with an archive ({ "archive": { "dir": DIR } }): the
 sealed segments retention copied there (verified) before deleting them locally. Reads the
@@ -28,17 +34,23 @@ archive directory only; safe beside a running broker.
   verify   recomputes each archived segment's length, CRC-32C and SHA-256 (and its indexes')
            against its manifest, and checks each partition's archived offsets are contiguous.
            Exit status 1 when anything is damaged or missing (error [ARCHIVE_CORRUPT]).
+  restore  copies the archived segments from the one holding OFFSET up to the online log start
+           back into the partition's directory (each checked against its manifest) and moves
+           the log start back, for fast replay from local disk. Offline: needs --data, and no
+           server may hold the data directory. Retention deletes them again at its next run if
+           they exceed the topic's retention (they are not archived twice).
 
 Options:
   --dir DIR          the archive directory (the topic config's archive.dir)
+  --data DIR         (restore) the data directory; the archive is the topic's archive.dir
+  --from OFFSET      (restore) the first offset to bring back online
   --topic NAME       only this topic
   --partition N      only this partition (with --topic)
   --json             machine-readable output
 
-(restore, bringing an archived range back online, is not available yet; replay from an
-archived offset works without it.)`;
+Replay from an archived offset works without restore: the broker reads the archive.`;
 
-const OPTIONS = { dir: { type: "string" }, topic: { type: "string" }, partition: { type: "string" }, json: { type: "boolean" } } as const;
+const OPTIONS = { dir: { type: "string" }, data: { type: "string" }, from: { type: "string" }, topic: { type: "string" }, partition: { type: "string" }, json: { type: "boolean" } } as const;
 
 interface Entry {
   /** Key prefix of the partition in the archive. */
@@ -71,14 +83,15 @@ export async function archiveCommand(argv: string[]): Promise<void> {
   helpIfAsked(argv, ARCHIVE_HELP);
   const { values, positionals } = parse(argv, { usage: ARCHIVE_HELP, options: OPTIONS, maxPositionals: 1 });
   const sub = positionals[0];
-  if (sub !== "list" && sub !== "verify") throw new UsageError(`unknown archive command ${JSON.stringify(sub ?? "")}; usage: sluice archive list|verify --dir DIR`);
-  if (values.dir === undefined) throw new UsageError("archive needs --dir DIR (the topic config's archive.dir)");
+  if (sub !== "list" && sub !== "verify" && sub !== "restore") throw new UsageError(`unknown archive command ${JSON.stringify(sub ?? "")}; usage: sluice archive list|verify --dir DIR, or restore --data DIR ...`);
   let partition: number | undefined;
   if (values.partition !== undefined) {
     partition = Number(values.partition);
     if (!Number.isSafeInteger(partition) || partition < 0) throw new UsageError(`--partition must be a partition number, got ${JSON.stringify(values.partition)}`);
     if (values.topic === undefined) throw new UsageError("--partition needs --topic");
   }
+  if (sub === "restore") return restore(values.data, values.topic, partition, values.from, values.json === true);
+  if (values.dir === undefined) throw new UsageError("archive needs --dir DIR (the topic config's archive.dir)");
   const dir = isAbsolute(values.dir) ? values.dir : resolve(values.dir);
   const fs = new NodeFileSystem();
   if ((await fs.stat(dir))?.isDirectory !== true) throw new ValidationError(`archive directory ${dir} does not exist`);
@@ -129,4 +142,30 @@ async function verify(store: FsArchiveStore, entries: Entry[], unreadable: strin
   if (json) printJson({ ok: problems.length === 0, segments: entries.length, problems });
   else for (const p of problems) say(`  ${p.key}: ${p.problem}`);
   if (problems.length > 0) throw new BrokerError("ARCHIVE_CORRUPT", `${problems.length} problem(s) in the archive: ${problems[0].key}${problems.length > 1 ? ", ..." : ""}`);
+}
+
+async function restore(data: string | undefined, topic: string | undefined, partition: number | undefined, fromText: string | undefined, json: boolean): Promise<void> {
+  if (data === undefined || topic === undefined || partition === undefined || fromText === undefined)
+    throw new UsageError("archive restore needs --data DIR --topic NAME --partition N --from OFFSET");
+  const from = Number(fromText);
+  if (!Number.isSafeInteger(from) || from < 0) throw new UsageError(`--from must be an offset, got ${JSON.stringify(fromText)}`);
+  validateName("topic", topic);
+  const dataDir = resolve(data);
+  const fs = new NodeFileSystem();
+  // FS-3: no broker may have the partition open while its files and log start change.
+  const lock = await fs.lock(dataDir);
+  try {
+    const topicDir = join(dataDir, "topics", topic);
+    const meta = await readJsonFile<{ topicId: string; config: { partitions: number; archive?: { dir: string } | null } }>(fs, join(topicDir, "topic.json"));
+    if (meta === null) throw new TopicNotFoundError(topic);
+    if (partition >= meta.config.partitions) throw new PartitionNotFoundError(topic, partition);
+    if (!meta.config.archive) throw new ValidationError(`topic ${topic} has no archive`);
+    const store = new FsArchiveStore(fs, meta.config.archive.dir);
+    const r = await restoreRange(fs, store, partitionPrefix(topic, meta.topicId, partition), join(topicDir, String(partition)), from);
+    if (json) printJson({ topic, partition, ...r });
+    else if (r.segments === 0) say(`${topic}/${partition}: offset ${from} is online already (log start ${r.logStart})`);
+    else say(`${topic}/${partition}: restored ${r.segments} segment(s), ${r.bytes} bytes; log start ${r.previousLogStart} -> ${r.logStart}`);
+  } finally {
+    await lock.release();
+  }
 }
