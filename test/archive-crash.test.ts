@@ -15,6 +15,7 @@ import { FsArchiveStore } from "../src/log/archive/fs-archive-store.js";
 import { objectKey, partitionPrefix } from "../src/log/archive/manifest.js";
 import { PartitionArchive } from "../src/log/archive/partition-archive.js";
 import { verifyObject } from "../src/log/archive/segment-archiver.js";
+import { restoreRange } from "../src/log/archive/restore.js";
 import type { FileSystem } from "../src/log/io.js";
 import { PartitionLog, type LogConfig } from "../src/log/partition-log.js";
 import type { PreparedRecord } from "../src/log/record-batch.js";
@@ -133,6 +134,66 @@ test("archiving a segment survives a crash and power loss at every I/O operation
   const failures: string[] = [];
   for (let k = 0; k <= dry.ops; k++) {
     const r = await runAt(k, seed, dry.written);
+    for (const p of r.problems) failures.push(`k=${k}: ${p}`);
+  }
+  t.diagnostic(`${dry.ops + 1} crash points, ${failures.length} problems`);
+  assert.deepEqual(failures.slice(0, 20), []);
+});
+
+/** Restores the archived range at crash point k: the partition is as before or fully restored, never between (ARC-5). */
+async function restoreAt(k: number, seed: number): Promise<Run & { written: string[] }> {
+  const root = mkdtempSync(join(process.env.SLUICE_TEST_TMP ?? tmpdir(), "sluice-arcrs-"));
+  mkdirSync(join(root, "data"));
+  const problems: string[] = [];
+  try {
+    const fs = new FaultyFileSystem({ crashModel: { scratchDir: join(root, "scratch") } });
+    const log = await openLog(fs, root);
+    for (let i = 0; i < BATCHES; i++) await log.append(batch(i));
+    const written = await readAll(log);
+    const segs = log.describeSegments();
+    await log.advanceLogStart(segs[2].endOffset);
+    const archivedStart = log.onlineLogStartOffset;
+    await log.close();
+    const base = fs.opCount;
+    fs.crashAtOp(base + k);
+    const store = new FsArchiveStore(fs, join(root, "archive"));
+    await Promise.race([restoreRange(fs, store, partitionPrefix(TOPIC, TOPIC_ID, 0), join(root, "data", "p0"), 0).catch(() => {}), fs.whenCrashed()]);
+    const ops = fs.opCount - base;
+    if (!fs.isCrashed) fs.crash("power lost after the restore");
+    await fs.powerLoss({ seed: seed * 7919 + k, mode: "mixed" });
+    fs.dispose();
+    const fs2 = new FaultyFileSystem({ crashModel: { scratchDir: join(root, "scratch2") } });
+    try {
+      const log2 = await openLog(fs2, root);
+      try {
+        const online = log2.onlineLogStartOffset;
+        if (online !== 0 && online !== archivedStart) problems.push(`online log start ${online}: neither before (${archivedStart}) nor after (0) the restore`);
+        const got = await readAll(log2);
+        if (JSON.stringify(got) !== JSON.stringify(written)) problems.push(`records differ after recovery: ${got.length} of ${written.length}`);
+        if (online === 0 && log2.describeSegments()[0].baseOffset !== 0) problems.push("log start 0 without the restored segment");
+        if (k === Number.MAX_SAFE_INTEGER && online !== 0) problems.push(`a completed restore left the online log start at ${online}`);
+      } finally {
+        await log2.close();
+      }
+    } catch (e) {
+      problems.push(`recovery failed: ${(e as Error).stack}`);
+    } finally {
+      fs2.dispose();
+    }
+    return { ops, problems, written };
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+}
+
+test("restoring archived segments survives a crash and power loss at every I/O operation: all or nothing (ARC-5)", { timeout: 600_000 }, async (t) => {
+  const seed = Number(process.env.SLUICE_SEED ?? 1);
+  const dry = await restoreAt(Number.MAX_SAFE_INTEGER, seed);
+  assert.deepEqual(dry.problems, [], "the restore without a crash");
+  assert.ok(dry.ops > 10, `restoring takes ${dry.ops} I/O operations`);
+  const failures: string[] = [];
+  for (let k = 0; k <= dry.ops; k++) {
+    const r = await restoreAt(k, seed);
     for (const p of r.problems) failures.push(`k=${k}: ${p}`);
   }
   t.diagnostic(`${dry.ops + 1} crash points, ${failures.length} problems`);
