@@ -211,7 +211,14 @@ export class PartitionArchive {
     await this.ensureLoaded(logStart);
     const m = this.find(offset);
     if (m === undefined) throw this.outOfRange(offset, logStart, hwm);
-    const l = await this.load(m);
+    let l: Loaded;
+    try {
+      l = await this.load(m);
+    } catch (e) {
+      // Archive retention removed it meanwhile: out of range now, not damage.
+      if (e instanceof ArchiveCorruptError && this.find(offset) === undefined) throw this.outOfRange(offset, logStart, hwm);
+      throw e;
+    }
     let pos = 0;
     let expected = m.baseOffset;
     const e = floor(l.rel, offset - m.baseOffset);
@@ -305,7 +312,17 @@ export class PartitionArchive {
    * `archiveRetentionMs` (ARC-4: manifest first, then the data). Never one at or above the
    * online log start. Returns how many were removed.
    */
-  async enforceRetention(now: number, logStart: number): Promise<number> {
+  enforceRetention(now: number, logStart: number): Promise<number> {
+    // One run at a time (the retention timer and an explicit call may overlap): each removes
+    // the manifest at the front it has just deleted.
+    const run = this.retentionRun.then(() => this.removeExpired(now, logStart));
+    this.retentionRun = run.catch(() => {});
+    return run;
+  }
+
+  private retentionRun: Promise<unknown> = Promise.resolve();
+
+  private async removeExpired(now: number, logStart: number): Promise<number> {
     const ms = this.o.retentionMs();
     if (ms < 0) return 0;
     await this.ensureLoaded(logStart);
