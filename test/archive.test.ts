@@ -13,6 +13,8 @@ import { openBroker, type EmbeddedBroker } from "../src/broker/broker.js";
 import { ArchiveCorruptError, OffsetOutOfRangeError, ValidationError } from "../src/errors.js";
 import type { DiskEngine } from "../src/store/disk/disk-engine.js";
 import { resolveTopicConfig } from "../src/store/topic-config.js";
+import { FsArchiveStore } from "../src/log/archive/fs-archive-store.js";
+import { NodeFileSystem } from "../src/log/io.js";
 import { tempDir } from "../src/testing/helpers.js";
 import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
@@ -326,4 +328,34 @@ test("sluice archive restore brings an archived range back online (offline, unde
   const bad = cli("archive", "restore", "--data", dataDir, "--topic", "nope", "--partition", "0", "--from", "0");
   assert.equal(bad.status, 1);
   assert.match(bad.stderr, /^error \[TOPIC_NOT_FOUND\]/);
+});
+
+test("FsArchiveStore: put replaces atomically, ranged get, size, sorted list by prefix without temporaries, delete of a missing key, keys checked", async () => {
+  using tmp = tempDir("sluice-archive-store-");
+  const store = new FsArchiveStore(new NodeFileSystem(), join(tmp.dir, "root"));
+  assert.equal(await store.get("a/b"), null);
+  assert.equal(await store.size("a/b"), null);
+  assert.deepEqual(await store.list(""), []);
+  await store.put("a/b", Buffer.from("hello world"));
+  await store.put("a/c/d", (async function* () {
+    yield Buffer.from("chunk1-");
+    yield Buffer.from("chunk2");
+  })());
+  await store.put("z", Buffer.from("x"));
+  await store.put("a/b", Buffer.from("HELLO WORLD!"));
+  assert.equal((await store.get("a/b"))!.toString(), "HELLO WORLD!");
+  assert.equal((await store.get("a/b", { start: 6, end: 11 }))!.toString(), "WORLD");
+  assert.equal((await store.get("a/b", { start: 6, end: 1000 }))!.toString(), "WORLD!");
+  assert.equal((await store.get("a/c/d"))!.toString(), "chunk1-chunk2");
+  assert.equal(await store.size("a/c/d"), 13);
+  writeFileSync(join(tmp.dir, "root", "a", ".deadbeef.tmp"), "an interrupted put");
+  assert.deepEqual(await store.list(""), ["a/b", "a/c/d", "z"]);
+  assert.deepEqual(await store.list("a/"), ["a/b", "a/c/d"]);
+  assert.deepEqual(await store.list("a/c/"), ["a/c/d"]);
+  await store.put("a/e", Buffer.from("e"));
+  assert.deepEqual(readdirSync(join(tmp.dir, "root", "a")).filter((n) => n.endsWith(".tmp")), [], "the next put into the directory removes temporaries");
+  await store.delete("a/b");
+  await store.delete("a/b");
+  assert.equal(await store.get("a/b"), null);
+  for (const bad of ["", "../x", "a/../b", "a//b", ".hidden", "a/.tmp", "/abs"]) await assert.rejects(store.put(bad, Buffer.from("x")), ValidationError, bad);
 });
