@@ -143,10 +143,14 @@ test("a damaged archived segment raises ArchiveCorruptError and is never served;
     assert.ok(m1 !== undefined, "two segments archived");
     const topicId = (await b.describeTopic("t")).topicId;
     const file = join(archiveDir, "t", topicId, "0", `${String(m1.baseOffset).padStart(20, "0")}.log`);
+    // Read once: the segment is verified against its manifest and remembered as verified.
+    assert.equal((await b.fetch("t", 0, m1.baseOffset)).records[0].offset, m1.baseOffset);
     const bytes = readFileSync(file);
-    // Flip one bit in a record value (the batch CRC would catch it too; the manifest first).
+    // Flip one bit in a record value after that: the batch's own CRC catches it on the next read.
     bytes[bytes.length - 10] ^= 0x01;
     writeFileSync(file, bytes);
+    await assert.rejects(b.fetch("t", 0, m1.endOffset - 1), (e: unknown) => e instanceof ArchiveCorruptError && /fails its check/.test(e.message));
+    // And then the whole-segment check again (SHA-256 against the manifest) for every read of it.
     for (const read of [() => b.fetch("t", 0, m1.baseOffset), () => engine(b).encoded!.readRaw("t", 0, m1.baseOffset + 1, 1 << 20), () => b.fetch("t", 0, m1.endOffset - 1)]) {
       await assert.rejects(read(), (e: unknown) => e instanceof ArchiveCorruptError && e.code === "ARCHIVE_CORRUPT" && e.key.endsWith(".log"));
     }

@@ -15,29 +15,34 @@
  *  ARC-4 archive retention removes the manifest first (the segment stops being archived),
  *        then the data objects; data objects without a manifest are garbage, removed at open.
  *
- * Memory: manifests are held in memory (a few hundred bytes per archived segment); archived
- * segment bytes are cached for reads, at most MAX_CACHED_SEGMENTS of them and, beyond the one
- * being read, at most MAX_CACHE_BYTES.
+ * Memory: manifests are held in memory (a few hundred bytes per archived segment). A segment
+ * is verified against its manifest by streaming it (1 MiB at a time) on its first read in
+ * this process, then read in ranges about the size of each read; no segment is held whole.
  */
 import { CorruptRecordError, InvalidBatchError, OffsetOutOfRangeError, ArchiveCorruptError } from "../../errors.js";
 import type { Logger } from "../../observability/telemetry.js";
 import type { FileSystem } from "../io.js";
-import { decodeRecords, verifyBatch, type BatchHeader, type StoredRecord } from "../record-batch.js";
+import { decodeRecords, HEADER_SIZE, MAX_BATCH_BYTES, readBatchLength, verifyBatch, type BatchHeader, type StoredRecord } from "../record-batch.js";
 import type { RawRead } from "../log-reader.js";
 import type { ArchiveStore } from "./archive-store.js";
-import { dataBase, Digest, manifestBase, objectKey, parseManifest, type SegmentManifest } from "./manifest.js";
-import { archiveSegment, type ArchiveTarget, type LocalSegment } from "./segment-archiver.js";
+import { dataBase, manifestBase, objectKey, parseManifest, type SegmentManifest } from "./manifest.js";
+import { archiveSegment, verifyObject, type ArchiveTarget, type LocalSegment } from "./segment-archiver.js";
 
-export const MAX_CACHED_SEGMENTS = 2;
-export const MAX_CACHE_BYTES = 64 * 1024 * 1024;
+/** Archived segments remembered as verified (with their indexes: ~3 bytes per 4 KiB) per partition. */
+export const MAX_VERIFIED_SEGMENTS = 64;
 const EMPTY = Buffer.alloc(0);
 
-interface Loaded {
-  m: SegmentManifest;
-  log: Buffer;
+/** An archived segment whose .log matched its manifest (ARC-3), with its offset index. */
+interface Verified {
+  key: string;
   /** Offset index entries (relative offset, position), validated; empty if unusable. */
   rel: Uint32Array;
   pos: Uint32Array;
+}
+
+/** Bytes fetched per range: the read's size plus the lead-in from an index entry (IDX-2). */
+function readWindow(maxBytes: number): number {
+  return Math.min(Math.max(64 * 1024, maxBytes + 2 * 4096 + HEADER_SIZE), 16 * 1024 * 1024);
 }
 
 export interface PartitionArchiveOptions {
@@ -52,7 +57,8 @@ export interface PartitionArchiveOptions {
 export class PartitionArchive {
   /** Manifests by base offset, ascending. */
   private manifests: SegmentManifest[] = [];
-  private readonly cache = new Map<number, Promise<Loaded>>();
+  /** Segments checked against their manifests in this process (LRU, MAX_VERIFIED_SEGMENTS). */
+  private readonly verified = new Map<number, Promise<Verified>>();
 
   private constructor(private readonly o: PartitionArchiveOptions) {}
 
@@ -153,49 +159,39 @@ export class PartitionArchive {
     return undefined;
   }
 
-  /** The verified bytes of an archived segment (ARC-3), from the cache or the store. */
-  private load(m: SegmentManifest): Promise<Loaded> {
-    let p = this.cache.get(m.baseOffset);
+  /**
+   * An archived segment checked against its manifest (ARC-3: length, CRC-32C, SHA-256,
+   * streamed in bounded chunks by verifyObject) and its offset index; from the cache of
+   * verified segments or checked now.
+   */
+  private load(m: SegmentManifest): Promise<Verified> {
+    let p = this.verified.get(m.baseOffset);
     if (p !== undefined) {
-      this.cache.delete(m.baseOffset);
-      this.cache.set(m.baseOffset, p);
+      this.verified.delete(m.baseOffset);
+      this.verified.set(m.baseOffset, p);
       return p;
     }
-    p = this.fetch(m);
-    this.cache.set(m.baseOffset, p);
-    p.catch(() => {
-      if (this.cache.get(m.baseOffset) === p) this.cache.delete(m.baseOffset);
-    });
-    void p.then(() => this.trimCache(m.baseOffset), () => {});
+    p = this.check(m);
+    this.verified.set(m.baseOffset, p);
+    p.catch(() => this.forget(m.baseOffset, p));
+    for (const base of this.verified.keys()) {
+      if (this.verified.size <= MAX_VERIFIED_SEGMENTS) break;
+      this.verified.delete(base);
+    }
     return p;
   }
 
-  private async fetch(m: SegmentManifest): Promise<Loaded> {
-    const { store, target } = this.o;
-    const key = objectKey(target.prefix, m.baseOffset, "log");
-    const log = await store.get(key);
-    if (log === null) throw new ArchiveCorruptError(key, "missing");
-    const d = Digest.of(log);
-    // ARC-3: checked before a single byte is decoded or served.
-    if (d.bytes !== m.bytes) throw new ArchiveCorruptError(key, `${d.bytes} bytes, expected ${m.bytes}`);
-    if (d.crc32c !== m.crc32c) throw new ArchiveCorruptError(key, `CRC-32C ${d.crc32c}, expected ${m.crc32c}`);
-    if (d.sha256 !== m.sha256) throw new ArchiveCorruptError(key, `SHA-256 ${d.sha256}, expected ${m.sha256}`);
-    const idx = await store.get(objectKey(target.prefix, m.baseOffset, "index")).catch(() => null);
-    return { m, log, ...parseIndex(idx ?? EMPTY, log.length) };
+  private forget(base: number, p?: Promise<Verified>): void {
+    if (p === undefined || this.verified.get(base) === p) this.verified.delete(base);
   }
 
-  /** Keeps the segment just loaded and the most recently used others within both bounds. */
-  private trimCache(keep: number): void {
-    let kept = 1;
-    let total = 0;
-    for (const base of [...this.cache.keys()].reverse()) {
-      if (base === keep) continue;
-      const m = this.manifests.find((x) => x.baseOffset === base);
-      if (m !== undefined && kept < MAX_CACHED_SEGMENTS && total + m.bytes <= MAX_CACHE_BYTES) {
-        kept++;
-        total += m.bytes;
-      } else this.cache.delete(base);
-    }
+  private async check(m: SegmentManifest): Promise<Verified> {
+    const { store, target } = this.o;
+    const key = objectKey(target.prefix, m.baseOffset, "log");
+    // ARC-3: checked before a single byte is decoded or served.
+    await verifyObject(store, key, { bytes: m.bytes, sha256: m.sha256, crc32c: m.crc32c });
+    const idx = await store.get(objectKey(target.prefix, m.baseOffset, "index")).catch(() => null);
+    return { key, ...parseIndex(idx ?? EMPTY, m.bytes) };
   }
 
   private outOfRange(offset: number, logStart: number, hwm: number): OffsetOutOfRangeError {
@@ -203,17 +199,21 @@ export class PartitionArchive {
   }
 
   /**
-   * The verified batches of the archived segment holding `offset`, from the indexed batch at
-   * or below it: calls `each` per batch until it returns false. A damaged batch (one found
-   * damaged when archived) raises CorruptRecordError unless `each` already took batches.
+   * The batches of the archived segment holding `offset`, from the indexed batch at or below
+   * it, read in ranges of about `window` bytes (memory stays O(window + largest batch)); each
+   * batch is verified (LOG-2) and `each` is called per batch until it returns false. With
+   * `contiguous`, the walk ends where a new range would be needed once `each` took a batch
+   * (readRaw hands out one view of one buffer). A batch that fails its check raises
+   * ArchiveCorruptError (the copy changed after it was verified) or, in a segment archived
+   * with damage, CorruptRecordError, unless `each` already took batches.
    */
-  private async walk(offset: number, logStart: number, hwm: number, each: (h: BatchHeader, buf: Buffer, pos: number) => boolean): Promise<SegmentManifest> {
+  private async walk(offset: number, logStart: number, hwm: number, window: number, contiguous: boolean, each: (h: BatchHeader, buf: Buffer, pos: number) => boolean): Promise<SegmentManifest> {
     await this.ensureLoaded(logStart);
     const m = this.find(offset);
     if (m === undefined) throw this.outOfRange(offset, logStart, hwm);
-    let l: Loaded;
+    let v: Verified;
     try {
-      l = await this.load(m);
+      v = await this.load(m);
     } catch (e) {
       // Archive retention removed it meanwhile: out of range now, not damage.
       if (e instanceof ArchiveCorruptError && this.find(offset) === undefined) throw this.outOfRange(offset, logStart, hwm);
@@ -221,26 +221,53 @@ export class PartitionArchive {
     }
     let pos = 0;
     let expected = m.baseOffset;
-    const e = floor(l.rel, offset - m.baseOffset);
+    const e = floor(v.rel, offset - m.baseOffset);
     if (e >= 0) {
-      pos = l.pos[e];
-      expected = m.baseOffset + l.rel[e];
+      pos = v.pos[e];
+      expected = m.baseOffset + v.rel[e];
     }
+    let buf: Buffer = EMPTY;
+    let bufStart = pos;
+    const fill = async (need: number): Promise<void> => {
+      const end = Math.min(m.bytes, pos + Math.max(window, need));
+      const got = await this.o.store.get(v.key, { start: pos, end });
+      if (got === null || got.length !== end - pos) {
+        this.forget(m.baseOffset);
+        throw new ArchiveCorruptError(v.key, got === null ? "missing" : `short read at ${pos}`);
+      }
+      buf = got;
+      bufStart = pos;
+    };
     let took = false;
-    while (pos < l.log.length) {
+    while (pos < m.bytes) {
       let h: BatchHeader;
       try {
-        h = verifyBatch(l.log, pos, l.log.length);
+        const have = bufStart + buf.length - pos;
+        if (have < HEADER_SIZE) {
+          if (took && contiguous) break;
+          await fill(HEADER_SIZE);
+        }
+        const len = readBatchLength(buf, pos - bufStart);
+        if (len < HEADER_SIZE || len > MAX_BATCH_BYTES || pos + len > m.bytes) throw new InvalidBatchError(`implausible batch length ${len}`);
+        if (bufStart + buf.length - pos < len) {
+          if (took && contiguous) break;
+          await fill(len);
+        }
+        h = verifyBatch(buf, pos - bufStart, pos - bufStart + len);
         if (h.baseOffset !== expected) throw new InvalidBatchError(`batch at offset ${h.baseOffset}, expected ${expected}`);
       } catch (err) {
         if (!(err instanceof InvalidBatchError)) throw err;
         if (took) break;
-        const { topic, partition, prefix } = this.o.target;
-        throw new CorruptRecordError(topic, partition, expected, objectKey(prefix, m.baseOffset, "log"), pos, err.message, m.endOffset);
+        if (m.damagedRanges === 0) {
+          this.forget(m.baseOffset);
+          throw new ArchiveCorruptError(v.key, `batch at byte ${pos} fails its check after the segment was verified: ${err.message}`);
+        }
+        const { topic, partition } = this.o.target;
+        throw new CorruptRecordError(topic, partition, expected, v.key, pos, err.message, m.endOffset);
       }
       if (h.baseOffset + h.count > offset) {
         took = true;
-        if (!each(h, l.log, pos)) break;
+        if (!each(h, buf, pos - bufStart)) break;
       }
       pos += h.length;
       expected = h.baseOffset + h.count;
@@ -252,7 +279,7 @@ export class PartitionArchive {
   async read(offset: number, maxBytes: number, logStart: number, hwm: number): Promise<{ records: StoredRecord[]; nextOffset: number }> {
     const out: StoredRecord[] = [];
     let bytes = 0;
-    const m = await this.walk(offset, logStart, hwm, (h, buf, pos) => {
+    const m = await this.walk(offset, logStart, hwm, readWindow(maxBytes), false, (h, buf, pos) => {
       if (out.length > 0 && bytes >= maxBytes) return false;
       decodeRecords(buf, pos, h, offset, out);
       bytes += h.length;
@@ -269,7 +296,7 @@ export class PartitionArchive {
     let bytes = 0;
     let records = 0;
     let next = offset;
-    const m = await this.walk(offset, logStart, hwm, (h, buf, pos) => {
+    const m = await this.walk(offset, logStart, hwm, readWindow(maxBytes), true, (h, buf, pos) => {
       if (first >= 0 && (bytes + h.length > maxBytes || records >= maxRecords)) return false;
       if (first < 0) {
         data = buf;
@@ -292,7 +319,7 @@ export class PartitionArchive {
       if (m.baseOffset >= logStart) break;
       if (m.maxTimestamp < ts || m.recordCount === 0) continue;
       let found: number | null = null;
-      await this.walk(m.baseOffset, logStart, hwm, (h, buf, pos) => {
+      await this.walk(m.baseOffset, logStart, hwm, readWindow(256 * 1024), false, (h, buf, pos) => {
         if (h.maxTimestamp < ts) return true;
         for (const r of decodeRecords(buf, pos, h)) {
           if (r.timestamp >= ts) {
@@ -333,7 +360,7 @@ export class PartitionArchive {
       if (m.endOffset > logStart || m.maxTimestamp >= now - ms) break;
       await store.delete(objectKey(target.prefix, m.baseOffset, "manifest.json"));
       this.manifests.shift();
-      this.cache.delete(m.baseOffset);
+      this.forget(m.baseOffset);
       for (const ext of ["log", "index", "timeindex"] as const) await store.delete(objectKey(target.prefix, m.baseOffset, ext));
       n++;
     }
