@@ -50,25 +50,32 @@ export async function archiveSegment(fs: FileSystem, store: ArchiveStore, t: Arc
     if (m !== null && m.baseOffset === seg.baseOffset && m.endOffset === seg.endOffset && m.bytes === seg.size && m.topicId === t.topicId) return m;
     // Not ours or not whole (a foreign file: puts are atomic): archive again over it.
   }
-  // A sealed segment's file is exactly its logical size (LOG-4); it is read whole (one segment
-  // at a time, bounded by segmentBytes).
-  const log = await fs.readFile(seg.logPath);
-  if (log.length < seg.size) throw new StorageError(`segment ${seg.logPath} is ${log.length} bytes, expected ${seg.size}`);
-  const bytes = log.length === seg.size ? log : log.subarray(0, seg.size);
   const index = await readOptional(fs, seg.indexPath);
   const timeIndex = await readOptional(fs, seg.timeIndexPath);
-  const stats = await scanStats(bytes, seg.baseOffset);
-  const d = Digest.of(bytes);
+  const fh = await fs.open(seg.logPath, "r");
+  let d: { bytes: number; crc32c: number; sha256: string };
+  let stats: Stats;
+  try {
+    // A sealed segment's file is exactly its logical size (LOG-4).
+    const size = await fh.size();
+    if (size < seg.size) throw new StorageError(`segment ${seg.logPath} is ${size} bytes, expected ${seg.size}`);
+    stats = await scanStats(fh, seg.size, seg.baseOffset);
+    // Streamed in VERIFY_CHUNK pieces, hashed on the way: memory stays O(chunk).
+    const digest = new Digest();
+    await store.put(objectKey(t.prefix, seg.baseOffset, "log"), chunks(fh, seg.size, digest));
+    d = digest.finish();
+    if (d.bytes !== seg.size) throw new StorageError(`read ${d.bytes} bytes of ${seg.logPath}, expected ${seg.size}`);
+  } finally {
+    await fh.close();
+  }
   const di = Digest.of(index);
   const dt = Digest.of(timeIndex);
-  const put: [string, Buffer, { bytes: number; sha256: string; crc32c: number }][] = [
-    [objectKey(t.prefix, seg.baseOffset, "log"), bytes, d],
-    [objectKey(t.prefix, seg.baseOffset, "index"), index, di],
-    [objectKey(t.prefix, seg.baseOffset, "timeindex"), timeIndex, dt],
-  ];
-  for (const [key, data] of put) await store.put(key, data);
+  await store.put(objectKey(t.prefix, seg.baseOffset, "index"), index);
+  await store.put(objectKey(t.prefix, seg.baseOffset, "timeindex"), timeIndex);
   // Read back what the store holds now, not what we sent (ARC-1).
-  for (const [key, , want] of put) await verifyObject(store, key, want);
+  await verifyObject(store, objectKey(t.prefix, seg.baseOffset, "log"), d);
+  await verifyObject(store, objectKey(t.prefix, seg.baseOffset, "index"), di);
+  await verifyObject(store, objectKey(t.prefix, seg.baseOffset, "timeindex"), dt);
   const m: SegmentManifest = {
     version: MANIFEST_VERSION,
     topic: t.topic,
@@ -117,9 +124,9 @@ async function readOptional(fs: FileSystem, path: string): Promise<Buffer> {
 type Stats = Pick<SegmentManifest, "minTimestamp" | "maxTimestamp" | "recordCount" | "batchCount" | "damagedRanges">;
 
 /** Walks the batches (verified as every read verifies them, LOG-2) for the manifest's counts. */
-async function scanStats(bytes: Buffer, baseOffset: number): Promise<Stats> {
+async function scanStats(fh: FileHandle, size: number, baseOffset: number): Promise<Stats> {
   const s: Stats = { minTimestamp: -1, maxTimestamp: -1, recordCount: 0, batchCount: 0, damagedRanges: 0 };
-  await Segment.scan(memoryHandle(bytes), 0, baseOffset, bytes.length, {
+  await Segment.scan(fh, 0, baseOffset, size, {
     onBatch: (h) => {
       s.batchCount++;
       s.recordCount += h.count;
@@ -134,26 +141,18 @@ async function scanStats(bytes: Buffer, baseOffset: number): Promise<Stats> {
   return s;
 }
 
-/** A read-only FileHandle over bytes in memory (for the batch walkers of src/log). */
-export function memoryHandle(bytes: Buffer, path = "<memory>"): FileHandle {
-  const read = (buf: Uint8Array, offset: number, length: number, position: number): number => {
-    if (position >= bytes.length) return 0;
-    const n = Math.min(length, bytes.length - position);
-    buf.set(bytes.subarray(position, position + n), offset);
-    return n;
-  };
-  const ro = (): never => {
-    throw new StorageError(`${path} is read-only`);
-  };
-  return {
-    path,
-    write: async () => ro(),
-    writeDurable: async () => ro(),
-    read: async (buf, offset, length, position) => read(buf, offset, length, position),
-    readSync: read,
-    datasync: async () => {},
-    truncate: async () => ro(),
-    size: async () => bytes.length,
-    close: async () => {},
-  };
+/** The first `size` bytes of a file in VERIFY_CHUNK pieces, each fed to `digest` on the way. */
+async function* chunks(fh: FileHandle, size: number, digest: Digest): AsyncIterable<Uint8Array> {
+  for (let pos = 0; pos < size; pos += VERIFY_CHUNK) {
+    const n = Math.min(VERIFY_CHUNK, size - pos);
+    const buf = Buffer.allocUnsafe(n);
+    let got = 0;
+    while (got < n) {
+      const r = await fh.read(buf, got, n - got, pos + got);
+      if (r === 0) throw new StorageError(`short read of ${fh.path} at ${pos + got}`);
+      got += r;
+    }
+    digest.update(buf);
+    yield buf;
+  }
 }
