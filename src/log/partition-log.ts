@@ -91,13 +91,8 @@ export class PartitionLog {
     const reader = new LogReader(st);
     const prealloc = new Preallocator(st, opts.preallocate ?? "auto");
     const writer = new LogWriter(st, prealloc, (sealed) => reader.sealed(sealed));
-    let archive: PartitionArchive | null = null;
-    try {
-      archive = opts.archive ? await opts.archive(st.logStart) : null;
-    } catch (e) {
-      await writer.close().catch(() => {});
-      throw e;
-    }
+    // Never throws: an archive it cannot read yet is loaded on first use (partition-archive.ts).
+    const archive = opts.archive ? await opts.archive(st.logStart) : null;
     const beforeDelete = archive === null ? null : (segs: LocalSegment[]) => archive.beforeDelete(segs, telemetry.clock.now());
     if (ctx.config.durability === "interval") writer.startFlushTimer();
     return new PartitionLog(st, writer, reader, new Retention(st, reader, beforeDelete), prealloc, archive);

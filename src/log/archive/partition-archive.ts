@@ -19,7 +19,7 @@
  * is verified against its manifest by streaming it (1 MiB at a time) on its first read in
  * this process, then read in ranges about the size of each read; no segment is held whole.
  */
-import { CorruptRecordError, InvalidBatchError, OffsetOutOfRangeError, ArchiveCorruptError } from "../../errors.js";
+import { CorruptRecordError, InvalidBatchError, OffsetOutOfRangeError, ArchiveCorruptError, StorageError } from "../../errors.js";
 import type { Logger } from "../../observability/telemetry.js";
 import type { FileSystem } from "../io.js";
 import { decodeRecords, HEADER_SIZE, MAX_BATCH_BYTES, readBatchLength, verifyBatch, type BatchHeader, type StoredRecord } from "../record-batch.js";
@@ -78,7 +78,9 @@ export class PartitionArchive {
 
   private ensureLoaded(logStart: number): Promise<void> {
     if (this.loaded === null) {
-      const p = this.load0(logStart);
+      const p = this.load0(logStart).catch((e: unknown) => {
+        throw e instanceof StorageError ? e : new StorageError(`archive ${this.o.store.location} of ${this.o.target.topic}/${this.o.target.partition} is unreadable: ${(e as Error)?.message ?? String(e)}`, e);
+      });
       this.loaded = p;
       p.catch(() => {
         if (this.loaded === p) this.loaded = null;
