@@ -7,10 +7,10 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { openBroker, type EmbeddedBroker } from "../src/broker/broker.js";
-import { ArchiveCorruptError, OffsetOutOfRangeError, ValidationError } from "../src/errors.js";
+import { ArchiveCorruptError, OffsetOutOfRangeError, StorageError, ValidationError } from "../src/errors.js";
 import type { DiskEngine } from "../src/store/disk/disk-engine.js";
 import { resolveTopicConfig } from "../src/store/topic-config.js";
 import { FsArchiveStore } from "../src/log/archive/fs-archive-store.js";
@@ -362,4 +362,34 @@ test("FsArchiveStore: put replaces atomically, ranged get, size, sorted list by 
   await store.delete("a/b");
   assert.equal(await store.get("a/b"), null);
   for (const bad of ["", "../x", "a/../b", "a//b", ".hidden", "a/.tmp", "/abs"]) await assert.rejects(store.put(bad, Buffer.from("x")), ValidationError, bad);
+});
+
+test("an archive unreadable when the broker opens does not stop it: archived reads fail with StorageError until it is back, then work", async () => {
+  using tmp = tempDir("sluice-archive-");
+  const dataDir = join(tmp.dir, "data");
+  const archiveDir = join(tmp.dir, "archive");
+  let b = await openBroker({ dataDir, retentionCheckIntervalMs: 0 });
+  let want: Awaited<ReturnType<typeof fetchAll>> = [];
+  try {
+    await b.createTopic("t", { segmentBytes: 4096, retentionBytes: 2 * 4096, archive: { dir: archiveDir } });
+    await fill(b, "t", 40);
+    want = await fetchAll(b, "t", 0);
+    await b.enforceRetention(Date.now());
+  } finally {
+    await b.close();
+  }
+  renameSync(archiveDir, `${archiveDir}.away`);
+  writeFileSync(archiveDir, "not a directory (an unmounted archive)");
+  b = await openBroker({ dataDir, retentionCheckIntervalMs: 0 });
+  try {
+    const online = engine(b).log("t", 0).onlineLogStartOffset;
+    assert.ok(online > 0);
+    await assert.rejects(b.fetch("t", 0, 0), (e: unknown) => e instanceof StorageError && !(e instanceof ArchiveCorruptError) && e.message.includes(archiveDir));
+    assert.equal((await b.fetch("t", 0, online)).records[0].offset, online, "the online log is unaffected");
+    rmSync(archiveDir);
+    renameSync(`${archiveDir}.away`, archiveDir);
+    assert.deepEqual(await fetchAll(b, "t", 0), want, "the archive is read again on its next use");
+  } finally {
+    await b.close();
+  }
 });
