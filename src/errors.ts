@@ -277,6 +277,25 @@ export class StorageError extends RegisteredError {
 }
 
 /**
+ * An archived segment (tiered storage, src/log/archive/) does not match its manifest: its
+ * SHA-256, CRC-32C or length differ from what was verified when it was archived (ARC-3). Its
+ * bytes are never served. Not retriable: the archive copy is damaged; restore it from a
+ * backup of the archive, or read from an offset the archive still holds intact.
+ */
+export class ArchiveCorruptError extends StorageError {
+  static override readonly spec = spec("ARCHIVE_CORRUPT", false, 500, "broker", (d) => new ArchiveCorruptError(str(d.key), str(d.detail)));
+  constructor(
+    readonly key: string,
+    readonly detail: string,
+  ) {
+    super(`archived object ${key} is corrupt: ${detail}`);
+  }
+  override wireDetails(): WireDetails {
+    return { key: this.key, detail: this.detail };
+  }
+}
+
+/**
  * The data directory is in use by another broker, server or CLI command (its exclusive lock is
  * held, FS-3). Nothing was changed. Not retriable as such: stop the holder, or talk to it.
  */
@@ -502,6 +521,7 @@ export const errors = {
   InvalidBatchError,
   StorageFullError,
   StorageError,
+  ArchiveCorruptError,
   DataDirLockedError,
   OutOfOrderSequenceError,
   ProducerFencedError,

@@ -31,6 +31,19 @@ export interface TopicConfig {
   durability?: Durability;
   /** For `interval` durability. Default 1000 ms. */
   flushIntervalMs?: number;
+  /**
+   * Tiered storage: before retention deletes a sealed segment, copy it (verified, with a
+   * manifest) to this archive, and serve reads below the online log start from there
+   * (docs/storage-format.md "Segment archive"). Default null: segments are simply deleted.
+   */
+  archive?: ArchiveConfig | null;
+  /** Delete archived segments whose newest record is older than this. -1 (default) = keep forever. */
+  archiveRetentionMs?: number;
+}
+
+/** Where a topic's archive lives: an absolute directory (a second disk, an NFS or object-store mount). */
+export interface ArchiveConfig {
+  dir: string;
 }
 
 export interface TopicDescription {

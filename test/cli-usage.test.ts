@@ -79,6 +79,7 @@ const HELPS: string[][] = [
   ["pub", "--help"],
   ["tail", "--help"],
   ["doctor", "--help"],
+  ["archive", "--help"],
   ["schema", "--help"],
   ["demo", "--help"],
   ["apply", "--help"],

@@ -42,6 +42,9 @@ Options:
   --segment-bytes N         roll segments at this size (default 256 MiB)
   --max-message-bytes N     largest record accepted (default 1 MiB)
   --durability MODE         always (default) | interval | never
+  --archive-dir DIR         (absolute) archive sealed segments here before retention deletes them, and
+                            serve reads below the online log start from there (tiered storage)
+  --archive-retention-ms N  delete archived segments older than this (-1 = keep forever, default)
   --json                    print the created topic as JSON
 
 ${TARGET_USAGE}`;
@@ -108,6 +111,7 @@ function printDescription(d: TopicDescription): void {
     ["segment", `${bytes(c.segmentBytes)} / ${c.segmentMs} ms`],
     ["max message", bytes(c.maxMessageBytes)],
     ["durability", c.durability === "interval" ? `interval (${c.flushIntervalMs} ms)` : c.durability],
+    ["archive", c.archive ? `${c.archive.dir} (keep ${c.archiveRetentionMs < 0 ? "forever" : `${c.archiveRetentionMs} ms`})` : "none"],
   ]);
   say("");
   printTable(
@@ -134,6 +138,8 @@ const CREATE_OPTS = {
   "segment-bytes": { type: "string" },
   "max-message-bytes": { type: "string" },
   durability: { type: "string" },
+  "archive-dir": { type: "string" },
+  "archive-retention-ms": { type: "string" },
 } as const;
 
 async function create(argv: string[]): Promise<void> {
@@ -150,6 +156,8 @@ async function create(argv: string[]): Promise<void> {
     segmentBytes: optInt(values["segment-bytes"], "--segment-bytes", { min: 1 }),
     maxMessageBytes: optInt(values["max-message-bytes"], "--max-message-bytes", { min: 1 }),
     durability: durability as TopicConfig["durability"],
+    archive: values["archive-dir"] === undefined ? undefined : { dir: values["archive-dir"] },
+    archiveRetentionMs: optInt(values["archive-retention-ms"], "--archive-retention-ms", { min: -1 }),
   };
   for (const k of Object.keys(config) as (keyof TopicConfig)[]) if (config[k] === undefined) delete config[k];
   await withBroker(values, { readOnly: false }, async (b) => {

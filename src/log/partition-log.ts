@@ -28,6 +28,8 @@ import { Preallocator, type PreallocateMode } from "./preallocator.js";
 import { ProducerStateManager, type ProducerBatch } from "./producer-state.js";
 import { encodeBatch, HEADER_SIZE, MAX_BATCH_BYTES, recordSize, validateEncodedBatch, type BatchHeader, type PreparedRecord, type ProducerInfo, type StoredRecord } from "./record-batch.js";
 import { Retention } from "./retention.js";
+import type { PartitionArchive } from "./archive/partition-archive.js";
+import type { LocalSegment } from "./archive/segment-archiver.js";
 import { segmentFileName } from "./segment.js";
 import { writeFileAtomic } from "./io.js";
 import { join } from "node:path";
@@ -55,6 +57,12 @@ export interface PartitionLogOptions {
    * what is on disk): the owner reopens it from disk (src/store/disk/disk-engine.ts).
    */
   onFault?: (err: StorageError) => void;
+  /**
+   * Tiered storage (src/log/archive/): sealed segments are archived before retention deletes
+   * them (ARC-1), and reads below the online log start are served from the archive (ARC-2).
+   * Opened once the log is loaded, with its log start.
+   */
+  archive?: (logStart: number) => Promise<PartitionArchive>;
 }
 
 export class PartitionLog {
@@ -70,6 +78,8 @@ export class PartitionLog {
     private readonly reader: LogReader,
     private readonly retention: Retention,
     private readonly prealloc: Preallocator,
+    /** The partition's archive, if its topic has one. */
+    readonly archive: PartitionArchive | null,
   ) {
     ({ fs: this.fs, dir: this.dir, topic: this.topic, partition: this.partition, config: this.config } = st.ctx);
   }
@@ -81,11 +91,20 @@ export class PartitionLog {
     const reader = new LogReader(st);
     const prealloc = new Preallocator(st, opts.preallocate ?? "auto");
     const writer = new LogWriter(st, prealloc, (sealed) => reader.sealed(sealed));
+    // Never throws: an archive it cannot read yet is loaded on first use (partition-archive.ts).
+    const archive = opts.archive ? await opts.archive(st.logStart) : null;
+    const beforeDelete = archive === null ? null : (segs: LocalSegment[]) => archive.beforeDelete(segs, telemetry.clock.now());
     if (ctx.config.durability === "interval") writer.startFlushTimer();
-    return new PartitionLog(st, writer, reader, new Retention(st, reader), prealloc);
+    return new PartitionLog(st, writer, reader, new Retention(st, reader, beforeDelete), prealloc, archive);
   }
 
+  /** The first readable offset: the archive's start when older segments are archived (ARC-2). */
   get logStartOffset(): number {
+    const a = this.archive?.startOffset ?? null;
+    return a !== null && a < this.st.logStart ? a : this.st.logStart;
+  }
+  /** The first offset held in local segments. */
+  get onlineLogStartOffset(): number {
     return this.st.logStart;
   }
   get logEndOffset(): number {
@@ -191,11 +210,15 @@ export class PartitionLog {
 
   /** See LogReader.read. */
   read(offset: number, maxBytes: number): Promise<{ records: StoredRecord[]; nextOffset: number }> {
+    // ARC-2: below the online log start, the archive answers (if the topic has one).
+    if (this.archive !== null && Number.isSafeInteger(offset) && offset < this.st.logStart) return this.archive.read(offset, maxBytes, this.st.logStart, this.st.hwm);
     return this.reader.read(offset, maxBytes);
   }
 
   /** See LogReader.readRaw. */
   readRaw(offset: number, maxBytes: number, maxRecords = Infinity): Promise<RawRead> {
+    if (this.archive !== null && Number.isSafeInteger(offset) && offset < this.st.logStart && Number.isSafeInteger(maxBytes) && maxBytes >= 1)
+      return this.archive.readRaw(offset, maxBytes, maxRecords, this.st.logStart, this.st.hwm);
     return this.reader.readRaw(offset, maxBytes, maxRecords);
   }
 
@@ -205,8 +228,10 @@ export class PartitionLog {
   }
 
   /** First offset whose timestamp is >= ts; the high watermark if there is none. */
-  offsetForTimestamp(ts: number): Promise<number> {
-    return this.reader.offsetForTimestamp(ts);
+  async offsetForTimestamp(ts: number): Promise<number> {
+    // The archived range comes first (ARC-2): its manifests say which segment may hold `ts`.
+    const a = this.archive === null ? null : await this.archive.offsetForTimestamp(ts, this.st.logStart, this.st.hwm);
+    return a ?? this.reader.offsetForTimestamp(ts);
   }
 
   // ─────────────────────────────── retention ────────────────────────────────
@@ -217,8 +242,10 @@ export class PartitionLog {
   }
 
   /** Deletes whole sealed segments past retention by time or size; never the active one. */
-  enforceRetention(now = this.st.ctx.telemetry.clock.now()): Promise<number> {
-    return this.retention.enforce(now);
+  async enforceRetention(now = this.st.ctx.telemetry.clock.now()): Promise<number> {
+    const start = await this.retention.enforce(now);
+    if (this.archive !== null) await this.archive.enforceRetention(now, this.st.logStart);
+    return start;
   }
 
   // ───────────────────────────────── close ───────────────────────────────────

@@ -13,6 +13,7 @@ import { writeFileAtomic } from "./io.js";
 import { PARTITION_META_FILE, type PartitionMeta } from "./log-loader.js";
 import type { LogReader } from "./log-reader.js";
 import type { LogState } from "./log-state.js";
+import type { Segment } from "./segment.js";
 
 export class Retention {
   /** Serializes log start moves (concurrent callers queue). */
@@ -21,6 +22,12 @@ export class Retention {
   constructor(
     private readonly st: LogState,
     private readonly reader: LogReader,
+    /**
+     * Runs before the new log start is written, with the segments about to be deleted (a
+     * topic with an archive copies them there first: ARC-1, src/log/archive/). If it fails,
+     * nothing moves and nothing is deleted.
+     */
+    private readonly beforeDelete: ((segs: Segment[]) => Promise<void>) | null = null,
   ) {}
 
   /** Resolves when no log start move is running (close). */
@@ -35,6 +42,7 @@ export class Retention {
     if (offset > st.hwm) return Promise.reject(new ValidationError(`cannot move log start to ${offset} beyond ${st.hwm}`));
     const { fs, dir } = st.ctx;
     const run = this.lock.then(async () => {
+      if (this.beforeDelete !== null) await this.beforeDelete(st.segments.slice(0, -1).filter((seg) => seg.endOffset <= offset));
       await writeFileAtomic(fs, join(dir, PARTITION_META_FILE), JSON.stringify({ logStartOffset: offset } satisfies PartitionMeta));
       st.logStart = Math.max(st.logStart, offset);
       while (st.segments.length > 1 && st.segments[0].endOffset <= st.logStart) {

@@ -3,8 +3,9 @@
  * Topic configuration: defaults and limits, declared once, and their validation. Engine
  * neutral: the broker resolves a topic's config here before any engine sees it.
  */
+import { isAbsolute } from "node:path";
 import { ValidationError } from "../errors.js";
-import type { TopicConfig } from "../types.js";
+import type { ArchiveConfig, TopicConfig } from "../types.js";
 
 /** Partitions per topic. */
 export const MAX_PARTITIONS = 10_000;
@@ -24,6 +25,8 @@ export const TOPIC_DEFAULTS: Required<TopicConfig> = {
   maxMessageBytes: 1024 * 1024,
   durability: "always",
   flushIntervalMs: 1000,
+  archive: null,
+  archiveRetentionMs: -1,
 };
 
 function intIn(name: string, v: unknown, min: number, max: number): number {
@@ -62,5 +65,19 @@ export function resolveTopicConfig(config: TopicConfig = {}): Required<TopicConf
   intIn("maxMessageBytes", c.maxMessageBytes, 1, Math.min(c.segmentBytes, MAX_MESSAGE_BYTES));
   intIn("flushIntervalMs", c.flushIntervalMs, 1, MAX_FLUSH_INTERVAL_MS);
   if (!["always", "interval", "never"].includes(c.durability)) throw new ValidationError(`durability must be always|interval|never`);
+  c.archive = resolveArchive(c.archive);
+  intIn("archiveRetentionMs", c.archiveRetentionMs, -1, Number.MAX_SAFE_INTEGER);
+  if (c.archive === null && c.archiveRetentionMs !== -1) throw new ValidationError("archiveRetentionMs needs an archive");
   return c;
+}
+
+/** `archive`: null, or `{ dir }` with an absolute directory (ARC-1..4 in docs/ARCHITECTURE.md). */
+function resolveArchive(a: unknown): ArchiveConfig | null {
+  if (a === null) return null;
+  if (typeof a !== "object" || Array.isArray(a)) throw new ValidationError(`archive must be null or { dir: "/absolute/path" }`);
+  const keys = Object.keys(a);
+  const dir = (a as { dir?: unknown }).dir;
+  if (keys.some((k) => k !== "dir") || typeof dir !== "string" || !isAbsolute(dir) || dir.includes("\0"))
+    throw new ValidationError(`archive must be { dir: "/absolute/path" }, got ${JSON.stringify(a)}`);
+  return { dir };
 }

@@ -23,6 +23,9 @@ import { readJsonFile, writeFileAtomic, type DirLock, type FileSystem } from "..
 import { noopTelemetry, type Logger, type Telemetry } from "../../observability/telemetry.js";
 import { METRICS } from "../../observability/metrics.js";
 import { PartitionLog } from "../../log/partition-log.js";
+import { FsArchiveStore } from "../../log/archive/fs-archive-store.js";
+import { partitionPrefix } from "../../log/archive/manifest.js";
+import { PartitionArchive } from "../../log/archive/partition-archive.js";
 import { HEADER_SIZE, readHeader, type PreparedRecord, type ProducerInfo, type StoredRecord } from "../../log/record-batch.js";
 import type { TopicConfig, TopicDescription } from "../../types.js";
 import type { AppendResult, CommittedOffset, EncodedBatches, EngineTopic, OffsetReset, PartitionOffsets, StorageEngine } from "../engine.js";
@@ -145,7 +148,19 @@ export class DiskEngine implements StorageEngine {
       logger: this.logger,
       telemetry: this.telemetry,
       onFault: () => this.scheduleRecovery(t, p),
+      archive: t.config.archive ? (logStart) => this.openArchive(t, p, logStart) : undefined,
     });
+  }
+
+  /**
+   * The archive of a partition of a topic with `archive` (src/log/archive/, ARC-1..4). The
+   * archive directory is the one place the engine writes outside the data dir (FS-1): the
+   * operator names it in the topic config.
+   */
+  private openArchive(t: Topic, p: number, logStart: number): Promise<PartitionArchive> {
+    const store = new FsArchiveStore(this.fs, t.config.archive!.dir);
+    const target = { topic: t.name, topicId: t.topicId, partition: p, prefix: partitionPrefix(t.name, t.topicId, p) };
+    return PartitionArchive.open({ fs: this.fs, store, target, logger: this.logger, retentionMs: () => t.config.archiveRetentionMs }, logStart);
   }
 
   /**
@@ -338,7 +353,20 @@ export class DiskEngine implements StorageEngine {
   }
 
   async enforceRetention(now = this.telemetry.clock.now()): Promise<void> {
-    for (const t of [...this.topics.values()]) for (const l of t.logs) await l.enforceRetention(now);
+    // One partition that cannot run retention (e.g. its archive is unreachable, ARC-1: then it
+    // deletes nothing) does not hold back the others; the first error is raised at the end.
+    let first: unknown = null;
+    for (const t of [...this.topics.values()]) {
+      for (const l of t.logs) {
+        try {
+          await l.enforceRetention(now);
+        } catch (e) {
+          this.logger.error({ err: e, topic: t.name, partition: l.partition }, "retention failed for a partition");
+          first ??= e;
+        }
+      }
+    }
+    if (first !== null) throw first;
   }
 
   allocateProducer(producerId?: number): Promise<{ producerId: number; producerEpoch: number }> {
