@@ -7,8 +7,9 @@
 import type { Queue, QueueConfig } from "./queues/types.js";
 
 import type { Durability, Headers, PublishValue } from "./value-types.js";
+import type { CleanupPolicy } from "./log/compaction-policy.js";
 
-export type { Durability, Headers, PublishValue };
+export type { CleanupPolicy, Durability, Headers, PublishValue };
 
 /** What `alterTopic` can change on a live topic (the rest is fixed at creation). */
 export type TopicAlteration = Partial<Pick<TopicConfig, "retentionMs" | "retentionBytes">>;
@@ -31,7 +32,18 @@ export interface TopicConfig {
   durability?: Durability;
   /** For `interval` durability. Default 1000 ms. */
   flushIntervalMs?: number;
+  /**
+   * `delete` (default): sealed segments go by `retentionMs`/`retentionBytes`. `compact`: the
+   * cleaner keeps only the latest record per key (docs/topics.md, key compaction); every record
+   * needs a key. `compact,delete`: both.
+   */
+  cleanupPolicy?: CleanupPolicy;
+  /** Compaction: a segment is cleaned only once all its records are at least this old. Default 0. */
+  minCompactionLagMs?: number;
+  /** Compaction: a tombstone (null value) is kept at least this long after its timestamp. Default 1 day. */
+  deleteRetentionMs?: number;
 }
+
 
 export interface TopicDescription {
   name: string;

@@ -28,6 +28,7 @@ import { Preallocator, type PreallocateMode } from "./preallocator.js";
 import { ProducerStateManager, type ProducerBatch } from "./producer-state.js";
 import { encodeBatch, HEADER_SIZE, MAX_BATCH_BYTES, recordSize, validateEncodedBatch, type BatchHeader, type PreparedRecord, type ProducerInfo, type StoredRecord } from "./record-batch.js";
 import { Retention } from "./retention.js";
+import { firstKeylessRecord, isCompacted, keyRequiredError } from "./compaction-policy.js";
 import { segmentFileName } from "./segment.js";
 import { writeFileAtomic } from "./io.js";
 import { join } from "node:path";
@@ -112,6 +113,11 @@ export class PartitionLog {
   async append(records: readonly PreparedRecord[], producer?: ProducerInfo, signal?: AbortSignal): Promise<AppendResult> {
     this.st.checkWritable();
     if (records.length === 0) throw new ValidationError("append needs at least one record");
+    if (isCompacted(this.config.cleanupPolicy)) {
+      // CMP-1: a compacted topic keeps the latest record per key; a keyless one has none.
+      const i = records.findIndex((r) => r.key === null);
+      if (i >= 0) throw keyRequiredError(this.topic, i);
+    }
     const max = this.config.maxMessageBytes;
     if (producer) {
       // Records first, then the producer fields, before encoding them (appendBatch checks
@@ -138,6 +144,10 @@ export class PartitionLog {
     // Structure and CRC first; sizes against maxMessageBytes as recordSize() measures them.
     const { header: h, maxRecordBytes } = validateEncodedBatch(buf, MAX_BATCH_BYTES);
     if (maxRecordBytes > this.config.maxMessageBytes) checkRecordSizes(buf, h, this.config.maxMessageBytes);
+    if (isCompacted(this.config.cleanupPolicy)) {
+      const i = firstKeylessRecord(buf, h.count); // CMP-1
+      if (i >= 0) throw keyRequiredError(this.topic, i);
+    }
     const producer = h.producerId >= 0 ? { producerId: h.producerId, producerEpoch: h.producerEpoch, baseSequence: h.baseSequence } : undefined;
     return this.appendBatch(buf, h.count, producer, signal, true);
   }
@@ -218,6 +228,8 @@ export class PartitionLog {
 
   /** Deletes whole sealed segments past retention by time or size; never the active one. */
   enforceRetention(now = this.st.ctx.telemetry.clock.now()): Promise<number> {
+    // cleanupPolicy "compact" alone: the cleaner bounds the log, not time or size (as Kafka).
+    if (this.config.cleanupPolicy === "compact") return Promise.resolve(this.st.logStart);
     return this.retention.enforce(now);
   }
 

@@ -4,7 +4,7 @@
  * neutral: the broker resolves a topic's config here before any engine sees it.
  */
 import { ValidationError } from "../errors.js";
-import type { TopicConfig } from "../types.js";
+import type { CleanupPolicy, TopicConfig } from "../types.js";
 
 /** Partitions per topic. */
 export const MAX_PARTITIONS = 10_000;
@@ -24,7 +24,13 @@ export const TOPIC_DEFAULTS: Required<TopicConfig> = {
   maxMessageBytes: 1024 * 1024,
   durability: "always",
   flushIntervalMs: 1000,
+  cleanupPolicy: "delete",
+  minCompactionLagMs: 0,
+  deleteRetentionMs: 86_400_000,
 };
+
+export const CLEANUP_POLICIES: readonly CleanupPolicy[] = ["delete", "compact", "compact,delete"];
+export { isCompacted, keyRequiredError } from "../log/compaction-policy.js";
 
 function intIn(name: string, v: unknown, min: number, max: number): number {
   if (typeof v !== "number" || !Number.isSafeInteger(v) || v < min || v > max)
@@ -62,5 +68,8 @@ export function resolveTopicConfig(config: TopicConfig = {}): Required<TopicConf
   intIn("maxMessageBytes", c.maxMessageBytes, 1, Math.min(c.segmentBytes, MAX_MESSAGE_BYTES));
   intIn("flushIntervalMs", c.flushIntervalMs, 1, MAX_FLUSH_INTERVAL_MS);
   if (!["always", "interval", "never"].includes(c.durability)) throw new ValidationError(`durability must be always|interval|never`);
+  if (!CLEANUP_POLICIES.includes(c.cleanupPolicy)) throw new ValidationError(`cleanupPolicy must be ${CLEANUP_POLICIES.join("|")}, got ${JSON.stringify(c.cleanupPolicy)}`);
+  intIn("minCompactionLagMs", c.minCompactionLagMs, 0, Number.MAX_SAFE_INTEGER);
+  intIn("deleteRetentionMs", c.deleteRetentionMs, 0, Number.MAX_SAFE_INTEGER);
   return c;
 }
