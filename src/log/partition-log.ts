@@ -29,6 +29,8 @@ import { ProducerStateManager, type ProducerBatch } from "./producer-state.js";
 import { encodeBatch, HEADER_SIZE, MAX_BATCH_BYTES, recordSize, validateEncodedBatch, type BatchHeader, type PreparedRecord, type ProducerInfo, type StoredRecord } from "./record-batch.js";
 import { Retention } from "./retention.js";
 import { firstKeylessRecord, isCompacted, keyRequiredError } from "./compaction-policy.js";
+import { LogCleaner, type CleanerStats, type CleanResult } from "./cleaner.js";
+import { IoBudget } from "./io-budget.js";
 import { segmentFileName } from "./segment.js";
 import { writeFileAtomic } from "./io.js";
 import { join } from "node:path";
@@ -37,6 +39,7 @@ export type { Durability, LogConfig } from "./log-state.js";
 export type { PreallocateMode } from "./preallocator.js";
 export type { AppendResult } from "./group-commit.js";
 export type { RawRead } from "./log-reader.js";
+export type { CleanerStats, CleanResult } from "./cleaner.js";
 export { segmentFileName };
 
 export interface PartitionLogOptions {
@@ -56,6 +59,8 @@ export interface PartitionLogOptions {
    * what is on disk): the owner reopens it from disk (src/store/disk/disk-engine.ts).
    */
   onFault?: (err: StorageError) => void;
+  /** The I/O budget of the cleaner, shared by an engine's partitions (default: unthrottled). */
+  cleanerBudget?: IoBudget;
 }
 
 export class PartitionLog {
@@ -71,6 +76,7 @@ export class PartitionLog {
     private readonly reader: LogReader,
     private readonly retention: Retention,
     private readonly prealloc: Preallocator,
+    private readonly cleaner: LogCleaner,
   ) {
     ({ fs: this.fs, dir: this.dir, topic: this.topic, partition: this.partition, config: this.config } = st.ctx);
   }
@@ -83,7 +89,8 @@ export class PartitionLog {
     const prealloc = new Preallocator(st, opts.preallocate ?? "auto");
     const writer = new LogWriter(st, prealloc, (sealed) => reader.sealed(sealed));
     if (ctx.config.durability === "interval") writer.startFlushTimer();
-    return new PartitionLog(st, writer, reader, new Retention(st, reader), prealloc);
+    const cleaner = new LogCleaner(st, reader, opts.cleanerBudget ?? new IoBudget(Infinity));
+    return new PartitionLog(st, writer, reader, new Retention(st, reader), prealloc, cleaner);
   }
 
   get logStartOffset(): number {
@@ -233,6 +240,21 @@ export class PartitionLog {
     return this.retention.enforce(now);
   }
 
+  // ─────────────────────────────── compaction ────────────────────────────────
+
+  /**
+   * Key compaction of the sealed segments (cleaner.ts; a no-op unless cleanupPolicy includes
+   * "compact"). `mapBytes` bounds the key map of one pass (tests lower it to force passes).
+   */
+  compact(now = this.st.ctx.telemetry.clock.now(), mapBytes?: number): Promise<CleanResult> {
+    return this.cleaner.clean(now, mapBytes);
+  }
+
+  /** Cleaner figures of this partition (describeTopic). */
+  cleanerStats(): CleanerStats {
+    return this.cleaner.stats();
+  }
+
   // ───────────────────────────────── close ───────────────────────────────────
 
   /** Flushes, syncs, writes indexes and the producer snapshot, then marks a clean shutdown. */
@@ -243,6 +265,7 @@ export class PartitionLog {
     st.closed = true;
     st.wakeWaiters();
     await this.retention.idle();
+    await this.cleaner.idle();
     const active = st.active;
     await this.prealloc.stop(active);
     await this.writer.close();
