@@ -63,6 +63,12 @@ export interface PartitionDescription {
   highWatermark: number;
   sizeBytes: number;
   segments: number;
+  /** Compacted topics only: share of sealed bytes not yet compacted (0..1; 1 after a restart until the first pass). */
+  cleanerDirtyRatio?: number;
+  /** Compacted topics only: bytes removed by compaction since the broker opened. */
+  bytesReclaimed?: number;
+  /** Compacted topics only: clock time of the last compaction pass since the broker opened, or null. */
+  lastCleanedAt?: number | null;
 }
 
 export interface PublishOptions {

@@ -13,7 +13,9 @@ import { NodeFileSystem } from "../src/log/io.js";
 import { PartitionLog, type LogConfig } from "../src/log/partition-log.js";
 import type { PreparedRecord, StoredRecord } from "../src/log/record-batch.js";
 import { OFFSET_MAP_ENTRY_BYTES } from "../src/log/offset-map.js";
-import { prng, tempDir } from "../src/testing/helpers.js";
+import { prng, tempDir, waitUntil } from "../src/testing/helpers.js";
+import { DiskEngine } from "../src/store/disk/disk-engine.js";
+import { openBroker } from "../src/broker/broker.js";
 
 interface ModelRec {
   key: string;
@@ -169,5 +171,49 @@ test("a reader holding a segment keeps reading it while compaction replaces it",
     assert.ok(after[0].offset > 0);
   } finally {
     await log.close();
+  }
+});
+
+test("the engine's background cleaner compacts compacted topics and reports it in describeTopic; other topics are untouched", async () => {
+  using tmp = tempDir("sluice-compact-bg-");
+  const engine = new DiskEngine({ dataDir: tmp.dir, fs: new NodeFileSystem(), cleanerIntervalMs: 10 });
+  const b = await openBroker({ engine, retentionCheckIntervalMs: 0 });
+  try {
+    await b.createTopic("plain", { segmentBytes: 1024 });
+    await b.createTopic("table", { segmentBytes: 1024, cleanupPolicy: "compact" });
+    for (let i = 0; i < 100; i++) {
+      await b.publish("table", `v${i}`.padEnd(30, "."), { key: `k${i % 3}` });
+      await b.publish("plain", `v${i}`.padEnd(30, "."), { key: `k${i % 3}` });
+    }
+    const p = await waitUntil(async () => {
+      const d = (await b.describeTopic("table")).partitions[0];
+      return d.bytesReclaimed! > 0 && d.cleanerDirtyRatio === 0 ? d : null;
+    }, "the background cleaner compacted the topic");
+    assert.equal(typeof p.lastCleanedAt, "number");
+    const plain = (await b.describeTopic("plain")).partitions[0];
+    assert.equal("bytesReclaimed" in plain, false, "a topic without the new config is described as before");
+    const got: { offset: number; key: string; value: string }[] = [];
+    let off = 0;
+    while (off < p.highWatermark) {
+      const r = await b.fetch("table", 0, off);
+      for (const m of r.records) got.push({ offset: m.offset, key: String(m.key), value: String(m.value) });
+      off = r.nextOffset;
+    }
+    assert.ok(got.length < 100);
+    for (let k = 0; k < 3; k++) {
+      const last = got.filter((g) => g.key === `k${k}`).at(-1)!;
+      assert.equal(last.offset, 99 - ((99 - k) % 3), `latest of k${k}`);
+      assert.equal(last.value, `v${last.offset}`.padEnd(30, "."));
+    }
+    let plainCount = 0;
+    off = 0;
+    while (off < 100) {
+      const r = await b.fetch("plain", 0, off);
+      plainCount += r.records.length;
+      off = r.nextOffset;
+    }
+    assert.equal(plainCount, 100, "a delete-policy topic keeps every record");
+  } finally {
+    await b.close();
   }
 });

@@ -31,6 +31,14 @@ import { resolveTopicConfig } from "../topic-config.js";
 import { DiskQueueStore } from "./queues/store.js";
 import { GroupOffsets, OFFSETS_LOG_COMPACT_BYTES } from "./group-offsets.js";
 import { nextRecoveryDelay, RECOVERY_MIN_DELAY_MS } from "./recovery-backoff.js";
+import { CLEANER_IO_BYTES_PER_SEC, IoBudget } from "../../log/io-budget.js";
+import { isCompacted } from "../../log/compaction-policy.js";
+
+/** A compacted partition's cleaner figures for describeTopic. */
+function cleanerFigures(l: PartitionLog): { cleanerDirtyRatio: number; bytesReclaimed: number; lastCleanedAt: number | null } {
+  const s = l.cleanerStats();
+  return { cleanerDirtyRatio: s.dirtyRatio, bytesReclaimed: s.bytesReclaimed, lastCleanedAt: s.lastCleanedAt };
+}
 
 interface Topic extends EngineTopic {
   dir: string;
@@ -46,7 +54,12 @@ export interface DiskEngineOptions {
   logger?: Logger;
   /** Length at which a group's offsets log is folded into its snapshot (tests lower it). */
   offsetsLogCompactBytes?: number;
+  /** How often the cleaner looks for compaction work (compacted topics only). Default CLEANER_INTERVAL_MS; 0: never (call compact()). */
+  cleanerIntervalMs?: number;
 }
+
+/** Default period of the background cleaner (key compaction, src/log/cleaner.ts). */
+export const CLEANER_INTERVAL_MS = 15_000;
 
 export class DiskEngine implements StorageEngine {
   readonly kind = "disk";
@@ -73,6 +86,11 @@ export class DiskEngine implements StorageEngine {
   private recovering = new Map<string, Promise<void>>();
   /** Ends the backoff waits of scheduled recoveries (on close). */
   private recoveryWakers = new Set<() => void>();
+  /** One I/O budget for the cleaner of every partition (io-budget.ts): it never starves the writers. */
+  private readonly cleanerBudget = new IoBudget(CLEANER_IO_BYTES_PER_SEC);
+  private readonly cleanerIntervalMs: number;
+  private cleanerTimer: NodeJS.Timeout | null = null;
+  private cleaning: Promise<void> = Promise.resolve();
 
   constructor(opts: DiskEngineOptions) {
     this.dataDir = resolve(opts.dataDir);
@@ -80,6 +98,7 @@ export class DiskEngine implements StorageEngine {
     this.telemetry = opts.telemetry ?? noopTelemetry;
     this.logger = opts.logger ?? this.telemetry.logger;
     this.offsetsLogCompactBytes = opts.offsetsLogCompactBytes ?? OFFSETS_LOG_COMPACT_BYTES;
+    this.cleanerIntervalMs = opts.cleanerIntervalMs ?? CLEANER_INTERVAL_MS;
     this.queues = new DiskQueueStore({ dir: this.inside("queues"), fs: this.fs, telemetry: { ...this.telemetry, logger: this.logger } });
   }
 
@@ -100,6 +119,7 @@ export class DiskEngine implements StorageEngine {
     this.dirLock = await fs.lock(this.dataDir);
     try {
       await this.load();
+      if (this.cleanerIntervalMs > 0) this.scheduleCleaner();
     } catch (e) {
       await this.dirLock.release();
       this.dirLock = null;
@@ -145,7 +165,35 @@ export class DiskEngine implements StorageEngine {
       logger: this.logger,
       telemetry: this.telemetry,
       onFault: () => this.scheduleRecovery(t, p),
+      cleanerBudget: this.cleanerBudget,
     });
+  }
+
+  /** The background cleaner: one run at a time, then the next after the interval (never overlapping). */
+  private scheduleCleaner(): void {
+    this.cleanerTimer = setTimeout(() => {
+      this.cleanerTimer = null;
+      this.cleaning = this.compact()
+        .catch((e: unknown) => this.logger.error({ err: e }, "compaction failed"))
+        .finally(() => {
+          if (!this.closed) this.scheduleCleaner();
+        });
+    }, this.cleanerIntervalMs);
+    this.cleanerTimer.unref();
+  }
+
+  /**
+   * Key compaction of every partition of every compacted topic, one partition at a time
+   * (src/log/cleaner.ts). A partition that fails is logged and skipped.
+   */
+  async compact(now = this.telemetry.clock.now()): Promise<void> {
+    for (const t of [...this.topics.values()]) {
+      if (!isCompacted(t.config.cleanupPolicy)) continue;
+      for (const l of [...t.logs]) {
+        if (this.closed) return;
+        await l.compact(now).catch((e: unknown) => this.logger.error({ err: e, topic: t.name, partition: l.partition }, "compaction of a partition failed"));
+      }
+    }
   }
 
   /**
@@ -301,6 +349,7 @@ export class DiskEngine implements StorageEngine {
         highWatermark: l.highWatermark,
         sizeBytes: l.sizeBytes,
         segments: l.segmentCount,
+        ...(isCompacted(t.config.cleanupPolicy) ? cleanerFigures(l) : {}),
       })),
     };
   }
@@ -439,6 +488,8 @@ export class DiskEngine implements StorageEngine {
     if (this.closed) return;
     await this.adminLock;
     this.closed = true;
+    if (this.cleanerTimer !== null) clearTimeout(this.cleanerTimer);
+    await this.cleaning;
     for (const wake of this.recoveryWakers) wake();
     await Promise.all(this.recovering.values());
     await this.queues.close();
