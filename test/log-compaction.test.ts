@@ -187,9 +187,10 @@ test("the engine's background cleaner compacts compacted topics and reports it i
     }
     const p = await waitUntil(async () => {
       const d = (await b.describeTopic("table")).partitions[0];
-      return d.bytesReclaimed! > 0 && d.cleanerDirtyRatio === 0 ? d : null;
+      return d.bytesReclaimed! > 0 ? d : null;
     }, "the background cleaner compacted the topic");
     assert.equal(typeof p.lastCleanedAt, "number");
+    assert.ok(p.cleanerDirtyRatio! < 1);
     const plain = (await b.describeTopic("plain")).partitions[0];
     assert.equal("bytesReclaimed" in plain, false, "a topic without the new config is described as before");
     const got: { offset: number; key: string; value: string }[] = [];

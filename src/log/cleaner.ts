@@ -38,6 +38,12 @@ import { decodeRecords, encodeBatch, stampCompactedBatch, type PreparedRecord, t
 import { Segment, SparseIndex } from "./segment.js";
 import { CLEANED_SUFFIX, commitSwap } from "./segment-swap.js";
 
+/**
+ * The background cleaner compacts a partition only once at least this share of its sealed
+ * bytes is dirty (Kafka's min.cleanable.dirty.ratio): a pass reads the whole log from its
+ * start, so running it for every newly sealed segment would read the log again and again.
+ */
+export const MIN_CLEANABLE_DIRTY_RATIO = 0.5;
 const READ_CHUNK = 1 << 20;
 const WRITE_CHUNK = 1 << 20;
 const DEFAULT_DELETE_RETENTION_MS = 86_400_000;
@@ -217,8 +223,16 @@ export class LogCleaner {
     const cleanedPath = seg.logPath + CLEANED_SUFFIX;
     const fh = await this.reader.acquire(seg);
     try {
-      const removed = await this.writeCleaned(seg, fh, fresh, cleanedPath, keep);
-      await fs.fsyncDir(dir);
+      let removed: number;
+      try {
+        removed = await this.writeCleaned(seg, fh, fresh, cleanedPath, keep);
+        await fs.fsyncDir(dir);
+      } catch (e) {
+        // Before the commit point the old segment is intact: drop the partial copy (a full disk
+        // must not keep it), recovery would too (CMP-3).
+        await fs.unlink(cleanedPath).catch(() => {});
+        throw e;
+      }
       if (this.stopped() || seg.deleted || !st.segments.includes(seg)) {
         await fs.unlink(cleanedPath).catch(() => {});
         return null;

@@ -33,6 +33,7 @@ import { GroupOffsets, OFFSETS_LOG_COMPACT_BYTES } from "./group-offsets.js";
 import { nextRecoveryDelay, RECOVERY_MIN_DELAY_MS } from "./recovery-backoff.js";
 import { CLEANER_IO_BYTES_PER_SEC, IoBudget } from "../../log/io-budget.js";
 import { isCompacted } from "../../log/compaction-policy.js";
+import { MIN_CLEANABLE_DIRTY_RATIO } from "../../log/cleaner.js";
 
 /** A compacted partition's cleaner figures for describeTopic. */
 function cleanerFigures(l: PartitionLog): { cleanerDirtyRatio: number; bytesReclaimed: number; lastCleanedAt: number | null } {
@@ -173,7 +174,7 @@ export class DiskEngine implements StorageEngine {
   private scheduleCleaner(): void {
     this.cleanerTimer = setTimeout(() => {
       this.cleanerTimer = null;
-      this.cleaning = this.compact()
+      this.cleaning = this.compact(this.telemetry.clock.now(), MIN_CLEANABLE_DIRTY_RATIO)
         .catch((e: unknown) => this.logger.error({ err: e }, "compaction failed"))
         .finally(() => {
           if (!this.closed) this.scheduleCleaner();
@@ -184,13 +185,15 @@ export class DiskEngine implements StorageEngine {
 
   /**
    * Key compaction of every partition of every compacted topic, one partition at a time
-   * (src/log/cleaner.ts). A partition that fails is logged and skipped.
+   * (src/log/cleaner.ts), those with at least `minDirtyRatio` of their sealed bytes dirty. A
+   * partition that fails is logged and skipped.
    */
-  async compact(now = this.telemetry.clock.now()): Promise<void> {
+  async compact(now = this.telemetry.clock.now(), minDirtyRatio = 0): Promise<void> {
     for (const t of [...this.topics.values()]) {
       if (!isCompacted(t.config.cleanupPolicy)) continue;
       for (const l of [...t.logs]) {
         if (this.closed) return;
+        if (minDirtyRatio > 0 && l.cleanerStats().dirtyRatio < minDirtyRatio) continue;
         await l.compact(now).catch((e: unknown) => this.logger.error({ err: e, topic: t.name, partition: l.partition }, "compaction of a partition failed"));
       }
     }
