@@ -12,6 +12,7 @@ Commands:
   describe NAME             configuration and partitions of one topic
   create NAME [--partitions N] [--retention-ms N] [--retention-bytes N]
               [--segment-bytes N] [--max-message-bytes N] [--durability always|interval|never]
+              [--cleanup-policy delete|compact|compact,delete]
   alter NAME [--retention-ms N] [--retention-bytes N]
                             change a topic's retention (applies at the next retention check)
   delete NAME [--yes]       delete a topic and its data (asks on a terminal, else needs --yes)
@@ -42,6 +43,7 @@ Options:
   --segment-bytes N         roll segments at this size (default 256 MiB)
   --max-message-bytes N     largest record accepted (default 1 MiB)
   --durability MODE         always (default) | interval | never
+  --cleanup-policy P        delete (default) | compact | compact,delete (key compaction: docs/topics.md)
   --json                    print the created topic as JSON
 
 ${TARGET_USAGE}`;
@@ -108,6 +110,7 @@ function printDescription(d: TopicDescription): void {
     ["segment", `${bytes(c.segmentBytes)} / ${c.segmentMs} ms`],
     ["max message", bytes(c.maxMessageBytes)],
     ["durability", c.durability === "interval" ? `interval (${c.flushIntervalMs} ms)` : c.durability],
+    ...(c.cleanupPolicy !== undefined && c.cleanupPolicy !== "delete" ? [["cleanup", `${c.cleanupPolicy} (lag ${c.minCompactionLagMs} ms, tombstones ${c.deleteRetentionMs} ms)`] as [string, string]] : []),
   ]);
   say("");
   printTable(
@@ -134,6 +137,7 @@ const CREATE_OPTS = {
   "segment-bytes": { type: "string" },
   "max-message-bytes": { type: "string" },
   durability: { type: "string" },
+  "cleanup-policy": { type: "string" },
 } as const;
 
 async function create(argv: string[]): Promise<void> {
@@ -150,6 +154,7 @@ async function create(argv: string[]): Promise<void> {
     segmentBytes: optInt(values["segment-bytes"], "--segment-bytes", { min: 1 }),
     maxMessageBytes: optInt(values["max-message-bytes"], "--max-message-bytes", { min: 1 }),
     durability: durability as TopicConfig["durability"],
+    cleanupPolicy: values["cleanup-policy"] as TopicConfig["cleanupPolicy"],
   };
   for (const k of Object.keys(config) as (keyof TopicConfig)[]) if (config[k] === undefined) delete config[k];
   await withBroker(values, { readOnly: false }, async (b) => {

@@ -130,8 +130,11 @@ export class LogCleaner {
     for (let i = 0; i < segs.length - 1; i++) {
       const seg = segs[i];
       if (seg.deleted || seg.endOffset <= st.logStart) continue;
-      await this.reader.ensureTimestamps(seg);
-      if (seg.maxTimestamp > now - lag) break;
+      if (lag > 0) {
+        // Without a lag every sealed segment qualifies, even one holding future timestamps.
+        await this.reader.ensureTimestamps(seg);
+        if (seg.maxTimestamp > now - lag) break;
+      }
       out.push(seg);
     }
     return out;
