@@ -8,6 +8,7 @@
  * reader that kept up with the writer saw every record.
  */
 import { test } from "node:test";
+import { readdirSync } from "node:fs";
 import assert from "node:assert/strict";
 import { NodeFileSystem } from "../src/log/io.js";
 import { PartitionLog, type LogConfig } from "../src/log/partition-log.js";
@@ -216,5 +217,32 @@ test("the engine's background cleaner compacts compacted topics and reports it i
     assert.equal(plainCount, 100, "a delete-policy topic keeps every record");
   } finally {
     await b.close();
+  }
+});
+
+test("closing a partition while it is being compacted stops the pass and leaves a whole log", async () => {
+  using tmp = tempDir("sluice-compact-close-");
+  const fs = new NodeFileSystem();
+  const cfg = config(1e12);
+  const model: ModelRec[] = [];
+  let log = await PartitionLog.open({ fs, dir: tmp.dir, topic: "t", partition: 0, config: cfg, preallocate: "off" });
+  for (let i = 0; i < 200; i++) {
+    const key = `k${i % 7}`;
+    const value = `v${i}`.padEnd(30, "-");
+    model.push({ key, value, ts: T0 + i });
+    await log.append([{ key: Buffer.from(key), value: Buffer.from(value), valueKind: 1, timestamp: T0 + i, headers: null }]);
+  }
+  const compacting = log.compact(T0 + 1000);
+  await log.close();
+  await compacting; // resolves: a stop is not an error
+  assert.deepEqual(readdirSync(tmp.dir).filter((n) => n.endsWith(".cleaned") || n.endsWith(".swap")), []);
+  log = await PartitionLog.open({ fs, dir: tmp.dir, topic: "t", partition: 0, config: cfg, preallocate: "off" });
+  try {
+    await checkFrom(log, model, 0, true);
+    await log.compact(T0 + 1000);
+    await checkCompacted(log, log.describeSegments().at(-1)!.baseOffset, false);
+    await checkFrom(log, model, 0, true);
+  } finally {
+    await log.close();
   }
 });

@@ -107,10 +107,21 @@ export class LogCleaner {
     return this.st.closed || this.st.faulted !== null;
   }
 
+  /** Closing does not wait for a whole segment: the pass stops between batches. */
+  private checkStopped(): void {
+    if (this.stopped()) throw new CleanerStoppedError();
+  }
+
   private async run(now: number, mapBytes: number): Promise<CleanResult> {
     const total: CleanResult = { passes: 0, segmentsRewritten: 0, recordsRemoved: 0, bytesReclaimed: 0 };
     while (!this.stopped() && isCompacted(this.st.ctx.config.cleanupPolicy)) {
-      const r = await this.pass(now, mapBytes);
+      let r: Awaited<ReturnType<LogCleaner["pass"]>>;
+      try {
+        r = await this.pass(now, mapBytes);
+      } catch (e) {
+        if (e instanceof CleanerStoppedError) break; // closed or faulted meanwhile: not an error
+        throw e;
+      }
       if (r === null) break;
       total.passes++;
       total.segmentsRewritten += r.segmentsRewritten;
@@ -204,6 +215,7 @@ export class LogCleaner {
       for (;;) {
         const step = await c.next();
         if (step.kind === "end") return true;
+        this.checkStopped();
         if (step.kind === "damage") throw new StorageError(`cleaner: damaged batch in ${seg.logPath} at byte ${c.pos} (${step.detail}); not compacting this partition`);
         await this.budget.take(step.h.length);
         for (const rec of decodeRecords(step.buf, step.at, step.h)) if (!fn(rec)) return false;
@@ -291,6 +303,7 @@ export class LogCleaner {
       for (;;) {
         const step = await c.next();
         if (step.kind === "end") break;
+        this.checkStopped();
         if (step.kind === "damage") throw new StorageError(`cleaner: damaged batch in ${seg.logPath} at byte ${c.pos} (${step.detail})`);
         const h = step.h;
         await this.budget.take(h.length);
@@ -329,6 +342,9 @@ export class LogCleaner {
     return removed;
   }
 }
+
+/** Thrown inside a pass when the partition closes or faults; ends the run quietly. */
+class CleanerStoppedError extends Error {}
 
 function toPrepared(r: StoredRecord): PreparedRecord {
   return { key: r.key, value: r.value, valueKind: r.valueKind, timestamp: r.timestamp, headers: r.headers };

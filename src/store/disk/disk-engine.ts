@@ -492,12 +492,13 @@ export class DiskEngine implements StorageEngine {
     await this.adminLock;
     this.closed = true;
     if (this.cleanerTimer !== null) clearTimeout(this.cleanerTimer);
-    await this.cleaning;
     for (const wake of this.recoveryWakers) wake();
     await Promise.all(this.recovering.values());
     await this.queues.close();
     for (const g of this.groups.values()) await g.close();
     for (const t of this.topics.values()) await Promise.all(t.logs.map((l) => l.close()));
+    // A compaction run stops at the next batch once its partition is closed (cleaner.ts).
+    await this.cleaning;
     // Last: nothing of this engine writes to the directory any more.
     await this.dirLock?.release();
     this.dirLock = null;
