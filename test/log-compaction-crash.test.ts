@@ -9,7 +9,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync, readdirSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { NodeFileSystem, type FileSystem } from "../src/log/io.js";
 import { PartitionLog, type LogConfig } from "../src/log/partition-log.js";
@@ -69,6 +69,12 @@ async function checkLog(log: PartitionLog, where: string): Promise<void> {
   }
 }
 
+/** The bytes of every sealed segment file of a partition directory, by name. */
+function sealedFiles(dir: string): Map<string, Buffer> {
+  const logs = readdirSync(dir).filter((n) => /^\d{20}\.log$/.test(n)).sort();
+  return new Map(logs.slice(0, -1).map((n) => [n, readFileSync(join(dir, n))]));
+}
+
 function leftovers(dir: string): string[] {
   return readdirSync(dir).filter((n) => n.endsWith(".cleaned") || n.endsWith(".swap"));
 }
@@ -81,7 +87,9 @@ test("compaction swap: a crash at every I/O operation of a compaction run leaves
   const fs0 = new FaultyFileSystem({ crashModel: { scratchDir: join(tmp.dir, "scratch-count") } });
   const log0 = await writeWorkload(fs0, countDir);
   const before = fs0.opCount;
+  const oldFiles = sealedFiles(countDir);
   const res = await log0.compact(T0 + RECORDS);
+  const newFiles = sealedFiles(countDir);
   const ops = fs0.opCount - before;
   assert.ok(res.segmentsRewritten >= 3, `compaction rewrote ${res.segmentsRewritten} segments`);
   await checkLog(log0, "no crash");
@@ -106,6 +114,11 @@ test("compaction swap: a crash at every I/O operation of a compaction run leaves
     const reopened = await PartitionLog.open({ fs: new NodeFileSystem(), dir, topic: "t", partition: 0, config, preallocate: "off" });
     try {
       assert.deepEqual(leftovers(dir), [], `${where}: recovery finished or discarded the swap`);
+      const files = sealedFiles(dir);
+      assert.deepEqual([...files.keys()], [...oldFiles.keys()], `${where}: the same segments`);
+      for (const [n, bytes] of files) {
+        assert.ok(bytes.equals(oldFiles.get(n)!) || bytes.equals(newFiles.get(n)!), `${where}: ${n} is wholly the old or wholly the compacted segment`);
+      }
       await checkLog(reopened, where);
       await reopened.compact(T0 + RECORDS);
       await checkLog(reopened, `${where}, compacted again`);
