@@ -7,8 +7,9 @@
 import type { Queue, QueueConfig } from "./queues/types.js";
 
 import type { Durability, Headers, PublishValue } from "./value-types.js";
+import type { CleanupPolicy } from "./log/compaction-policy.js";
 
-export type { Durability, Headers, PublishValue };
+export type { CleanupPolicy, Durability, Headers, PublishValue };
 
 /** What `alterTopic` can change on a live topic (the rest is fixed at creation). */
 export type TopicAlteration = Partial<Pick<TopicConfig, "retentionMs" | "retentionBytes">>;
@@ -32,6 +33,16 @@ export interface TopicConfig {
   /** For `interval` durability. Default 1000 ms. */
   flushIntervalMs?: number;
   /**
+   * `delete` (default): sealed segments go by `retentionMs`/`retentionBytes`. `compact`: the
+   * cleaner keeps only the latest record per key (docs/topics.md, key compaction); every record
+   * needs a key. `compact,delete`: both.
+   */
+  cleanupPolicy?: CleanupPolicy;
+  /** Compaction: a segment is cleaned only once all its records are at least this old. Default 0. */
+  minCompactionLagMs?: number;
+  /** Compaction: a tombstone (null value) is kept at least this long after its timestamp. Default 1 day. */
+  deleteRetentionMs?: number;
+  /**
    * Tiered storage: before retention deletes a sealed segment, copy it (verified, with a
    * manifest) to this archive, and serve reads below the online log start from there
    * (docs/storage-format.md "Segment archive"). Default null: segments are simply deleted.
@@ -45,6 +56,7 @@ export interface TopicConfig {
 export interface ArchiveConfig {
   dir: string;
 }
+
 
 export interface TopicDescription {
   name: string;
@@ -64,6 +76,12 @@ export interface PartitionDescription {
   highWatermark: number;
   sizeBytes: number;
   segments: number;
+  /** Compacted topics only: share of sealed bytes not yet compacted (0..1; 1 after a restart until the first pass). */
+  cleanerDirtyRatio?: number;
+  /** Compacted topics only: bytes removed by compaction since the broker opened. */
+  bytesReclaimed?: number;
+  /** Compacted topics only: clock time of the last compaction pass since the broker opened, or null. */
+  lastCleanedAt?: number | null;
 }
 
 export interface PublishOptions {

@@ -19,6 +19,7 @@ import { BrokerClosedError, PartitionNotFoundError, RecordTooLargeError, TopicNo
 import { prepareValue, recordSize, type PreparedRecord, type ProducerInfo, type ValueKind } from "../log/record-batch.js";
 import type { AppendResult, EngineTopic, StorageEngine } from "../store/engine.js";
 import { partitionForKey } from "../streams/murmur2.js";
+import { isCompacted, keyRequiredError } from "../log/compaction-policy.js";
 import type { PublishBatchOptions, PublishOptions, PublishReceipt, PublishRecord, PublishValue } from "../types.js";
 import { PartitionAccumulator, PendingRecord, pendingPromise, type AccumulatorHost } from "./publish-accumulator.js";
 
@@ -32,6 +33,8 @@ interface TopicPublisher {
   topicId: string;
   partitions: number;
   maxMessageBytes: number;
+  /** The topic is compacted: a record without a key is refused (CMP-1). */
+  keyRequired: boolean;
   parts: (PartitionAccumulator | undefined)[];
 }
 
@@ -176,7 +179,7 @@ export class Publisher {
   private publisherOf(t: EngineTopic): TopicPublisher {
     let tp = this.topics.get(t.name);
     if (tp === undefined || tp.topicId !== t.topicId) {
-      tp = { name: t.name, topicId: t.topicId, partitions: t.config.partitions, maxMessageBytes: t.config.maxMessageBytes, parts: [] };
+      tp = { name: t.name, topicId: t.topicId, partitions: t.config.partitions, maxMessageBytes: t.config.maxMessageBytes, keyRequired: isCompacted(t.config.cleanupPolicy), parts: [] };
       this.topics.set(t.name, tp);
     }
     return tp;
@@ -202,6 +205,7 @@ export class Publisher {
     const o = opts !== null && typeof opts === "object" ? opts : NO_OPTS;
     const n = tp.partitions;
     const key = toKeyBuffer(o.key);
+    if (key === null && tp.keyRequired) throw keyRequiredError(tp.name, 0);
     let bytes: Buffer | null = null;
     let text: string | undefined;
     let kind: ValueKind = 0;
@@ -265,6 +269,7 @@ export class Publisher {
       const r = records[i];
       if (r === null || typeof r !== "object") throw new ValidationError(`record ${i} must be an object`);
       const key = toKeyBuffer(r.key);
+      if (key === null && tp.keyRequired) throw keyRequiredError(topic, i);
       const { value, valueKind } = prepareValue(r.value);
       const timestamp = r.timestamp ?? now;
       let p: number;

@@ -15,7 +15,7 @@
  * checked against the bytes present; any inconsistency is a ProtocolError.
  */
 import { ProtocolError } from "../errors.js";
-import { BATCH_MAGIC, HEADER_SIZE, MIN_RECORD_SIZE, decodeValue, type ValueKind } from "../log/record-batch.js";
+import { BATCH_ATTR_COMPACTED, BATCH_MAGIC, HEADER_SIZE, MIN_RECORD_SIZE, decodeValue, type ValueKind } from "../log/record-batch.js";
 
 const ATTR_KEY_NULL = 0x04;
 const ATTR_VALUE_NULL = 0x08;
@@ -81,7 +81,8 @@ export function scanPushedBatches(buf: Buffer, from: number): RecordTable {
       throw new ProtocolError(`record batch length ${length} does not fit the ${buf.length - at} bytes left`);
     }
     if (count < 1 || count > (length - HEADER_SIZE) / MIN_RECORD_SIZE) throw new ProtocolError(`implausible record count ${count}`);
-    if (base < 0 || base + count > Number.MAX_SAFE_INTEGER || (expected >= 0 && base !== expected)) {
+    if (base < 0 || base + count > Number.MAX_SAFE_INTEGER || (expected >= 0 && base !== expected && !(base > expected && (buf[at + 9] & BATCH_ATTR_COMPACTED) !== 0))) {
+      // A gap is allowed only before a batch the cleaner wrote (CMP-2).
       throw new ProtocolError(`record batch at offset ${base} is out of sequence (expected ${expected})`);
     }
     const end = at + length;

@@ -14,7 +14,7 @@
  */
 import { InvalidBatchError } from "../errors.js";
 import type { FileHandle } from "./io.js";
-import { HEADER_SIZE, MAX_BATCH_BYTES, plausibleHeader, readBatchLength, verifyBatch, type BatchHeader } from "./record-batch.js";
+import { BATCH_ATTR_COMPACTED, HEADER_SIZE, MAX_BATCH_BYTES, plausibleHeader, readBatchLength, verifyBatch, type BatchHeader } from "./record-batch.js";
 
 /** Reads `length` bytes at `pos` into buf[0..]; returns the bytes read (short only at EOF). */
 export type ReadAt = (fh: FileHandle, buf: Buffer, length: number, pos: number) => Promise<number> | number;
@@ -101,7 +101,9 @@ export class BatchCursor {
       if (!(e instanceof InvalidBatchError)) throw e;
       return { kind: "damage", detail: e.message };
     }
-    if (h.baseOffset !== this.expected) return { kind: "damage", detail: `batch claims offset ${h.baseOffset}, expected ${this.expected} (misplaced batch)` };
+    // CMP-2: only a batch the cleaner wrote may start above the expected offset (a gap left by
+    // compaction); never below it, and an ordinary batch must start exactly there (LOG-2).
+    if (h.baseOffset !== this.expected && !(h.baseOffset > this.expected && (h.attributes & BATCH_ATTR_COMPACTED) !== 0)) return { kind: "damage", detail: `batch claims offset ${h.baseOffset}, expected ${this.expected} (misplaced batch)` };
     return { kind: "batch", h, buf: this.buf, at };
   }
 

@@ -12,6 +12,7 @@ import { LogState, type LogContext } from "./log-state.js";
 import type { ProducerSnapshot } from "./producer-state.js";
 import { HEADER_SIZE } from "./record-batch.js";
 import { Segment } from "./segment.js";
+import { recoverSwaps } from "./segment-swap.js";
 import type { StorageError } from "../errors.js";
 
 /** `partition.json`: where the log starts (LOG-6: written before segments below it go). */
@@ -30,7 +31,9 @@ export async function loadLog(ctx: LogContext, onFault: ((err: StorageError) => 
   await fs.mkdir(dir);
   const meta = await readJsonFile<PartitionMeta>(fs, join(dir, PARTITION_META_FILE));
   st.logStart = meta?.logStartOffset ?? 0;
-  const names = await fs.readdir(dir);
+  let names = await fs.readdir(dir);
+  // CMP-3: an interrupted compaction swap is finished (committed) or discarded first.
+  if (await recoverSwaps(fs, dir, names)) names = await fs.readdir(dir);
   const clean = names.includes(CLEAN_MARKER);
   for (const n of names) if (n.endsWith(".tmp")) await fs.unlink(join(dir, n));
   const bases = names

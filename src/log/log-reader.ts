@@ -404,6 +404,7 @@ export class LogReader {
     const st = this.st;
     for (const seg of [...st.segments]) {
       if (seg.endOffset <= st.logStart && seg !== st.active) continue;
+      if (seg.deleted) continue; // replaced by compaction meanwhile (CMP-3): its path holds the new file
       if (seg.sealed) {
         const fh = await this.acquire(seg);
         try {

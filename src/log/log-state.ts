@@ -12,6 +12,7 @@ import type { Logger, Telemetry } from "../observability/telemetry.js";
 import { METRICS } from "../observability/metrics.js";
 import { ProducerStateManager } from "./producer-state.js";
 import type { Segment } from "./segment.js";
+import type { CleanupPolicy } from "./compaction-policy.js";
 
 export type Durability = "always" | "interval" | "never";
 
@@ -23,6 +24,10 @@ export interface LogConfig {
   flushIntervalMs: number;
   retentionMs: number;
   retentionBytes: number;
+  /** Key compaction (cleaner.ts); absent: "delete", as before compaction existed. */
+  cleanupPolicy?: CleanupPolicy;
+  minCompactionLagMs?: number;
+  deleteRetentionMs?: number;
 }
 
 /** What every part of a partition knows about where and what it is. */

@@ -30,6 +30,9 @@ import { encodeBatch, HEADER_SIZE, MAX_BATCH_BYTES, recordSize, validateEncodedB
 import { Retention } from "./retention.js";
 import type { PartitionArchive } from "./archive/partition-archive.js";
 import type { LocalSegment } from "./archive/segment-archiver.js";
+import { firstKeylessRecord, isCompacted, keyRequiredError } from "./compaction-policy.js";
+import { LogCleaner, type CleanerStats, type CleanResult } from "./cleaner.js";
+import { IoBudget } from "./io-budget.js";
 import { segmentFileName } from "./segment.js";
 import { writeFileAtomic } from "./io.js";
 import { join } from "node:path";
@@ -38,6 +41,7 @@ export type { Durability, LogConfig } from "./log-state.js";
 export type { PreallocateMode } from "./preallocator.js";
 export type { AppendResult } from "./group-commit.js";
 export type { RawRead } from "./log-reader.js";
+export type { CleanerStats, CleanResult } from "./cleaner.js";
 export { segmentFileName };
 
 export interface PartitionLogOptions {
@@ -63,6 +67,8 @@ export interface PartitionLogOptions {
    * Opened once the log is loaded, with its log start.
    */
   archive?: (logStart: number) => Promise<PartitionArchive>;
+  /** The I/O budget of the cleaner, shared by an engine's partitions (default: unthrottled). */
+  cleanerBudget?: IoBudget;
 }
 
 export class PartitionLog {
@@ -80,6 +86,7 @@ export class PartitionLog {
     private readonly prealloc: Preallocator,
     /** The partition's archive, if its topic has one. */
     readonly archive: PartitionArchive | null,
+    private readonly cleaner: LogCleaner,
   ) {
     ({ fs: this.fs, dir: this.dir, topic: this.topic, partition: this.partition, config: this.config } = st.ctx);
   }
@@ -95,7 +102,8 @@ export class PartitionLog {
     const archive = opts.archive ? await opts.archive(st.logStart) : null;
     const beforeDelete = archive === null ? null : (segs: LocalSegment[]) => archive.beforeDelete(segs, telemetry.clock.now());
     if (ctx.config.durability === "interval") writer.startFlushTimer();
-    return new PartitionLog(st, writer, reader, new Retention(st, reader, beforeDelete), prealloc, archive);
+    const cleaner = new LogCleaner(st, reader, opts.cleanerBudget ?? new IoBudget(Infinity));
+    return new PartitionLog(st, writer, reader, new Retention(st, reader, beforeDelete), prealloc, archive, cleaner);
   }
 
   /** The first readable offset: the archive's start when older segments are archived (ARC-2). */
@@ -131,6 +139,11 @@ export class PartitionLog {
   async append(records: readonly PreparedRecord[], producer?: ProducerInfo, signal?: AbortSignal): Promise<AppendResult> {
     this.st.checkWritable();
     if (records.length === 0) throw new ValidationError("append needs at least one record");
+    if (isCompacted(this.config.cleanupPolicy)) {
+      // CMP-1: a compacted topic keeps the latest record per key; a keyless one has none.
+      const i = records.findIndex((r) => r.key === null);
+      if (i >= 0) throw keyRequiredError(this.topic, i);
+    }
     const max = this.config.maxMessageBytes;
     if (producer) {
       // Records first, then the producer fields, before encoding them (appendBatch checks
@@ -157,6 +170,10 @@ export class PartitionLog {
     // Structure and CRC first; sizes against maxMessageBytes as recordSize() measures them.
     const { header: h, maxRecordBytes } = validateEncodedBatch(buf, MAX_BATCH_BYTES);
     if (maxRecordBytes > this.config.maxMessageBytes) checkRecordSizes(buf, h, this.config.maxMessageBytes);
+    if (isCompacted(this.config.cleanupPolicy)) {
+      const i = firstKeylessRecord(buf, h.count); // CMP-1
+      if (i >= 0) throw keyRequiredError(this.topic, i);
+    }
     const producer = h.producerId >= 0 ? { producerId: h.producerId, producerEpoch: h.producerEpoch, baseSequence: h.baseSequence } : undefined;
     return this.appendBatch(buf, h.count, producer, signal, true);
   }
@@ -243,9 +260,26 @@ export class PartitionLog {
 
   /** Deletes whole sealed segments past retention by time or size; never the active one. */
   async enforceRetention(now = this.st.ctx.telemetry.clock.now()): Promise<number> {
+    // cleanupPolicy "compact" alone: the cleaner bounds the log, not time or size (as Kafka).
+    if (this.config.cleanupPolicy === "compact") return this.st.logStart;
     const start = await this.retention.enforce(now);
     if (this.archive !== null) await this.archive.enforceRetention(now, this.st.logStart);
     return start;
+  }
+
+  // ─────────────────────────────── compaction ────────────────────────────────
+
+  /**
+   * Key compaction of the sealed segments (cleaner.ts; a no-op unless cleanupPolicy includes
+   * "compact"). `mapBytes` bounds the key map of one pass (tests lower it to force passes).
+   */
+  compact(now = this.st.ctx.telemetry.clock.now(), mapBytes?: number): Promise<CleanResult> {
+    return this.cleaner.clean(now, mapBytes);
+  }
+
+  /** Cleaner figures of this partition (describeTopic). */
+  cleanerStats(): CleanerStats {
+    return this.cleaner.stats();
   }
 
   // ───────────────────────────────── close ───────────────────────────────────
@@ -258,6 +292,7 @@ export class PartitionLog {
     st.closed = true;
     st.wakeWaiters();
     await this.retention.idle();
+    await this.cleaner.idle();
     const active = st.active;
     await this.prealloc.stop(active);
     await this.writer.close();

@@ -246,6 +246,20 @@ export function encodeBatch(records: readonly PreparedRecord[], producer?: Produ
   return buf;
 }
 
+/**
+ * Header attribute bit set only by the cleaner (cleaner.ts) on the batches it writes: offsets
+ * between the previous batch's end and this batch's base were removed by key compaction, so
+ * readers accept a base offset *above* the expected one for this batch (CMP-2). Clients can not
+ * set it (validateEncodedBatch refuses non-zero attributes); the CRC covers it.
+ */
+export const BATCH_ATTR_COMPACTED = 0x01;
+
+/** stampBatch for a batch written by the cleaner: marks it BATCH_ATTR_COMPACTED first (CMP-2). */
+export function stampCompactedBatch(buf: Buffer, baseOffset: number): void {
+  buf[O_ATTR] = BATCH_ATTR_COMPACTED;
+  stampBatch(buf, baseOffset);
+}
+
 /** Sets the base offset and computes the CRC. After this the batch must not change. */
 export function stampBatch(buf: Buffer, baseOffset: number): void {
   writeI64(buf, O_BASE, baseOffset);

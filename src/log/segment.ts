@@ -161,7 +161,9 @@ export class Segment {
     // Invariant IDX-2: the first batch of a segment is always indexed, later ones every
     // INDEX_INTERVAL_BYTES, so a lookup never scans more than ~4 KiB plus one batch.
     if (this.index.n === 0 || this.bytesSinceIndex >= INDEX_INTERVAL_BYTES) {
-      this.index.push(baseOffset - this.baseOffset, pos, this.maxTimestamp);
+      // The first entry is always (0, 0): after compaction the first batch may start above the
+      // segment's base (CMP-2), and a read of an offset in that gap starts at byte 0.
+      this.index.push(this.index.n === 0 ? 0 : baseOffset - this.baseOffset, pos, this.maxTimestamp);
       this.bytesSinceIndex = 0;
     }
     this.bytesSinceIndex += length;

@@ -5,7 +5,7 @@
  */
 import { isAbsolute } from "node:path";
 import { ValidationError } from "../errors.js";
-import type { ArchiveConfig, TopicConfig } from "../types.js";
+import type { ArchiveConfig, CleanupPolicy, TopicConfig } from "../types.js";
 
 /** Partitions per topic. */
 export const MAX_PARTITIONS = 10_000;
@@ -27,7 +27,13 @@ export const TOPIC_DEFAULTS: Required<TopicConfig> = {
   flushIntervalMs: 1000,
   archive: null,
   archiveRetentionMs: -1,
+  cleanupPolicy: "delete",
+  minCompactionLagMs: 0,
+  deleteRetentionMs: 86_400_000,
 };
+
+export const CLEANUP_POLICIES: readonly CleanupPolicy[] = ["delete", "compact", "compact,delete"];
+export { isCompacted, keyRequiredError } from "../log/compaction-policy.js";
 
 function intIn(name: string, v: unknown, min: number, max: number): number {
   if (typeof v !== "number" || !Number.isSafeInteger(v) || v < min || v > max)
@@ -68,6 +74,9 @@ export function resolveTopicConfig(config: TopicConfig = {}): Required<TopicConf
   c.archive = resolveArchive(c.archive);
   intIn("archiveRetentionMs", c.archiveRetentionMs, -1, Number.MAX_SAFE_INTEGER);
   if (c.archive === null && c.archiveRetentionMs !== -1) throw new ValidationError("archiveRetentionMs needs an archive");
+  if (!CLEANUP_POLICIES.includes(c.cleanupPolicy)) throw new ValidationError(`cleanupPolicy must be ${CLEANUP_POLICIES.join("|")}, got ${JSON.stringify(c.cleanupPolicy)}`);
+  intIn("minCompactionLagMs", c.minCompactionLagMs, 0, Number.MAX_SAFE_INTEGER);
+  intIn("deleteRetentionMs", c.deleteRetentionMs, 0, Number.MAX_SAFE_INTEGER);
   return c;
 }
 

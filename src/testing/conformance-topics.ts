@@ -15,6 +15,27 @@ export function topicTests(t: DefineTest): void {
   t("deleting then re-creating a topic never resurrects old data", recreateIsEmpty);
   t("operations on a missing topic fail with TopicNotFoundError", missingTopic);
   t("alterTopic changes retention durably; other keys and bad values are refused, nothing changed", alterRetention);
+  t("a compacted topic refuses a record without a key before storing anything (CMP-1)", compactedNeedsKeys);
+}
+
+async function compactedNeedsKeys(b: Broker): Promise<void> {
+  await assert.rejects(b.createTopic(uniq("badpolicy"), { cleanupPolicy: "shrink" as never }), ValidationError);
+  await assert.rejects(b.createTopic(uniq("badlag"), { minCompactionLagMs: -1 }), ValidationError);
+  const name = uniq("compacted");
+  const d = await b.createTopic(name, { partitions: 2, cleanupPolicy: "compact" });
+  assert.equal(d.config.cleanupPolicy, "compact");
+  assert.equal(d.config.minCompactionLagMs, 0);
+  assert.equal(d.config.deleteRetentionMs, 86_400_000);
+  await assert.rejects(b.publish(name, "no key"), (e: unknown) => e instanceof ValidationError && e.code === "VALIDATION" && !e.retriable && /needs a key/.test(e.message));
+  await assert.rejects(b.publish(name, "no key", { partition: 1 }), ValidationError);
+  // One keyless record refuses the whole batch: nothing of it is stored.
+  await assert.rejects(b.publishBatch(name, [{ key: "a", value: 1, partition: 0 }, { value: 2, partition: 0 }]), ValidationError);
+  const r = await b.publish(name, "kept", { key: "k", partition: 0 });
+  assert.equal(r.offset, 0, "the refused records took no offsets");
+  const tombstone = await b.publish(name, null, { key: "k", partition: 0 });
+  assert.equal(tombstone.offset, 1);
+  assert.deepEqual((await b.describeTopic(name)).config.cleanupPolicy, "compact");
+  await b.deleteTopic(name);
 }
 
 async function topicLifecycle(b: Broker): Promise<void> {

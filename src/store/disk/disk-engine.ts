@@ -34,6 +34,15 @@ import { resolveTopicConfig } from "../topic-config.js";
 import { DiskQueueStore } from "./queues/store.js";
 import { GroupOffsets, OFFSETS_LOG_COMPACT_BYTES } from "./group-offsets.js";
 import { nextRecoveryDelay, RECOVERY_MIN_DELAY_MS } from "./recovery-backoff.js";
+import { CLEANER_IO_BYTES_PER_SEC, IoBudget } from "../../log/io-budget.js";
+import { isCompacted } from "../../log/compaction-policy.js";
+import { MIN_CLEANABLE_DIRTY_RATIO } from "../../log/cleaner.js";
+
+/** A compacted partition's cleaner figures for describeTopic. */
+function cleanerFigures(l: PartitionLog): { cleanerDirtyRatio: number; bytesReclaimed: number; lastCleanedAt: number | null } {
+  const s = l.cleanerStats();
+  return { cleanerDirtyRatio: s.dirtyRatio, bytesReclaimed: s.bytesReclaimed, lastCleanedAt: s.lastCleanedAt };
+}
 
 interface Topic extends EngineTopic {
   dir: string;
@@ -49,7 +58,12 @@ export interface DiskEngineOptions {
   logger?: Logger;
   /** Length at which a group's offsets log is folded into its snapshot (tests lower it). */
   offsetsLogCompactBytes?: number;
+  /** How often the cleaner looks for compaction work (compacted topics only). Default CLEANER_INTERVAL_MS; 0: never (call compact()). */
+  cleanerIntervalMs?: number;
 }
+
+/** Default period of the background cleaner (key compaction, src/log/cleaner.ts). */
+export const CLEANER_INTERVAL_MS = 15_000;
 
 export class DiskEngine implements StorageEngine {
   readonly kind = "disk";
@@ -76,6 +90,11 @@ export class DiskEngine implements StorageEngine {
   private recovering = new Map<string, Promise<void>>();
   /** Ends the backoff waits of scheduled recoveries (on close). */
   private recoveryWakers = new Set<() => void>();
+  /** One I/O budget for the cleaner of every partition (io-budget.ts): it never starves the writers. */
+  private readonly cleanerBudget = new IoBudget(CLEANER_IO_BYTES_PER_SEC);
+  private readonly cleanerIntervalMs: number;
+  private cleanerTimer: NodeJS.Timeout | null = null;
+  private cleaning: Promise<void> = Promise.resolve();
 
   constructor(opts: DiskEngineOptions) {
     this.dataDir = resolve(opts.dataDir);
@@ -83,6 +102,7 @@ export class DiskEngine implements StorageEngine {
     this.telemetry = opts.telemetry ?? noopTelemetry;
     this.logger = opts.logger ?? this.telemetry.logger;
     this.offsetsLogCompactBytes = opts.offsetsLogCompactBytes ?? OFFSETS_LOG_COMPACT_BYTES;
+    this.cleanerIntervalMs = opts.cleanerIntervalMs ?? CLEANER_INTERVAL_MS;
     this.queues = new DiskQueueStore({ dir: this.inside("queues"), fs: this.fs, telemetry: { ...this.telemetry, logger: this.logger } });
   }
 
@@ -103,6 +123,7 @@ export class DiskEngine implements StorageEngine {
     this.dirLock = await fs.lock(this.dataDir);
     try {
       await this.load();
+      if (this.cleanerIntervalMs > 0) this.scheduleCleaner();
     } catch (e) {
       await this.dirLock.release();
       this.dirLock = null;
@@ -149,7 +170,37 @@ export class DiskEngine implements StorageEngine {
       telemetry: this.telemetry,
       onFault: () => this.scheduleRecovery(t, p),
       archive: t.config.archive ? (logStart) => this.openArchive(t, p, logStart) : undefined,
+      cleanerBudget: this.cleanerBudget,
     });
+  }
+
+  /** The background cleaner: one run at a time, then the next after the interval (never overlapping). */
+  private scheduleCleaner(): void {
+    this.cleanerTimer = setTimeout(() => {
+      this.cleanerTimer = null;
+      this.cleaning = this.compact(this.telemetry.clock.now(), MIN_CLEANABLE_DIRTY_RATIO)
+        .catch((e: unknown) => this.logger.error({ err: e }, "compaction failed"))
+        .finally(() => {
+          if (!this.closed) this.scheduleCleaner();
+        });
+    }, this.cleanerIntervalMs);
+    this.cleanerTimer.unref();
+  }
+
+  /**
+   * Key compaction of every partition of every compacted topic, one partition at a time
+   * (src/log/cleaner.ts), those with at least `minDirtyRatio` of their sealed bytes dirty. A
+   * partition that fails is logged and skipped.
+   */
+  async compact(now = this.telemetry.clock.now(), minDirtyRatio = 0): Promise<void> {
+    for (const t of [...this.topics.values()]) {
+      if (!isCompacted(t.config.cleanupPolicy)) continue;
+      for (const l of [...t.logs]) {
+        if (this.closed) return;
+        if (minDirtyRatio > 0 && l.cleanerStats().dirtyRatio < minDirtyRatio) continue;
+        await l.compact(now).catch((e: unknown) => this.logger.error({ err: e, topic: t.name, partition: l.partition }, "compaction of a partition failed"));
+      }
+    }
   }
 
   /**
@@ -316,6 +367,7 @@ export class DiskEngine implements StorageEngine {
         highWatermark: l.highWatermark,
         sizeBytes: l.sizeBytes,
         segments: l.segmentCount,
+        ...(isCompacted(t.config.cleanupPolicy) ? cleanerFigures(l) : {}),
       })),
     };
   }
@@ -467,11 +519,14 @@ export class DiskEngine implements StorageEngine {
     if (this.closed) return;
     await this.adminLock;
     this.closed = true;
+    if (this.cleanerTimer !== null) clearTimeout(this.cleanerTimer);
     for (const wake of this.recoveryWakers) wake();
     await Promise.all(this.recovering.values());
     await this.queues.close();
     for (const g of this.groups.values()) await g.close();
     for (const t of this.topics.values()) await Promise.all(t.logs.map((l) => l.close()));
+    // A compaction run stops at the next batch once its partition is closed (cleaner.ts).
+    await this.cleaning;
     // Last: nothing of this engine writes to the directory any more.
     await this.dirLock?.release();
     this.dirLock = null;
