@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /** What the broker conformance tests (src/testing/conformance*.ts) share: unique names and bounded reads. */
-import type { Job } from "../queues/types.js";
+import type { Job, Queue } from "../queues/types.js";
 import type { Broker, Message, Subscription } from "../types.js";
 
 /**
@@ -71,4 +71,21 @@ export async function nextJob<T>(it: AsyncIterator<Job<T>>, timeoutMs = 10_000):
   clearTimeout(timer);
   if (r === "timeout" || r.done) throw new Error("no job delivered in time");
   return r.value;
+}
+
+/** Data of the jobs a fresh worker is handed, in order, each acked (prefetch 1). */
+export async function drain<T>(q: Queue<T>, n: number): Promise<T[]> {
+  const w = q.work({ prefetch: 1 });
+  const it = w[Symbol.asyncIterator]();
+  const out: T[] = [];
+  try {
+    for (let i = 0; i < n; i++) {
+      const job = await nextJob(it);
+      out.push(job.data);
+      await job.ack();
+    }
+  } finally {
+    await w.close();
+  }
+  return out;
 }

@@ -11,7 +11,7 @@ import { performance } from "node:perf_hooks";
 import { ValidationError } from "../errors.js";
 import type { Queue } from "../queues/types.js";
 import type { Broker } from "../types.js";
-import { nextJob, uniq, type ConformanceKit, type DefineTest } from "./conformance-helpers.js";
+import { drain, nextJob, uniq, type ConformanceKit, type DefineTest } from "./conformance-helpers.js";
 import { waitUntil } from "./helpers.js";
 
 export function queueGroupTests(t: DefineTest): void {
@@ -20,23 +20,6 @@ export function queueGroupTests(t: DefineTest): void {
   t("queue groups: groups, their caps and their turns survive a restart", groupRestart);
   t("queue groups: groupRateLimit: at most max starts per group in any window, each group its own window", groupRate);
   t("queue groups: an invalid group or group config is refused with ValidationError; getJob and browse show the group", groupValidation);
-}
-
-/** Data of the jobs a fresh worker is handed, in order, each acked (prefetch 1). */
-async function drain<T>(q: Queue<T>, n: number): Promise<T[]> {
-  const w = q.work({ prefetch: 1 });
-  const it = w[Symbol.asyncIterator]();
-  const out: T[] = [];
-  try {
-    for (let i = 0; i < n; i++) {
-      const job = await nextJob(it);
-      out.push(job.data);
-      await job.ack();
-    }
-  } finally {
-    await w.close();
-  }
-  return out;
 }
 
 async function groupCap(b: Broker): Promise<void> {

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { JobActiveError, ValidationError } from "../errors.js";
 import type { Job, Queue, QueueEvent } from "../queues/types.js";
 import type { Broker } from "../types.js";
-import { nextJob, uniq, type ConformanceKit, type DefineTest } from "./conformance-helpers.js";
+import { drain, nextJob, uniq, type ConformanceKit, type DefineTest } from "./conformance-helpers.js";
 import { waitUntil } from "./helpers.js";
 
 export function queueOptionTests(t: DefineTest): void {
@@ -24,23 +24,6 @@ export function queueOptionTests(t: DefineTest): void {
   t("queue options: a started job no longer expires; expiry is kept across a restart", expiryStartedAndRestart);
   t("queue options: remove(id) removes waiting and delayed jobs durably; an active job gives JobActiveError; unknown ids false", removeJobs);
   t("queue options: removals, debounce replacements and dropped expired jobs are removed events with their reason", removedEvents);
-}
-
-/** Data of the jobs a fresh worker is handed, in order, each acked (prefetch 1). */
-async function drain<T>(q: Queue<T>, n: number): Promise<T[]> {
-  const w = q.work({ prefetch: 1 });
-  const it = w[Symbol.asyncIterator]();
-  const out: T[] = [];
-  try {
-    for (let i = 0; i < n; i++) {
-      const job = await nextJob(it);
-      out.push(job.data);
-      await job.ack();
-    }
-  } finally {
-    await w.close();
-  }
-  return out;
 }
 
 async function priorityOrder(b: Broker): Promise<void> {
