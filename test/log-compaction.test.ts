@@ -13,7 +13,7 @@ import assert from "node:assert/strict";
 import { NodeFileSystem } from "../src/log/io.js";
 import { PartitionLog, type LogConfig } from "../src/log/partition-log.js";
 import type { PreparedRecord, StoredRecord } from "../src/log/record-batch.js";
-import { OFFSET_MAP_ENTRY_BYTES } from "../src/log/offset-map.js";
+import { OFFSET_MAP_BYTES_PER_KEY } from "../src/log/offset-map.js";
 import { prng, tempDir, waitUntil } from "../src/testing/helpers.js";
 import { DiskEngine } from "../src/store/disk/disk-engine.js";
 import { openBroker } from "../src/broker/broker.js";
@@ -112,7 +112,7 @@ for (const [seed, retainTombstones] of [[1, true], [2, false], [3, true], [4, fa
         tail = log.highWatermark;
         if (rnd() < 0.08) {
           const sealedEnd = log.describeSegments().at(-1)!.baseOffset;
-          const mapBytes = rnd() < 0.5 ? OFFSET_MAP_ENTRY_BYTES * (1 + Math.floor(rnd() * 4)) : undefined;
+          const mapBytes = rnd() < 0.5 ? OFFSET_MAP_BYTES_PER_KEY * (1 + Math.floor(rnd() * 4)) : undefined;
           await log.compact(T0 + model.length, mapBytes);
           compactions++;
           await checkCompacted(log, sealedEnd, !retainTombstones);
@@ -126,7 +126,7 @@ for (const [seed, retainTombstones] of [[1, true], [2, false], [3, true], [4, fa
       assert.ok(compactions > 5);
       const sealedEnd = log.describeSegments().at(-1)!.baseOffset;
       // Nothing dirty may be left since the last run (then no pass): either way all is compacted.
-      await log.compact(T0 + model.length, OFFSET_MAP_ENTRY_BYTES * 2);
+      await log.compact(T0 + model.length, OFFSET_MAP_BYTES_PER_KEY * 2);
       await checkCompacted(log, sealedEnd, !retainTombstones);
       const all = await checkFrom(log, model, 0, retainTombstones);
       assert.ok(all.length < model.length, "compaction removed records");

@@ -15,7 +15,7 @@
  * checked against the bytes present; any inconsistency is a ProtocolError.
  */
 import { ProtocolError } from "../errors.js";
-import { BATCH_ATTR_COMPACTED, BATCH_MAGIC, HEADER_SIZE, MIN_RECORD_SIZE, decodeValue, type ValueKind } from "../log/record-batch.js";
+import { BATCH_ATTR_COMPACTED, BATCH_ATTR_SPARSE, BATCH_MAGIC, HEADER_SIZE, MIN_RECORD_SIZE, decodeValue, type ValueKind } from "../log/record-batch.js";
 
 const ATTR_KEY_NULL = 0x04;
 const ATTR_VALUE_NULL = 0x08;
@@ -80,14 +80,30 @@ export function scanPushedBatches(buf: Buffer, from: number): RecordTable {
     if (length < HEADER_SIZE + MIN_RECORD_SIZE || length > buf.length - at) {
       throw new ProtocolError(`record batch length ${length} does not fit the ${buf.length - at} bytes left`);
     }
-    if (count < 1 || count > (length - HEADER_SIZE) / MIN_RECORD_SIZE) throw new ProtocolError(`implausible record count ${count}`);
+    const attrs = buf[at + 9];
+    if ((attrs & ~(BATCH_ATTR_COMPACTED | BATCH_ATTR_SPARSE)) !== 0) throw new ProtocolError(`unknown record batch attributes ${attrs}`);
+    // A sparse batch's count is the offsets it spans, not the records it holds (CMP-2).
+    const sparse = (attrs & BATCH_ATTR_SPARSE) !== 0;
+    if (count < 1 || (!sparse && count > (length - HEADER_SIZE) / MIN_RECORD_SIZE)) throw new ProtocolError(`implausible record count ${count}`);
     if (base < 0 || base + count > Number.MAX_SAFE_INTEGER || (expected >= 0 && base !== expected && !(base > expected && (buf[at + 9] & BATCH_ATTR_COMPACTED) !== 0))) {
       // A gap is allowed only before a batch the cleaner wrote (CMP-2).
       throw new ProtocolError(`record batch at offset ${base} is out of sequence (expected ${expected})`);
     }
     const end = at + length;
     let p = at + HEADER_SIZE;
-    for (let i = 0; i < count; i++) {
+    // A sparse batch: runs of (gap, length) then that many records (SparseRuns in record-batch.ts).
+    let off = base - 1;
+    let runLeft = 0;
+    for (let i = 0; sparse ? p < end : i < count; i++) {
+      if (sparse) {
+        if (runLeft === 0) {
+          off += 1 + varint(buf, p, end);
+          runLeft = varint(buf, vEnd, end);
+          p = vEnd;
+          if (runLeft < 1 || off + runLeft > base + count) throw new ProtocolError(`sparse run of ${runLeft} records at offset ${off} of batch ${base} leaves its span`);
+        } else off++;
+        runLeft--;
+      } else off = base + i;
       const bodyLen = varint(buf, p, end);
       p = vEnd;
       const recEnd = p + bodyLen;
@@ -119,7 +135,6 @@ export function scanPushedBatches(buf: Buffer, from: number): RecordTable {
         if (p > recEnd) throw new ProtocolError(`record ${i} of batch ${base}: header runs past the record`);
       }
       if (p !== recEnd) throw new ProtocolError(`record ${i} of batch ${base} has ${recEnd - p} trailing bytes`);
-      const off = base + i;
       if (off >= from) {
         if (n === pos.length) {
           const size = Math.min(cap, pos.length * 2);
@@ -140,6 +155,7 @@ export function scanPushedBatches(buf: Buffer, from: number): RecordTable {
       }
     }
     if (p !== end) throw new ProtocolError(`record batch ${base} has ${end - p} trailing bytes`);
+    if (runLeft !== 0) throw new ProtocolError(`sparse record batch ${base} ends inside a run`);
     expected = base + count;
     at = end;
   }

@@ -19,9 +19,10 @@
  *    order, so by the time a tombstone's segment is rewritten every older record of its key,
  *    all in earlier segments or earlier in this one, is gone (a crash between two segments
  *    leaves the tombstone, never a resurrected older value);
- *  - offsets never change: a run of consecutive kept records of a batch becomes its own batch
- *    (base offset = first kept offset, producer base sequence moved by the run's index in the
- *    original batch), marked BATCH_ATTR_COMPACTED so readers accept the gap before it (CMP-2).
+ *  - offsets never change: a batch that loses records becomes a sparse batch of the kept ones
+ *    with its offset span, first timestamp and producer fields unchanged, each record carrying
+ *    its offset delta (compacted-batch.ts); batches after a removed one are marked
+ *    BATCH_ATTR_COMPACTED so readers accept the gap before them (CMP-2).
  *
  * Never blocks appends: it touches sealed segments only, reads through the reader's handles
  * (refs, so eviction and deletion wait for it), and pays every byte read or written to an
@@ -34,7 +35,8 @@ import { IoBudget } from "./io-budget.js";
 import type { LogReader } from "./log-reader.js";
 import type { LogState } from "./log-state.js";
 import { DEFAULT_CLEANER_MAP_BYTES, OffsetMap } from "./offset-map.js";
-import { decodeRecords, encodeBatch, stampCompactedBatch, type PreparedRecord, type StoredRecord } from "./record-batch.js";
+import { forEachRecordSpan, SparseBatchBuilder, type RecordSpan } from "./compacted-batch.js";
+import { readHeader, stampCompactedBatch } from "./record-batch.js";
 import { Segment, SparseIndex } from "./segment.js";
 import { CLEANED_SUFFIX, commitSwap } from "./segment-swap.js";
 
@@ -64,7 +66,7 @@ export interface CleanerStats {
   lastCleanedAt: number | null;
 }
 
-type Keep = (rec: StoredRecord) => boolean;
+type Keep = (r: RecordSpan) => boolean;
 
 export class LogCleaner {
   /** Offsets below this were covered by a pass's map (in memory: after a reopen, all is dirty). */
@@ -159,14 +161,14 @@ export class LogCleaner {
     const from = Math.max(this.firstDirty, st.logStart);
     if (from >= end) return null;
     // (1) The map over [from, covered).
-    const map = new OffsetMap(mapBytes);
+    const map = new OffsetMap(mapBytes, from);
     let covered = from;
     for (const seg of segs) {
       if (seg.endOffset <= from) continue;
-      const whole = await this.forEachRecord(seg, (rec) => {
-        if (rec.offset < from || rec.key === null) return true;
-        if (!map.put(rec.key, rec.offset)) return false;
-        covered = rec.offset + 1;
+      const whole = await this.forEachRecord(seg, (r) => {
+        if (r.offset < from || r.keyStart < 0) return true;
+        if (!map.put(r.buf, r.keyStart, r.keyEnd, r.offset)) return false;
+        covered = r.offset + 1;
         return true;
       });
       if (!whole) break;
@@ -175,40 +177,42 @@ export class LogCleaner {
     // (2) Rewrite, in offset order (CMP-5), the segments below `covered`.
     const horizon = now - (st.ctx.config.deleteRetentionMs ?? DEFAULT_DELETE_RETENTION_MS);
     const logStart = st.logStart;
-    const keep: Keep = (rec) => {
-      if (rec.offset >= covered || rec.offset < logStart || rec.key === null) return true;
-      const latest = map.get(rec.key);
-      if (latest !== undefined && latest > rec.offset) return false; // CMP-4
-      return !(rec.value === null && rec.timestamp < horizon); // CMP-5
+    const keep: Keep = (r) => {
+      if (r.offset >= covered || r.offset < logStart || r.keyStart < 0) return true;
+      if (map.get(r.buf, r.keyStart, r.keyEnd) > r.offset) return false; // CMP-4
+      return !(r.tombstone && r.timestamp < horizon); // CMP-5
     };
-    const r: CleanResult & { done: boolean } = { passes: 1, segmentsRewritten: 0, recordsRemoved: 0, bytesReclaimed: 0, done: covered >= end };
+    const result: CleanResult & { done: boolean } = { passes: 1, segmentsRewritten: 0, recordsRemoved: 0, bytesReclaimed: 0, done: covered >= end };
     for (const seg of segs) {
       if (seg.baseOffset >= covered) break;
       if (this.stopped()) return null;
-      let drops = 0;
-      await this.forEachRecord(seg, (rec) => {
-        if (!keep(rec)) drops++;
+      // The decisions, one bit per record in segment order, so the rewrite does not hash again.
+      const drops = new DropBits();
+      let n = 0;
+      await this.forEachRecord(seg, (r) => {
+        if (!keep(r)) drops.set(n);
+        n++;
         return true;
       });
-      if (drops === 0) continue;
-      const done = await this.rewrite(seg, keep);
+      if (drops.count === 0) continue;
+      const done = await this.rewrite(seg, drops);
       if (done === null) return null;
-      r.segmentsRewritten++;
-      r.recordsRemoved += done.removed;
-      r.bytesReclaimed += done.reclaimed;
+      result.segmentsRewritten++;
+      result.recordsRemoved += done.removed;
+      result.bytesReclaimed += done.reclaimed;
     }
     this.firstDirty = covered;
     this.lastCleanedAt = now;
-    this.bytesReclaimed += r.bytesReclaimed;
-    if (r.segmentsRewritten > 0) {
+    this.bytesReclaimed += result.bytesReclaimed;
+    if (result.segmentsRewritten > 0) {
       const { topic, partition, logger } = st.ctx;
-      logger.info({ topic, partition, segments: r.segmentsRewritten, records: r.recordsRemoved, bytes: r.bytesReclaimed }, "compacted");
+      logger.info({ topic, partition, segments: result.segmentsRewritten, records: result.recordsRemoved, bytes: result.bytesReclaimed }, "compacted");
     }
-    return r;
+    return result;
   }
 
   /** Calls `fn` for every record of `seg` in offset order; false from `fn` stops (returns false). */
-  private async forEachRecord(seg: Segment, fn: (rec: StoredRecord) => boolean): Promise<boolean> {
+  private async forEachRecord(seg: Segment, fn: (r: RecordSpan) => boolean): Promise<boolean> {
     const fh = await this.reader.acquire(seg);
     try {
       const c = new BatchCursor(fh, 0, seg.baseOffset, seg.size, READ_CHUNK);
@@ -218,7 +222,7 @@ export class LogCleaner {
         this.checkStopped();
         if (step.kind === "damage") throw new StorageError(`cleaner: damaged batch in ${seg.logPath} at byte ${c.pos} (${step.detail}); not compacting this partition`);
         await this.budget.take(step.h.length);
-        for (const rec of decodeRecords(step.buf, step.at, step.h)) if (!fn(rec)) return false;
+        if (!forEachRecordSpan(step.buf, step.at, step.h, fn)) return false;
         c.advance(step.h);
       }
     } finally {
@@ -231,16 +235,15 @@ export class LogCleaner {
    * new segment in the old one's place. The old segment stays referenced (its handle open)
    * until then, so readers never open the new file with the old index. Null if abandoned.
    */
-  private async rewrite(seg: Segment, keep: Keep): Promise<{ removed: number; reclaimed: number } | null> {
+  private async rewrite(seg: Segment, drops: DropBits): Promise<{ removed: number; reclaimed: number } | null> {
     const st = this.st;
     const { fs, dir, logger } = st.ctx;
     const fresh = new Segment(fs, dir, seg.baseOffset);
     const cleanedPath = seg.logPath + CLEANED_SUFFIX;
     const fh = await this.reader.acquire(seg);
     try {
-      let removed: number;
       try {
-        removed = await this.writeCleaned(seg, fh, fresh, cleanedPath, keep);
+        await this.writeCleaned(seg, fh, fresh, cleanedPath, drops);
         await fs.fsyncDir(dir);
       } catch (e) {
         // Before the commit point the old segment is intact: drop the partial copy (a full disk
@@ -269,16 +272,20 @@ export class LogCleaner {
       seg.deleted = true; // the last release closes its handle
       if (i < 0) await fresh.unlinkFiles().catch(() => {}); // retention removed it meanwhile
       else await fresh.writeIndexes().catch((e: unknown) => logger.warn({ err: e, file: fresh.logPath }, "could not write the indexes of a compacted segment; they will be rebuilt"));
-      return { removed, reclaimed: seg.size - fresh.size };
+      return { removed: drops.count, reclaimed: seg.size - fresh.size };
     } finally {
       await this.reader.release(seg);
     }
   }
 
-  /** Step 1 of the swap: the cleaned log, written and fdatasync'ed. Returns the records dropped. */
-  private async writeCleaned(seg: Segment, fh: Awaited<ReturnType<LogReader["acquire"]>>, fresh: Segment, path: string, keep: Keep): Promise<number> {
+  /**
+   * Step 1 of the swap: the cleaned log, written and fdatasync'ed. A batch that keeps every
+   * record is copied as stored (re-marked only if a gap now precedes it); one that loses some
+   * becomes a sparse batch of the kept records' bytes (compacted-batch.ts, CMP-2); one that
+   * loses all is gone.
+   */
+  private async writeCleaned(seg: Segment, fh: Awaited<ReturnType<LogReader["acquire"]>>, fresh: Segment, path: string, drops: DropBits): Promise<void> {
     const out = await this.st.ctx.fs.open(path, "create");
-    let removed = 0;
     try {
       await out.truncate(0);
       let pos = 0;
@@ -299,6 +306,8 @@ export class LogCleaner {
         pending = [];
         pendingBytes = 0;
       };
+      const kept = new SparseBatchBuilder();
+      let n = 0;
       const c = new BatchCursor(fh, 0, seg.baseOffset, seg.size, READ_CHUNK);
       for (;;) {
         const step = await c.next();
@@ -307,29 +316,19 @@ export class LogCleaner {
         if (step.kind === "damage") throw new StorageError(`cleaner: damaged batch in ${seg.logPath} at byte ${c.pos} (${step.detail})`);
         const h = step.h;
         await this.budget.take(h.length);
-        const recs = decodeRecords(step.buf, step.at, h);
-        const kept = recs.map(keep);
-        if (kept.every(Boolean)) {
-          // Kept whole: the stored bytes, re-marked only if a gap now precedes it (CMP-2).
+        let all = true;
+        forEachRecordSpan(step.buf, step.at, h, (r) => {
+          if (drops.has(n++)) all = false;
+          else kept.add(r);
+        });
+        if (all) {
+          kept.clear();
           const copy = Buffer.from(step.buf.subarray(step.at, step.at + h.length));
           if (h.baseOffset !== expected) stampCompactedBatch(copy, h.baseOffset);
           emit(copy, h.baseOffset, h.count, h.maxTimestamp);
-        } else {
-          for (let i = 0; i < recs.length; ) {
-            if (!kept[i]) {
-              removed++;
-              i++;
-              continue;
-            }
-            let j = i;
-            while (j < recs.length && kept[j]) j++;
-            const run = recs.slice(i, j);
-            const producer = h.producerId >= 0 ? { producerId: h.producerId, producerEpoch: h.producerEpoch, baseSequence: h.baseSequence + i } : undefined;
-            const buf = encodeBatch(run.map(toPrepared), producer);
-            stampCompactedBatch(buf, h.baseOffset + i);
-            emit(buf, h.baseOffset + i, j - i, Math.max(...run.map((r) => r.timestamp)));
-            i = j;
-          }
+        } else if (kept.size > 0) {
+          const buf = kept.build(step.buf, step.at, h);
+          emit(buf, h.baseOffset, h.count, readHeader(buf, 0).maxTimestamp);
         }
         c.advance(h);
         if (pendingBytes >= WRITE_CHUNK) await flush();
@@ -339,13 +338,30 @@ export class LogCleaner {
     } finally {
       await out.close();
     }
-    return removed;
+  }
+}
+
+/** One bit per record of a segment (the records to drop), grown as needed. */
+class DropBits {
+  private bits = new Uint8Array(1024);
+  count = 0;
+
+  set(i: number): void {
+    const byte = i >>> 3;
+    if (byte >= this.bits.length) {
+      const grown = new Uint8Array(Math.max(this.bits.length * 2, byte + 1));
+      grown.set(this.bits);
+      this.bits = grown;
+    }
+    this.bits[byte] |= 1 << (i & 7);
+    this.count++;
+  }
+
+  has(i: number): boolean {
+    const byte = i >>> 3;
+    return byte < this.bits.length && (this.bits[byte] & (1 << (i & 7))) !== 0;
   }
 }
 
 /** Thrown inside a pass when the partition closes or faults; ends the run quietly. */
 class CleanerStoppedError extends Error {}
-
-function toPrepared(r: StoredRecord): PreparedRecord {
-  return { key: r.key, value: r.value, valueKind: r.valueKind, timestamp: r.timestamp, headers: r.headers };
-}

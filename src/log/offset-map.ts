@@ -1,47 +1,90 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * The cleaner's key → latest offset map (Kafka's SkimpyOffsetMap), with a memory bound.
+ * The cleaner's key → latest offset map (Kafka's SkimpyOffsetMap), in one flat typed array
+ * whose size is fixed when the pass starts: the memory of a pass is `maxBytes`, whatever the
+ * keys' lengths and however many there are.
  *
- * A key is stored as its 16-byte MD5 digest, never as its bytes, so an entry costs the same
- * whatever the key's length: OFFSET_MAP_ENTRY_BYTES is the estimate per entry (digest string,
- * number, Map slot). When the map holds `capacity` keys it refuses new ones; the cleaner then
- * cleans the prefix of the log the map covers and continues in another pass (cleaner.ts).
- * Two keys with the same digest would be merged (one's older records dropped by the other's
- * newer ones); with MD5 over keys this is as unlikely as in Kafka, which accepts the same.
+ * A slot is OFFSET_MAP_SLOT_BYTES = 16 bytes: 96 bits of the key's 128-bit hash (key-hash.ts)
+ * and the offset as a u32 distance from the pass's first offset, plus one (0 marks an empty
+ * slot). Open addressing with linear probing, filled to at most MAX_LOAD so probes stay short:
+ * OFFSET_MAP_BYTES_PER_KEY (21.3 bytes) of map per distinct key, so the default 32 MiB map
+ * holds 1.57 million keys. When it is full the map refuses new keys; the cleaner then cleans
+ * the prefix of the log the map covers and continues in another pass (cleaner.ts).
  */
-import { createHash } from "node:crypto";
+import { keyHash128 } from "./key-hash.js";
 
-/** Estimated bytes of one entry (declared once; the map's capacity derives from it). */
-export const OFFSET_MAP_ENTRY_BYTES = 112;
+/** Bytes of one slot (96-bit key hash + u32 offset). */
+export const OFFSET_MAP_SLOT_BYTES = 16;
+/** Share of the slots that may hold keys (linear probing degrades past this). */
+export const MAX_LOAD = 0.75;
+/** Map memory per distinct key at the highest load (declared once; docs/topics.md quotes it). */
+export const OFFSET_MAP_BYTES_PER_KEY = OFFSET_MAP_SLOT_BYTES / MAX_LOAD;
 /** Default memory of one cleaning pass's map (per pass, one pass at a time per engine). */
 export const DEFAULT_CLEANER_MAP_BYTES = 32 * 1024 * 1024;
+/** Offsets are stored as distance + 1 in a u32: a pass covers fewer offsets than this. */
+const MAX_SPAN = 0xffff_fffe;
 
 export class OffsetMap {
-  private readonly m = new Map<string, number>();
+  /** 4 words per slot: hash words 0..2, then offset - base + 1 (0 = empty). */
+  private readonly slots: Uint32Array;
+  private readonly slotCount: number;
+  /** Keys the map accepts before it reports full. */
   readonly capacity: number;
+  private n = 0;
+  private readonly h = new Uint32Array(4);
 
-  constructor(maxBytes: number = DEFAULT_CLEANER_MAP_BYTES) {
-    this.capacity = Math.max(1, Math.floor(maxBytes / OFFSET_MAP_ENTRY_BYTES));
-  }
-
-  static digest(key: Uint8Array): string {
-    return createHash("md5").update(key).digest("base64");
+  /** @param base the lowest offset the pass will put (offsets are stored relative to it) */
+  constructor(
+    maxBytes: number = DEFAULT_CLEANER_MAP_BYTES,
+    private readonly base = 0,
+  ) {
+    // At least two slots, so that a map of one key still has an empty slot to end a probe.
+    this.slotCount = Math.max(2, Math.floor(maxBytes / OFFSET_MAP_SLOT_BYTES));
+    this.slots = new Uint32Array(this.slotCount * 4);
+    this.capacity = Math.max(1, Math.min(this.slotCount - 1, Math.floor(this.slotCount * MAX_LOAD)));
   }
 
   get size(): number {
-    return this.m.size;
+    return this.n;
   }
 
-  /** Records `offset` as the latest of `key`; false (nothing changed) if the map is full and the key is new. */
-  put(key: Uint8Array, offset: number): boolean {
-    const d = OffsetMap.digest(key);
-    if (this.m.size >= this.capacity && !this.m.has(d)) return false;
-    this.m.set(d, offset);
+  /** The slot index holding the hash in this.h, or the empty slot where it would go. */
+  private probe(): number {
+    const s = this.slots;
+    const h = this.h;
+    let i = h[3] % this.slotCount;
+    for (;;) {
+      const at = i * 4;
+      if (s[at + 3] === 0 || (s[at] === h[0] && s[at + 1] === h[1] && s[at + 2] === h[2])) return i;
+      i = i + 1 === this.slotCount ? 0 : i + 1;
+    }
+  }
+
+  /**
+   * Records `offset` as the latest of the key b[start, end); false (nothing changed) if the map
+   * is full and the key is new, or the offset is too far from the pass's base.
+   */
+  put(b: Uint8Array, start: number, end: number, offset: number): boolean {
+    const rel = offset - this.base;
+    if (rel < 0 || rel >= MAX_SPAN) return false;
+    keyHash128(b, start, end, this.h);
+    const at = this.probe() * 4;
+    const s = this.slots;
+    if (s[at + 3] === 0) {
+      if (this.n >= this.capacity) return false;
+      s[at] = this.h[0];
+      s[at + 1] = this.h[1];
+      s[at + 2] = this.h[2];
+      this.n++;
+    }
+    s[at + 3] = rel + 1;
     return true;
   }
 
-  /** The latest offset recorded for `key`, or undefined. */
-  get(key: Uint8Array): number | undefined {
-    return this.m.get(OffsetMap.digest(key));
+  /** The latest offset recorded for the key b[start, end), or -1. */
+  get(b: Uint8Array, start: number, end: number): number {
+    keyHash128(b, start, end, this.h);
+    const v = this.slots[this.probe() * 4 + 3];
+    return v === 0 ? -1 : this.base + v - 1;
   }
 }

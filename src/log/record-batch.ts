@@ -100,7 +100,7 @@ export function decodeValue(value: Buffer | null, kind: ValueKind): unknown {
   return value;
 }
 
-function varintSize(n: number): number {
+export function varintSize(n: number): number {
   // n is a non-negative safe integer below 2^35 here (lengths, deltas are bounded).
   let s = 1;
   while (n >= 0x80) {
@@ -110,7 +110,7 @@ function varintSize(n: number): number {
   return s;
 }
 
-function writeVarint(buf: Buffer, pos: number, n: number): number {
+export function writeVarint(buf: Buffer, pos: number, n: number): number {
   while (n >= 0x80) {
     buf[pos++] = (n & 0x7f) | 0x80;
     n = Math.floor(n / 128);
@@ -123,7 +123,7 @@ function zigzag(n: number): number {
   return n >= 0 ? n * 2 : -n * 2 - 1;
 }
 
-function unzigzag(n: number): number {
+export function unzigzag(n: number): number {
   return n % 2 === 0 ? n / 2 : -(n + 1) / 2;
 }
 
@@ -253,10 +253,19 @@ export function encodeBatch(records: readonly PreparedRecord[], producer?: Produ
  * set it (validateEncodedBatch refuses non-zero attributes); the CRC covers it.
  */
 export const BATCH_ATTR_COMPACTED = 0x01;
+/**
+ * Header attribute bit set only by the cleaner: the batch keeps the offset span of the batch it
+ * was cut from (`baseOffset`, and `count` = offsets spanned, as the producer's sequences do)
+ * but holds only the records compaction kept, as runs of consecutive offsets (SparseRuns),
+ * CMP-2. Removing records from a batch costs a few bytes per run instead of a header per run,
+ * and a kept record's bytes are copied as they were.
+ */
+export const BATCH_ATTR_SPARSE = 0x02;
+const KNOWN_BATCH_ATTRS = BATCH_ATTR_COMPACTED | BATCH_ATTR_SPARSE;
 
 /** stampBatch for a batch written by the cleaner: marks it BATCH_ATTR_COMPACTED first (CMP-2). */
 export function stampCompactedBatch(buf: Buffer, baseOffset: number): void {
-  buf[O_ATTR] = BATCH_ATTR_COMPACTED;
+  buf[O_ATTR] |= BATCH_ATTR_COMPACTED; // a sparse batch stays sparse
   stampBatch(buf, baseOffset);
 }
 
@@ -353,7 +362,12 @@ export function validateEncodedBatch(buf: Buffer, maxRecordBytes: number): Encod
 
 /** End position of the varint read by the last varintAt call (avoids a tuple per varint). */
 let varintEnd = 0;
-function varintAt(buf: Uint8Array, pos: number, end: number): number {
+/** Where the varint read by the last varintAt call ended. */
+export function lastVarintEnd(): number {
+  return varintEnd;
+}
+/** Reads a varint at buf[pos] (never past `end`, else InvalidBatchError); see lastVarintEnd(). */
+export function varintAt(buf: Uint8Array, pos: number, end: number): number {
   let result = 0;
   let mul = 1;
   for (let i = 0; i < 6; i++) {
@@ -374,7 +388,7 @@ function batchCrc(buf: Uint8Array, start: number, length: number): number {
   return crc32c(buf, start + 8, start + length, c);
 }
 
-function writeI64(buf: Buffer, pos: number, v: number): void {
+export function writeI64(buf: Buffer, pos: number, v: number): void {
   // Safe integers only (|v| < 2^53): offsets, timestamps and producer ids are all far below.
   const hi = Math.floor(v / 4294967296);
   buf.writeInt32BE(hi, pos);
@@ -421,7 +435,9 @@ export function verifyBatch(buf: Uint8Array, pos: number, end: number, maxBytes 
   if (h.length > end - pos) throw new InvalidBatchError(`truncated batch: ${end - pos} of ${h.length} bytes`);
   const crc = batchCrc(buf, pos, h.length);
   if (crc !== h.crc) throw new InvalidBatchError(`checksum mismatch (stored ${h.crc}, computed ${crc})`);
-  if (h.count < 1 || h.count > (h.length - HEADER_SIZE) / MIN_RECORD_SIZE)
+  if ((h.attributes & ~KNOWN_BATCH_ATTRS) !== 0) throw new InvalidBatchError(`unknown batch attributes ${h.attributes}`);
+  // A sparse batch's count is the offsets it spans, not the records it holds (CMP-2).
+  if (h.count < 1 || ((h.attributes & BATCH_ATTR_SPARSE) === 0 && h.count > (h.length - HEADER_SIZE) / MIN_RECORD_SIZE))
     throw new InvalidBatchError(`implausible record count ${h.count}`);
   if (h.baseOffset < 0 || h.firstTimestamp < 0 || h.maxTimestamp < h.firstTimestamp)
     throw new InvalidBatchError("implausible offsets or timestamps");
@@ -459,12 +475,14 @@ function readVarint(buf: Uint8Array, pos: number, end: number): [number, number]
 export function decodeRecords(buf: Buffer, pos: number, h: BatchHeader, minOffset = 0, out: StoredRecord[] = []): StoredRecord[] {
   const end = pos + h.length;
   let p = pos + HEADER_SIZE;
-  for (let i = 0; i < h.count; i++) {
+  const runs = (h.attributes & BATCH_ATTR_SPARSE) !== 0 ? new SparseRuns(h) : null;
+  for (let i = 0; runs !== null ? p < end : i < h.count; i++) {
+    if (runs !== null && runs.left === 0) p = runs.next(buf, p, end);
+    const offset = runs !== null ? runs.take() : h.baseOffset + i;
     let bodyLen: number;
     [bodyLen, p] = readVarint(buf, p, end);
     const recEnd = p + bodyLen;
     if (bodyLen < 3 || recEnd > end) throw new InvalidBatchError(`record ${i} length ${bodyLen} runs past the batch`);
-    const offset = h.baseOffset + i;
     if (offset < minOffset) {
       p = recEnd;
       continue;
@@ -513,5 +531,45 @@ export function decodeRecords(buf: Buffer, pos: number, h: BatchHeader, minOffse
     out.push({ offset, timestamp: h.firstTimestamp + unzigzag(tsz), key, value, valueKind: (attr & 0x03) as ValueKind, headers });
   }
   if (p !== end) throw new InvalidBatchError(`batch has ${end - p} trailing bytes`);
+  if (runs !== null) runs.finish();
   return out;
+}
+
+/**
+ * The offsets of a sparse batch's records (BATCH_ATTR_SPARSE, CMP-2): its body is a sequence
+ * of runs, each `gap` (varint: offsets skipped since the previous run's end, or since
+ * baseOffset), `length` (varint, >= 1: records in the run, at consecutive offsets), then those
+ * records. Every offset stays inside the batch's span [baseOffset, baseOffset + count).
+ */
+export class SparseRuns {
+  /** Records left in the current run. */
+  left = 0;
+  private offset: number;
+  private readonly end: number;
+
+  constructor(h: BatchHeader) {
+    this.offset = h.baseOffset;
+    this.end = h.baseOffset + h.count;
+  }
+
+  /** Reads the run header at buf[p] (no record left in the current run); returns where its records start. */
+  next(buf: Uint8Array, p: number, end: number): number {
+    const gap = varintAt(buf, p, end);
+    const length = varintAt(buf, varintEnd, end);
+    this.offset += gap;
+    if (length < 1 || this.offset + length > this.end) throw new InvalidBatchError(`sparse run of ${length} records at offset ${this.offset} leaves the batch's span (ends at ${this.end})`);
+    this.left = length;
+    return varintEnd;
+  }
+
+  /** The offset of the next record. */
+  take(): number {
+    this.left--;
+    return this.offset++;
+  }
+
+  /** At the end of the batch: the last run must be complete. */
+  finish(): void {
+    if (this.left !== 0) throw new InvalidBatchError(`sparse batch ends ${this.left} records short of its last run`);
+  }
 }

@@ -60,6 +60,11 @@ export interface DiskEngineOptions {
   offsetsLogCompactBytes?: number;
   /** How often the cleaner looks for compaction work (compacted topics only). Default CLEANER_INTERVAL_MS; 0: never (call compact()). */
   cleanerIntervalMs?: number;
+  /**
+   * Bytes per second the cleaner may read plus write, over all partitions (Kafka's
+   * log.cleaner.io.max.bytes.per.second). Default CLEANER_IO_BYTES_PER_SEC; Infinity: unthrottled.
+   */
+  cleanerIoBytesPerSec?: number;
 }
 
 /** Default period of the background cleaner (key compaction, src/log/cleaner.ts). */
@@ -91,7 +96,7 @@ export class DiskEngine implements StorageEngine {
   /** Ends the backoff waits of scheduled recoveries (on close). */
   private recoveryWakers = new Set<() => void>();
   /** One I/O budget for the cleaner of every partition (io-budget.ts): it never starves the writers. */
-  private readonly cleanerBudget = new IoBudget(CLEANER_IO_BYTES_PER_SEC);
+  private readonly cleanerBudget: IoBudget;
   private readonly cleanerIntervalMs: number;
   private cleanerTimer: NodeJS.Timeout | null = null;
   private cleaning: Promise<void> = Promise.resolve();
@@ -103,6 +108,9 @@ export class DiskEngine implements StorageEngine {
     this.logger = opts.logger ?? this.telemetry.logger;
     this.offsetsLogCompactBytes = opts.offsetsLogCompactBytes ?? OFFSETS_LOG_COMPACT_BYTES;
     this.cleanerIntervalMs = opts.cleanerIntervalMs ?? CLEANER_INTERVAL_MS;
+    const ioRate = opts.cleanerIoBytesPerSec ?? CLEANER_IO_BYTES_PER_SEC;
+    if (!(ioRate > 0)) throw new ValidationError(`cleanerIoBytesPerSec must be a positive number or Infinity, got ${ioRate}`);
+    this.cleanerBudget = new IoBudget(ioRate);
     this.queues = new DiskQueueStore({ dir: this.inside("queues"), fs: this.fs, telemetry: { ...this.telemetry, logger: this.logger } });
   }
 
