@@ -82,6 +82,23 @@ export interface PartitionDescription {
   bytesReclaimed?: number;
   /** Compacted topics only: clock time of the last compaction pass since the broker opened, or null. */
   lastCleanedAt?: number | null;
+  /** Compacted topics only: compaction passes completed since the broker opened. */
+  cleanerPasses?: number;
+  /** Compacted topics only: share (0..1) of the running compaction pass done; null when none runs. */
+  cleanerPassProgress?: number | null;
+  /** Archived topics only: bytes of the archived segments of this partition. */
+  archivedBytes?: number;
+  /** Archived topics only: segments in the archive. */
+  archivedSegments?: number;
+  /** Archived topics only: first offset held in the archive, null when nothing is archived. */
+  archiveStartOffset?: number | null;
+  /**
+   * Archived topics only: bytes of local segments retention is waiting to delete that are not
+   * archived yet (they stay on local disk until they are); 0 when archiving keeps up.
+   */
+  archiveLagBytes?: number;
+  /** Archived topics only: bytes of record batches served from the archive to reads since the broker opened. */
+  archiveReadBytes?: number;
 }
 
 export interface PublishOptions {

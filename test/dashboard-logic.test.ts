@@ -85,3 +85,43 @@ test("schedules: read per queue (a deleted queue left out, an old server said on
   assert.match(nextRun({ paused: false, nextRunAt: 1_000_000 }, 1_000_000 - 42_000), / \(in 42 s\)$/);
   assert.match(nextRun({ paused: false, nextRunAt: 1_000_000 }, 1_000_500), / \(due now\)$/);
 });
+
+test("topics: compaction and archive figures, worded per partition; none for topics they do not concern", async () => {
+  const s = await load("storage.js");
+  const plain = { name: "plain", partitions: [{ partition: 0, highWatermark: 5 }] };
+  assert.equal(s.isCompacted(plain), false);
+  assert.equal(s.isArchived(plain), false);
+  assert.deepEqual(s.cleanerRows(plain, 0), []);
+  assert.deepEqual(s.archiveRows(plain, () => null), []);
+  const now = Date.UTC(2026, 0, 1, 12, 0, 0);
+  const table = {
+    name: "table",
+    partitions: [
+      { partition: 0, cleanerDirtyRatio: 0.25, bytesReclaimed: 3 * 1024 * 1024, cleanerPasses: 4, lastCleanedAt: now - 90_000, cleanerPassProgress: null },
+      { partition: 1, cleanerDirtyRatio: 1, bytesReclaimed: 0, cleanerPasses: 0, lastCleanedAt: null, cleanerPassProgress: 0.375 },
+    ],
+  };
+  assert.equal(s.isCompacted(table), true);
+  const text = (rows: { cells: { v: string }[] }[]): string[][] => rows.map((r) => r.cells.map((c) => c.v));
+  const { time } = await load("format.js");
+  assert.deepEqual(text(s.cleanerRows(table, now)), [
+    ["0", "25 %", "3 MiB", "4", `${time(now - 90_000)} (1 m 30 s ago)`, "idle"],
+    ["1", "100 %", "0 B", "0", "none since the broker started", "running, 38 % done"],
+  ]);
+  assert.deepEqual(s.cleanerRows(table, now)[1].attrs, { "data-partition": 1 });
+  const cold = {
+    name: "cold",
+    partitions: [
+      { partition: 0, archivedBytes: 22 * 1024, archivedSegments: 6, archiveStartOffset: 0, archiveLagBytes: 0, archiveReadBytes: 1536 },
+      { partition: 1, archivedBytes: 0, archivedSegments: 0, archiveStartOffset: null, archiveLagBytes: 8 * 1024 * 1024, archiveReadBytes: 0 },
+    ],
+  };
+  const rates = new Map([[0, 2048]]);
+  const rows = s.archiveRows(cold, (p: number) => rates.get(p) ?? null);
+  assert.deepEqual(text(rows), [
+    ["0", "0", "22 KiB", "6", "0 B", "1.5 KiB", "2 KiB/s"],
+    ["1", "none", "0 B", "0", "8 MiB", "0 B", "—"],
+  ]);
+  assert.match(rows[1].cells[4].class, /\bwarn\b/, "bytes waiting to be archived are highlighted");
+  assert.doesNotMatch(rows[0].cells[4].class, /\bwarn\b/);
+});

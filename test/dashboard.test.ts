@@ -3,8 +3,9 @@
  * The web dashboard on `sluice serve`'s HTTP port: its files are served from the built package
  * (read-only, with a strict content security policy), and a headless Chromium (Debian's package,
  * installed by scripts/ensure-tool.sh when missing) driven by playwright-core shows a group's
- * lag, redrives a dead-lettered job back to its queue through the existing HTTP routes, and lists
- * job schedules and flow parents waiting for their children.
+ * lag, redrives a dead-lettered job back to its queue through the existing HTTP routes, lists
+ * job schedules and flow parents waiting for their children, and shows the cleaner's figures of
+ * a compacted topic and the archive's of a topic with an archive.
  * Screenshots go to test-artifacts/ (gitignored).
  */
 import { test } from "node:test";
@@ -15,7 +16,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium, type Browser, type Page } from "playwright-core";
+import { openBroker } from "../src/broker/broker.js";
 import { connect } from "../src/client/index.js";
+import { NodeFileSystem } from "../src/log/io.js";
+import { startServer as startInProcess } from "../src/server/index.js";
+import { DiskEngine } from "../src/store/disk/disk-engine.js";
 import type { Message } from "../src/types.js";
 import { spawnServer, type SpawnedServer } from "./fixtures/server-spawn.js";
 
@@ -299,6 +304,70 @@ async function schedulesShow(page: Page, client: Client): Promise<void> {
   await waitUntil(async () => (await renders()) >= r0 + 3, "two more polls");
   assert.equal(schedulesAsked.length, asked, "no schedules request while the tab is hidden");
 }
+
+test("in a browser: the Topics tab shows a compacted topic's cleaner figures and an archived topic's archive figures", async () => {
+  const dir = tmp();
+  // In process, so the test runs compaction and retention when it wants (no timers).
+  const engine = new DiskEngine({ dataDir: join(dir, "data"), fs: new NodeFileSystem(), cleanerIntervalMs: 0 });
+  const broker = await openBroker({ engine, retentionCheckIntervalMs: 0 });
+  const server = await startInProcess({ broker, port: 0, httpPort: 0 });
+  let browser: Browser | null = null;
+  try {
+    await broker.createTopic("table", { segmentBytes: 1024, cleanupPolicy: "compact" });
+    await broker.createTopic("cold", { segmentBytes: 4096, retentionBytes: 2 * 4096, archive: { dir: join(dir, "archive") } });
+    for (let i = 0; i < 40; i++) await broker.publishBatch("table", [0, 1, 2].map((j) => ({ key: `k${(i * 3 + j) % 4}`, value: i * 3 + j, partition: 0 })));
+    for (let i = 0; i < 50; i++) await broker.publishBatch("cold", Array.from({ length: 4 }, (_, j) => ({ value: `record ${i}.${j} `.repeat(12), partition: 0 })));
+    await engine.compact();
+    await broker.enforceRetention(Date.now());
+    for (let off = 0; off < 40; ) off = (await broker.fetch("cold", 0, off)).nextOffset; // from the archive
+    const table = (await broker.describeTopic("table")).partitions[0];
+    const cold = (await broker.describeTopic("cold")).partitions[0];
+    assert.ok(table.bytesReclaimed! > 0 && cold.archivedSegments! > 0 && cold.archiveReadBytes! > 0);
+
+    browser = await chromium.launch({ executablePath: chromiumPath(), headless: true });
+    const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+    const problems: string[] = [];
+    page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+    await page.goto(`http://127.0.0.1:${server.httpPort}/dashboard#topics`);
+    const cleaner = page.locator('[data-topic="table"] table.cleaner tr[data-partition="0"]');
+    await cleaner.waitFor({ timeout: WAIT_MS });
+    const cell = async (row: typeof cleaner, cls: string): Promise<string> => ((await row.locator(`td.${cls}`).textContent()) ?? "").trim();
+    const fmt = await page.evaluate(async (figures) => {
+      const format = "/dashboard/format.js";
+      const f = (await import(format)) as { bytes: (n: number) => string; percent: (x: number) => string; time: (ms: number) => string };
+      return { reclaimed: f.bytes(figures.reclaimed), dirty: f.percent(figures.dirty), last: f.time(figures.last), archived: f.bytes(figures.archived), read: f.bytes(figures.read) };
+    }, { reclaimed: table.bytesReclaimed!, dirty: table.cleanerDirtyRatio!, last: table.lastCleanedAt!, archived: cold.archivedBytes!, read: cold.archiveReadBytes! });
+    assert.equal(await cell(cleaner, "cleaner-dirty"), fmt.dirty);
+    assert.equal(await cell(cleaner, "cleaner-reclaimed"), fmt.reclaimed);
+    assert.equal(await cell(cleaner, "cleaner-passes"), "1");
+    assert.match(await cell(cleaner, "cleaner-last"), new RegExp(`^${fmt.last} \\([\\d.]+ s ago\\)$`));
+    assert.equal(await cell(cleaner, "cleaner-pass"), "idle");
+    assert.match((await page.locator('[data-topic="table"] .summary').textContent()) ?? "", / · compacted$/);
+    assert.equal(await page.locator('[data-topic="table"] table.archive').count(), 0, "no archive table for a topic without an archive");
+
+    const archive = page.locator('[data-topic="cold"] table.archive tr[data-partition="0"]');
+    await archive.waitFor({ timeout: WAIT_MS });
+    assert.equal(await cell(archive, "archive-start"), "0");
+    assert.equal(await cell(archive, "archive-bytes"), fmt.archived);
+    assert.equal(await cell(archive, "archive-segments"), String(cold.archivedSegments));
+    assert.equal(await cell(archive, "archive-lag"), "0 B");
+    assert.equal(await cell(archive, "archive-read"), fmt.read);
+    assert.equal(await page.locator('[data-topic="cold"] table.cleaner').count(), 0, "no compaction table for a topic that is not compacted");
+    // More archived reads between two polls: a read rate above 0 shows.
+    const polls = async (): Promise<number> => Number((await page.locator("body").getAttribute("data-polls")) ?? 0);
+    const p0 = await polls();
+    await waitUntil(async () => (await polls()) > p0, "a poll");
+    for (let off = 0; off < 120; ) off = (await broker.fetch("cold", 0, off)).nextOffset;
+    await archive.locator("td.archive-read-rate").filter({ hasText: /^[1-9][\d.,]* (B|KiB|MiB)\/s$/ }).waitFor({ timeout: WAIT_MS });
+    await shoot(page, "dashboard-topics-storage.png");
+    assert.deepEqual(problems, [], "no script errors in the page");
+  } finally {
+    await browser?.close();
+    await server.close();
+    await broker.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
 
 async function shoot(page: Page, name: string): Promise<void> {
   mkdirSync(ARTIFACTS, { recursive: true });

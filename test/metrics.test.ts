@@ -18,6 +18,7 @@ import { METRICS, type MetricDef } from "../src/observability/metrics.js";
 import { prometheusMetrics } from "../src/observability/prometheus.js";
 import type { Clock } from "../src/observability/telemetry.js";
 import type { PrometheusOptions } from "../src/observability/prometheus.js";
+import { get, key, parse, scrape } from "./fixtures/prom-text.js";
 
 /** Wall time set by the test; monotonic time = real time + what the test adds. */
 class ManualClock implements Clock {
@@ -29,33 +30,6 @@ class ManualClock implements Clock {
   monotonicMs(): number {
     return this.mono + performance.now();
   }
-}
-
-/** Series of a Prometheus text exposition: `name{k="v",...}` (labels sorted) -> value. */
-function parse(text: string): Map<string, number> {
-  const out = new Map<string, number>();
-  for (const line of text.split("\n")) {
-    if (line === "" || line.startsWith("#")) continue;
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
-    assert.ok(m, `a sample line: ${line}`);
-    const labels = m[2] ? [...m[2].matchAll(/([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"/g)].map((x) => `${x[1]}="${x[2]}"`).sort() : [];
-    out.set(`${m[1]}{${labels.join(",")}}`, m[3] === "+Inf" ? Infinity : m[3] === "-Inf" ? -Infinity : Number(m[3]));
-  }
-  return out;
-}
-
-function key(def: MetricDef, labels: Record<string, string | number> = {}): string {
-  return `${def.name}{${Object.entries(labels).map(([k, v]) => `${k}="${v}"`).sort().join(",")}}`;
-}
-
-async function scrape(registry: Registry): Promise<Map<string, number>> {
-  return parse(await registry.metrics());
-}
-
-function get(series: Map<string, number>, def: MetricDef, labels: Record<string, string | number> = {}): number {
-  const v = series.get(key(def, labels));
-  assert.ok(v !== undefined, `series ${key(def, labels)} is exported`);
-  return v;
 }
 
 function near(actual: number, expected: number, tolerance: number, what: string): void {

@@ -121,6 +121,26 @@ function printDescription(d: TopicDescription): void {
     ["PARTITION", "LOG-START", "HIGH-WATERMARK", "RECORDS", "SIZE", "SEGMENTS"],
     d.partitions.map((p) => [p.partition, p.logStartOffset, p.highWatermark, p.highWatermark - p.logStartOffset, bytes(p.sizeBytes), p.segments]),
   );
+  printStorageFigures(d);
+}
+
+/** The cleaner's figures of a compacted topic and the archive's of an archived one (since the broker opened). */
+function printStorageFigures(d: TopicDescription): void {
+  const ps = d.partitions;
+  if (ps.some((p) => p.cleanerDirtyRatio !== undefined)) {
+    say("");
+    printTable(
+      ["PARTITION", "DIRTY", "RECLAIMED", "PASSES", "LAST-CLEANED", "PASS"],
+      ps.map((p) => [p.partition, `${Math.round((p.cleanerDirtyRatio ?? 0) * 100)}%`, bytes(p.bytesReclaimed ?? 0), p.cleanerPasses ?? 0, p.lastCleanedAt == null ? "never" : new Date(p.lastCleanedAt).toISOString(), p.cleanerPassProgress == null ? "idle" : `${Math.round(p.cleanerPassProgress * 100)}%`]),
+    );
+  }
+  if (ps.some((p) => p.archivedBytes !== undefined)) {
+    say("");
+    printTable(
+      ["PARTITION", "ARCHIVE-START", "ARCHIVED", "ARCHIVED-SEGMENTS", "ARCHIVE-LAG", "ARCHIVE-READ"],
+      ps.map((p) => [p.partition, p.archiveStartOffset ?? "none", bytes(p.archivedBytes ?? 0), p.archivedSegments ?? 0, bytes(p.archiveLagBytes ?? 0), bytes(p.archiveReadBytes ?? 0)]),
+    );
+  }
 }
 
 async function describe(argv: string[]): Promise<void> {

@@ -64,6 +64,14 @@ export interface CleanerStats {
   bytesReclaimed: number;
   /** Clock time of the last completed pass, null if none since opening. */
   lastCleanedAt: number | null;
+  /** Passes completed since the partition was opened. */
+  passes: number;
+  /**
+   * Share (0..1) of the running pass's reading done, null when no pass runs: bytes of the
+   * batches walked so far over the bytes the pass walks (its map over the dirty segments, then
+   * its check of every segment below where the map ends; a rewrite's own reading not counted).
+   */
+  passProgress: number | null;
 }
 
 type Keep = (r: RecordSpan) => boolean;
@@ -74,6 +82,9 @@ export class LogCleaner {
   private lock: Promise<unknown> = Promise.resolve();
   private bytesReclaimed = 0;
   private lastCleanedAt: number | null = null;
+  private passes = 0;
+  /** Bytes walked / to walk by the running pass (stats only); null when none runs. */
+  private progress: { done: number; total: number } | null = null;
 
   constructor(
     private readonly st: LogState,
@@ -95,7 +106,9 @@ export class LogCleaner {
       all += s.size;
       if (s.endOffset > this.firstDirty) dirty += s.size;
     }
-    return { dirtyRatio: all === 0 ? 0 : dirty / all, bytesReclaimed: this.bytesReclaimed, lastCleanedAt: this.lastCleanedAt };
+    const p = this.progress;
+    const passProgress = p === null ? null : p.total <= 0 ? 0 : Math.min(1, p.done / p.total);
+    return { dirtyRatio: all === 0 ? 0 : dirty / all, bytesReclaimed: this.bytesReclaimed, lastCleanedAt: this.lastCleanedAt, passes: this.passes, passProgress };
   }
 
   /** Cleans until the cleanable range is covered (several passes if the map fills up). */
@@ -123,6 +136,8 @@ export class LogCleaner {
       } catch (e) {
         if (e instanceof CleanerStoppedError) break; // closed or faulted meanwhile: not an error
         throw e;
+      } finally {
+        this.progress = null;
       }
       if (r === null) break;
       total.passes++;
@@ -160,6 +175,10 @@ export class LogCleaner {
     const end = segs[segs.length - 1].endOffset;
     const from = Math.max(this.firstDirty, st.logStart);
     if (from >= end) return null;
+    // Progress figures only: the map walks the segments ending past `from`, the check (2) at
+    // most every cleanable segment; the total is corrected once the map knows where it ends.
+    const sizes = (xs: Segment[]): number => xs.reduce((a, x) => a + x.size, 0);
+    this.progress = { done: 0, total: sizes(segs.filter((x) => x.endOffset > from)) + sizes(segs) };
     // (1) The map over [from, covered).
     const map = new OffsetMap(mapBytes, from);
     let covered = from;
@@ -174,6 +193,7 @@ export class LogCleaner {
       if (!whole) break;
       covered = seg.endOffset;
     }
+    this.progress.total = this.progress.done + sizes(segs.filter((x) => x.baseOffset < covered));
     // (2) Rewrite, in offset order (CMP-5), the segments below `covered`.
     const horizon = now - (st.ctx.config.deleteRetentionMs ?? DEFAULT_DELETE_RETENTION_MS);
     const logStart = st.logStart;
@@ -204,6 +224,7 @@ export class LogCleaner {
     this.firstDirty = covered;
     this.lastCleanedAt = now;
     this.bytesReclaimed += result.bytesReclaimed;
+    this.passes++;
     if (result.segmentsRewritten > 0) {
       const { topic, partition, logger } = st.ctx;
       logger.info({ topic, partition, segments: result.segmentsRewritten, records: result.recordsRemoved, bytes: result.bytesReclaimed }, "compacted");
@@ -222,6 +243,7 @@ export class LogCleaner {
         this.checkStopped();
         if (step.kind === "damage") throw new StorageError(`cleaner: damaged batch in ${seg.logPath} at byte ${c.pos} (${step.detail}); not compacting this partition`);
         await this.budget.take(step.h.length);
+        if (this.progress !== null) this.progress.done += step.h.length;
         if (!forEachRecordSpan(step.buf, step.at, step.h, fn)) return false;
         c.advance(step.h);
       }

@@ -28,7 +28,7 @@ import { Preallocator, type PreallocateMode } from "./preallocator.js";
 import { ProducerStateManager, type ProducerBatch } from "./producer-state.js";
 import { encodeBatch, HEADER_SIZE, MAX_BATCH_BYTES, recordSize, validateEncodedBatch, type BatchHeader, type PreparedRecord, type ProducerInfo, type StoredRecord } from "./record-batch.js";
 import { Retention } from "./retention.js";
-import type { PartitionArchive } from "./archive/partition-archive.js";
+import type { ArchiveStats, PartitionArchive } from "./archive/partition-archive.js";
 import type { LocalSegment } from "./archive/segment-archiver.js";
 import { firstKeylessRecord, isCompacted, keyRequiredError } from "./compaction-policy.js";
 import { LogCleaner, type CleanerStats, type CleanResult } from "./cleaner.js";
@@ -42,6 +42,7 @@ export type { PreallocateMode } from "./preallocator.js";
 export type { AppendResult } from "./group-commit.js";
 export type { RawRead } from "./log-reader.js";
 export type { CleanerStats, CleanResult } from "./cleaner.js";
+export type { ArchiveStats } from "./archive/partition-archive.js";
 export { segmentFileName };
 
 export interface PartitionLogOptions {
@@ -263,7 +264,11 @@ export class PartitionLog {
     // cleanupPolicy "compact" alone: the cleaner bounds the log, not time or size (as Kafka).
     if (this.config.cleanupPolicy === "compact") return this.st.logStart;
     const start = await this.retention.enforce(now);
-    if (this.archive !== null) await this.archive.enforceRetention(now, this.st.logStart);
+    if (this.archive !== null) {
+      // Everything this run wanted deleted is archived now (or there was nothing): no lag.
+      this.archive.caughtUp();
+      await this.archive.enforceRetention(now, this.st.logStart);
+    }
     return start;
   }
 
@@ -280,6 +285,11 @@ export class PartitionLog {
   /** Cleaner figures of this partition (describeTopic). */
   cleanerStats(): CleanerStats {
     return this.cleaner.stats();
+  }
+
+  /** Archive figures of this partition (describeTopic); null without an archive. */
+  archiveStats(): ArchiveStats | null {
+    return this.archive === null ? null : this.archive.stats();
   }
 
   // ───────────────────────────────── close ───────────────────────────────────

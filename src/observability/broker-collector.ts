@@ -16,7 +16,7 @@ import { statfs } from "node:fs/promises";
 import { CorruptRecordError } from "../errors.js";
 import type { StorageEngine } from "../store/engine.js";
 import type { QueueStats } from "../queues/types.js";
-import type { TopicDescription } from "../types.js";
+import type { PartitionDescription, TopicDescription } from "../types.js";
 import { METRICS, type MetricDef } from "./metrics.js";
 import type { Clock, MetricLabels } from "./telemetry.js";
 
@@ -31,7 +31,7 @@ export interface Sample {
 export interface CollectorLimits {
   /** Group x partition label sets exported (lag, lag seconds, headroom). Default 2000. */
   maxGroupPartitions?: number;
-  /** Topic x partition label sets exported (retained bytes, high watermark). Default 10000. */
+  /** Topic x partition label sets exported (retained bytes, high watermark, cleaner and archive figures). Default 10000. */
   maxTopicPartitions?: number;
   /** Queues exported. Default 1000. */
   maxQueues?: number;
@@ -74,6 +74,26 @@ interface Scrape {
 
 const s = (metric: MetricDef, value: number, labels?: MetricLabels): Sample => ({ metric, value, labels });
 
+/**
+ * The cleaner's figures of a compacted partition and the archive's of an archived one, as
+ * describeTopic reports them (absent fields: not that kind of topic, or another engine).
+ */
+function storageFigures(out: Sample[], p: PartitionDescription, labels: MetricLabels): void {
+  if (p.cleanerDirtyRatio !== undefined) {
+    out.push(s(METRICS.cleanerDirtyRatio, p.cleanerDirtyRatio, labels));
+    out.push(s(METRICS.cleanerBytesReclaimed, p.bytesReclaimed ?? 0, labels));
+    out.push(s(METRICS.cleanerPasses, p.cleanerPasses ?? 0, labels));
+    if (p.lastCleanedAt != null) out.push(s(METRICS.cleanerLastPass, p.lastCleanedAt / 1000, labels));
+    if (p.cleanerPassProgress != null) out.push(s(METRICS.cleanerPassProgress, p.cleanerPassProgress, labels));
+  }
+  if (p.archivedBytes !== undefined) {
+    out.push(s(METRICS.archiveBytes, p.archivedBytes, labels));
+    out.push(s(METRICS.archiveSegments, p.archivedSegments ?? 0, labels));
+    out.push(s(METRICS.archiveLagBytes, p.archiveLagBytes ?? 0, labels));
+    out.push(s(METRICS.archiveReadBytes, p.archiveReadBytes ?? 0, labels));
+  }
+}
+
 export class BrokerCollector {
   private readonly maxGroupPartitions: number;
   private readonly maxTopicPartitions: number;
@@ -108,7 +128,7 @@ export class BrokerCollector {
     return sc.out;
   }
 
-  /** Per topic: skew; per partition: retained bytes and high watermark. */
+  /** Per topic: skew; per partition: retained bytes, high watermark, cleaner and archive figures. */
   private async topics(sc: Scrape): Promise<Map<string, TopicDescription>> {
     const out = new Map<string, TopicDescription>();
     let used = 0;
@@ -136,6 +156,7 @@ export class BrokerCollector {
         const labels = { topic: name, partition: p.partition };
         sc.out.push(s(METRICS.retainedBytes, p.sizeBytes, labels));
         sc.out.push(s(METRICS.partitionHighWatermark, p.highWatermark, labels));
+        storageFigures(sc.out, p, labels);
       }
     }
     return out;

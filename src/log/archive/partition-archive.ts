@@ -54,9 +54,32 @@ export interface PartitionArchiveOptions {
   retentionMs: () => number;
 }
 
+/** Figures of one partition's archive (describeTopic, metrics); counters since the partition opened. */
+export interface ArchiveStats {
+  /** Bytes of the archived segments (their `.log` objects, as the manifests say). */
+  archivedBytes: number;
+  archivedSegments: number;
+  /** First archived offset, null when nothing is archived. */
+  startOffset: number | null;
+  /**
+   * Bytes of local segments that retention is waiting to delete and that are not archived yet
+   * (ARC-1: they stay on local disk until they are). 0 once a retention run finds all it deletes
+   * archived; it stays above 0 while archiving is slow or failing.
+   */
+  lagBytes: number;
+  /** Bytes of record batches served from the archive to reads (fetch, subscriptions). */
+  readBytes: number;
+}
+
 export class PartitionArchive {
   /** Manifests by base offset, ascending. */
   private manifests: SegmentManifest[] = [];
+  /** Sum of the manifests' `bytes` (kept with `manifests`; stats only). */
+  private archivedBytes = 0;
+  private lagBytes = 0;
+  /** beforeDelete runs under way (a retention run that finished may clear the lag only when none is). */
+  private archiving = 0;
+  private readBytes = 0;
   /** Segments checked against their manifests in this process (LRU, MAX_VERIFIED_SEGMENTS). */
   private readonly verified = new Map<number, Promise<Verified>>();
 
@@ -108,6 +131,7 @@ export class PartitionArchive {
     }
     for (const m of this.manifests) if (!bases.has(m.baseOffset)) found.push(m);
     this.manifests = found.sort((x, y) => x.baseOffset - y.baseOffset);
+    this.recount();
     for (const k of keys) {
       const base = dataBase(k);
       // Without a manifest nothing relies on these (ARC-1): an interrupted archive attempt
@@ -126,18 +150,44 @@ export class PartitionArchive {
     return this.manifests;
   }
 
+  stats(): ArchiveStats {
+    return { archivedBytes: this.archivedBytes, archivedSegments: this.manifests.length, startOffset: this.startOffset, lagBytes: this.lagBytes, readBytes: this.readBytes };
+  }
+
+  private recount(): void {
+    let n = 0;
+    for (const m of this.manifests) n += m.bytes;
+    this.archivedBytes = n;
+  }
+
   /**
    * Called by retention before it writes a new log start (retention.ts, LOG-6): archives each
    * segment about to be deleted, oldest first, and resolves only when all are archived (ARC-1).
+   * Until then the segments not yet archived are the archive's lag (stats()).
    */
   async beforeDelete(segs: readonly LocalSegment[], now: number): Promise<void> {
-    if (segs.length > 0) await this.ensureLoaded(segs[0].baseOffset);
-    for (const s of segs) {
-      if (this.find(s.baseOffset)?.endOffset === s.endOffset) continue;
-      const m = await archiveSegment(this.o.fs, this.o.store, this.o.target, s, now);
-      this.insert(m);
-      this.o.logger.info({ topic: m.topic, partition: m.partition, baseOffset: m.baseOffset, endOffset: m.endOffset, bytes: m.bytes }, "archived segment");
+    this.archiving++;
+    try {
+      let pending = 0;
+      for (const s of segs) pending += s.size;
+      this.lagBytes = pending;
+      if (segs.length > 0) await this.ensureLoaded(segs[0].baseOffset);
+      for (const s of segs) {
+        if (this.find(s.baseOffset)?.endOffset !== s.endOffset) {
+          const m = await archiveSegment(this.o.fs, this.o.store, this.o.target, s, now);
+          this.insert(m);
+          this.o.logger.info({ topic: m.topic, partition: m.partition, baseOffset: m.baseOffset, endOffset: m.endOffset, bytes: m.bytes }, "archived segment");
+        }
+        this.lagBytes = pending -= s.size;
+      }
+    } finally {
+      this.archiving--;
     }
+  }
+
+  /** A retention run finished with nothing left to archive: no lag (unless another run is archiving). */
+  caughtUp(): void {
+    if (this.archiving === 0) this.lagBytes = 0;
   }
 
   private insert(m: SegmentManifest): void {
@@ -145,6 +195,7 @@ export class PartitionArchive {
     if (i < 0) this.manifests.push(m);
     else if (this.manifests[i].baseOffset === m.baseOffset) this.manifests[i] = m;
     else this.manifests.splice(i, 0, m);
+    this.recount();
   }
 
   /** The manifest of the archived segment holding `offset`, or undefined. */
@@ -287,6 +338,7 @@ export class PartitionArchive {
       bytes += h.length;
       return true;
     });
+    this.readBytes += bytes;
     return { records: out, nextOffset: out.length > 0 ? out[out.length - 1].offset + 1 : m.endOffset };
   }
 
@@ -311,6 +363,7 @@ export class PartitionArchive {
       return true;
     });
     if (first < 0) return { data: EMPTY, nextOffset: m.endOffset, records: 0 };
+    this.readBytes += bytes;
     return { data: data.subarray(first, end), nextOffset: next, records };
   }
 
@@ -362,6 +415,7 @@ export class PartitionArchive {
       if (m.endOffset > logStart || m.maxTimestamp >= now - ms) break;
       await store.delete(objectKey(target.prefix, m.baseOffset, "manifest.json"));
       this.manifests.shift();
+      this.archivedBytes -= m.bytes;
       this.forget(m.baseOffset);
       for (const ext of ["log", "index", "timeindex"] as const) await store.delete(objectKey(target.prefix, m.baseOffset, ext));
       n++;

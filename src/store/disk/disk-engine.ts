@@ -27,7 +27,7 @@ import { FsArchiveStore } from "../../log/archive/fs-archive-store.js";
 import { partitionPrefix } from "../../log/archive/manifest.js";
 import { PartitionArchive } from "../../log/archive/partition-archive.js";
 import { HEADER_SIZE, readHeader, type PreparedRecord, type ProducerInfo, type StoredRecord } from "../../log/record-batch.js";
-import type { TopicConfig, TopicDescription } from "../../types.js";
+import type { PartitionDescription, TopicConfig, TopicDescription } from "../../types.js";
 import type { AppendResult, CommittedOffset, EncodedBatches, EngineTopic, OffsetReset, PartitionOffsets, StorageEngine } from "../engine.js";
 import { validateName } from "../names.js";
 import { resolveTopicConfig } from "../topic-config.js";
@@ -38,10 +38,20 @@ import { CLEANER_IO_BYTES_PER_SEC, IoBudget } from "../../log/io-budget.js";
 import { isCompacted } from "../../log/compaction-policy.js";
 import { MIN_CLEANABLE_DIRTY_RATIO } from "../../log/cleaner.js";
 
+type CleanerFigures = Required<Pick<PartitionDescription, "cleanerDirtyRatio" | "bytesReclaimed" | "lastCleanedAt" | "cleanerPasses" | "cleanerPassProgress">>;
+type ArchiveFigures = Required<Pick<PartitionDescription, "archivedBytes" | "archivedSegments" | "archiveStartOffset" | "archiveLagBytes" | "archiveReadBytes">>;
+
 /** A compacted partition's cleaner figures for describeTopic. */
-function cleanerFigures(l: PartitionLog): { cleanerDirtyRatio: number; bytesReclaimed: number; lastCleanedAt: number | null } {
+function cleanerFigures(l: PartitionLog): CleanerFigures {
   const s = l.cleanerStats();
-  return { cleanerDirtyRatio: s.dirtyRatio, bytesReclaimed: s.bytesReclaimed, lastCleanedAt: s.lastCleanedAt };
+  return { cleanerDirtyRatio: s.dirtyRatio, bytesReclaimed: s.bytesReclaimed, lastCleanedAt: s.lastCleanedAt, cleanerPasses: s.passes, cleanerPassProgress: s.passProgress };
+}
+
+/** An archived partition's archive figures for describeTopic (none without an archive). */
+function archiveFigures(l: PartitionLog): ArchiveFigures | Record<string, never> {
+  const s = l.archiveStats();
+  if (s === null) return {};
+  return { archivedBytes: s.archivedBytes, archivedSegments: s.archivedSegments, archiveStartOffset: s.startOffset, archiveLagBytes: s.lagBytes, archiveReadBytes: s.readBytes };
 }
 
 interface Topic extends EngineTopic {
@@ -376,6 +386,7 @@ export class DiskEngine implements StorageEngine {
         sizeBytes: l.sizeBytes,
         segments: l.segmentCount,
         ...(isCompacted(t.config.cleanupPolicy) ? cleanerFigures(l) : {}),
+        ...archiveFigures(l),
       })),
     };
   }

@@ -16,6 +16,8 @@ export const hist = {
   topicHw: new History(),
   /** "topic/partition" → high watermark. */
   partHw: new History(),
+  /** "topic/partition" → bytes served from the archive (topics with an archive). */
+  archiveRead: new History(),
   /** gkey → Σ positions the group has committed (high watermarks − lag). */
   groupPos: new History(),
   groupLagRecords: new History(),
@@ -98,16 +100,19 @@ function record(s) {
   const t = s.at;
   const topicHw = new Map();
   const partHw = new Map();
+  const archiveRead = new Map();
   for (const d of s.topics) {
     let sum = 0;
     for (const p of d.partitions) {
       sum += p.highWatermark;
       partHw.set(`${d.name}/${p.partition}`, p.highWatermark);
+      if (p.archiveReadBytes !== undefined) archiveRead.set(`${d.name}/${p.partition}`, p.archiveReadBytes);
     }
     topicHw.set(d.name, sum);
   }
   hist.topicHw.push(t, topicHw);
   hist.partHw.push(t, partHw);
+  hist.archiveRead.push(t, archiveRead);
   const pos = new Map();
   const lagR = new Map();
   const lagS = new Map();

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// Topics and partitions: high watermarks, append rates, sizes, skew.
+// Topics and partitions: high watermarks, append rates, sizes, skew; the cleaner's figures of
+// compacted topics and the archive's of topics with an archive (storage.js).
 import { h, fill, table, n, num, rate, bytes, percent, empty } from "./format.js";
 import { Chart } from "./charts.js";
 import { hist, LIMITS } from "./poll.js";
+import { ARCHIVE_HEADERS, CLEANER_HEADERS, archiveRows, cleanerRows, isArchived, isCompacted } from "./storage.js";
 
 export function createTopicsPage() {
   const el = h("section", { class: "page", "aria-label": "Topics" });
@@ -59,6 +61,8 @@ function topicBlock(d) {
       `${d.partitions.length} partitions · ${num(total)} records appended · ${rate(hist.topicHw.rate(d.name))} records/s · ${bytes(size)} on disk · skew `,
       h("strong", { class: skew !== null && skew > 0.5 && d.partitions.length >= 3 ? "warn" : null }, skew === null ? "—" : percent(skew)),
       ` · ${retention}`,
+      isCompacted(d) ? " · compacted" : "",
+      isArchived(d) ? ` · ${bytes(d.partitions.reduce((a, p) => a + (p.archivedBytes ?? 0), 0))} archived` : "",
     ),
     table(
       [
@@ -72,5 +76,26 @@ function topicBlock(d) {
       ],
       rows,
     ),
+    storageFigures(d),
   );
+}
+
+/** Compaction and archive tables, for the topics they concern (figures since the broker opened). */
+function storageFigures(d) {
+  const out = [];
+  if (isCompacted(d)) {
+    out.push(
+      h("h4", null, "Compaction"),
+      h("p", { class: "hint" }, "Not yet compacted: share of sealed bytes no pass has covered (a pass starts at 50 %; 100 % after a restart until the first). Reclaimed bytes and passes count since the broker started."),
+      table(CLEANER_HEADERS.map((x, i) => (i === 0 || i > 3 ? x : n(x))), cleanerRows(d, Date.now()), { class: "cleaner" }),
+    );
+  }
+  if (isArchived(d)) {
+    out.push(
+      h("h4", null, "Archive"),
+      h("p", { class: "hint" }, "Waiting to be archived: bytes of local segments retention is waiting to delete that are not archived yet (they stay on local disk until they are). Reads from the archive count since the broker started; their rate is over the last 10 s."),
+      table(ARCHIVE_HEADERS.map((x, i) => (i === 0 ? x : n(x))), archiveRows(d, (p) => hist.archiveRead.rate(`${d.name}/${p}`)), { class: "archive" }),
+    );
+  }
+  return out;
 }
