@@ -7,7 +7,7 @@
  *
  * Synchronous fs calls on purpose: this is the ceiling, so it must not pay for the thread pool.
  */
-import { closeSync, fdatasyncSync, mkdirSync, openSync, rmSync, writeSync } from "node:fs";
+import { closeSync, fdatasyncSync, mkdirSync, openSync, readSync, rmSync, writeSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { percentile, type BenchRow } from "./report.js";
@@ -159,4 +159,31 @@ export function rawDiskPacedLatency(opts: { dir: string; recordBytes: number; ra
   }
   const sorted = lat.sort();
   return { p50Ms: percentile(sorted, 50), p99Ms: percentile(sorted, 99), count: total };
+}
+
+/**
+ * The disk's sequential bandwidth for the cleaner's I/O pattern: `bytes` written in 1 MiB
+ * writes with one fdatasync at the end (how the cleaner writes a segment), then read back in
+ * 1 MiB reads. The read comes from the page cache when the file fits in it, as the cleaner's
+ * reads of recently written segments do; both figures are reported as measured.
+ */
+export function rawDiskSequential(dir: string, bytes: number): { writeMbPerSec: number; readMbPerSec: number } {
+  if (!(Number.isInteger(bytes) && bytes > 0)) throw new RangeError(`bytes must be a positive integer, got ${bytes}`);
+  mkdirSync(dir, { recursive: true });
+  const path = join(dir, `raw-seq-${process.pid}-${Date.now()}.bin`);
+  const chunk = randomBytes(1024 * 1024);
+  const fd = openSync(path, "w+");
+  try {
+    const w0 = performance.now();
+    for (let pos = 0; pos < bytes; pos += chunk.length) writeSync(fd, chunk, 0, Math.min(chunk.length, bytes - pos), pos);
+    fdatasyncSync(fd);
+    const writeMs = performance.now() - w0;
+    const r0 = performance.now();
+    for (let pos = 0; pos < bytes; pos += chunk.length) readSync(fd, chunk, 0, Math.min(chunk.length, bytes - pos), pos);
+    const readMs = performance.now() - r0;
+    return { writeMbPerSec: bytes / 1e6 / (writeMs / 1000), readMbPerSec: bytes / 1e6 / (readMs / 1000) };
+  } finally {
+    closeSync(fd);
+    rmSync(path, { force: true });
+  }
 }

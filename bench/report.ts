@@ -27,7 +27,7 @@ export type BenchRow = {
   max?: number;
   /** Repetitions the median is taken over. */
   reps?: number;
-  /** Which summary table the row belongs to: "per-message", "batch", "embedded", "engine", "info". */
+  /** Which summary table the row belongs to: "per-message", "batch", "embedded", "engine", "storage", "info". */
   table?: string;
 };
 
@@ -169,6 +169,7 @@ export const TABLES: readonly (readonly [string, string])[] = [
   ["per-message", "Table 1: per-message shapes as users write them (every system: same window, one call per message, ack/commit every message)"],
   ["batch", "Table 2: each system's best batch shape (every system: the same records in flight)"],
   ["engine", "Storage engine (embedded, durability always) vs the raw disk"],
+  ["storage", "Durable logs: key compaction and archive replay, beside the raw disk"],
   ["info", "Other figures"],
 ];
 

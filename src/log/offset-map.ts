@@ -21,6 +21,8 @@ export const MAX_LOAD = 0.75;
 export const OFFSET_MAP_BYTES_PER_KEY = OFFSET_MAP_SLOT_BYTES / MAX_LOAD;
 /** Default memory of one cleaning pass's map (per pass, one pass at a time per engine). */
 export const DEFAULT_CLEANER_MAP_BYTES = 32 * 1024 * 1024;
+/** Largest map a pass may allocate (a typed array of this many bytes). */
+export const MAX_CLEANER_MAP_BYTES = 1024 * 1024 * 1024;
 /** Offsets are stored as distance + 1 in a u32: a pass covers fewer offsets than this. */
 const MAX_SPAN = 0xffff_fffe;
 

@@ -37,6 +37,7 @@ import { nextRecoveryDelay, RECOVERY_MIN_DELAY_MS } from "./recovery-backoff.js"
 import { CLEANER_IO_BYTES_PER_SEC, IoBudget } from "../../log/io-budget.js";
 import { isCompacted } from "../../log/compaction-policy.js";
 import { MIN_CLEANABLE_DIRTY_RATIO } from "../../log/cleaner.js";
+import { DEFAULT_CLEANER_MAP_BYTES, MAX_CLEANER_MAP_BYTES } from "../../log/offset-map.js";
 
 type CleanerFigures = Required<Pick<PartitionDescription, "cleanerDirtyRatio" | "bytesReclaimed" | "lastCleanedAt" | "cleanerPasses" | "cleanerPassProgress">>;
 type ArchiveFigures = Required<Pick<PartitionDescription, "archivedBytes" | "archivedSegments" | "archiveStartOffset" | "archiveLagBytes" | "archiveReadBytes">>;
@@ -75,6 +76,12 @@ export interface DiskEngineOptions {
    * log.cleaner.io.max.bytes.per.second). Default CLEANER_IO_BYTES_PER_SEC; Infinity: unthrottled.
    */
   cleanerIoBytesPerSec?: number;
+  /**
+   * Memory of one compaction pass's key map (Kafka's log.cleaner.dedupe.buffer.size): 21.3
+   * bytes per distinct key (offset-map.ts); a partition with more keys in its dirty range is
+   * compacted in several passes. Default DEFAULT_CLEANER_MAP_BYTES (32 MiB, 1.57 M keys).
+   */
+  cleanerMapBytes?: number;
 }
 
 /** Default period of the background cleaner (key compaction, src/log/cleaner.ts). */
@@ -107,6 +114,7 @@ export class DiskEngine implements StorageEngine {
   private recoveryWakers = new Set<() => void>();
   /** One I/O budget for the cleaner of every partition (io-budget.ts): it never starves the writers. */
   private readonly cleanerBudget: IoBudget;
+  private readonly cleanerMapBytes: number;
   private readonly cleanerIntervalMs: number;
   private cleanerTimer: NodeJS.Timeout | null = null;
   private cleaning: Promise<void> = Promise.resolve();
@@ -121,6 +129,10 @@ export class DiskEngine implements StorageEngine {
     const ioRate = opts.cleanerIoBytesPerSec ?? CLEANER_IO_BYTES_PER_SEC;
     if (!(ioRate > 0)) throw new ValidationError(`cleanerIoBytesPerSec must be a positive number or Infinity, got ${ioRate}`);
     this.cleanerBudget = new IoBudget(ioRate);
+    this.cleanerMapBytes = opts.cleanerMapBytes ?? DEFAULT_CLEANER_MAP_BYTES;
+    if (!(Number.isSafeInteger(this.cleanerMapBytes) && this.cleanerMapBytes >= 1024 * 1024 && this.cleanerMapBytes <= MAX_CLEANER_MAP_BYTES)) {
+      throw new ValidationError(`cleanerMapBytes must be an integer from 1 MiB to ${MAX_CLEANER_MAP_BYTES} bytes, got ${this.cleanerMapBytes}`);
+    }
     this.queues = new DiskQueueStore({ dir: this.inside("queues"), fs: this.fs, telemetry: { ...this.telemetry, logger: this.logger } });
   }
 
@@ -216,7 +228,7 @@ export class DiskEngine implements StorageEngine {
       for (const l of [...t.logs]) {
         if (this.closed) return;
         if (minDirtyRatio > 0 && l.cleanerStats().dirtyRatio < minDirtyRatio) continue;
-        await l.compact(now).catch((e: unknown) => this.logger.error({ err: e, topic: t.name, partition: l.partition }, "compaction of a partition failed"));
+        await l.compact(now, this.cleanerMapBytes).catch((e: unknown) => this.logger.error({ err: e, topic: t.name, partition: l.partition }, "compaction of a partition failed"));
       }
     }
   }
