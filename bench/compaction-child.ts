@@ -11,7 +11,7 @@
  * of 32 B (generation 0), then an update of every 10th key (generation 1) and a tombstone of
  * every 100th key (i % 100 == 5). `compact` opens the data dir as a broker does after a restart
  * (the whole log dirty) and runs one compaction (DiskEngine.compact: as many passes as the
- * default 32 MiB key map needs, 21.3 B per key, so 10 M keys take 7). `verify` scans the log and
+ * default 64 MiB key map needs, 21.3 B per key, so 10 M keys take 4). `verify` scans the log and
  * checks that the latest record of every key is the one written last, that offsets only
  * increase, and that only the records of the active segment repeat a key.
  * Prints `STAGE name rss` lines and one `RESULT {json}` line; exits 1 if the scan disagrees.

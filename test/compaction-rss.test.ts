@@ -3,7 +3,7 @@
  * Memory of key compaction: a topic of SLUICE_COMPACT_RSS_KEYS distinct keys (default 1
  * million here; `npm run soak` and `npm run bench` use 10 million), 10% of them updated and 1%
  * deleted, is compacted by a broker opened on it as after a restart (the whole log dirty, as
- * many passes as the 32 MiB key map needs). The compacting process's RSS, sampled from /proc,
+ * many passes as the 64 MiB key map needs). The compacting process's RSS, sampled from /proc,
  * stays under 300 MB, and a separate scan finds every key's latest value (bench/compaction-child.ts).
  */
 import { test } from "node:test";

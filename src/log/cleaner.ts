@@ -34,7 +34,7 @@ import { isCompacted } from "./compaction-policy.js";
 import { IoBudget } from "./io-budget.js";
 import type { LogReader } from "./log-reader.js";
 import type { LogState } from "./log-state.js";
-import { DEFAULT_CLEANER_MAP_BYTES, OffsetMap } from "./offset-map.js";
+import { DEFAULT_CLEANER_MAP_BYTES, mapBytesFor, OffsetMap } from "./offset-map.js";
 import { forEachRecordSpan, SparseBatchBuilder, type RecordSpan } from "./compacted-batch.js";
 import { readHeader, stampCompactedBatch } from "./record-batch.js";
 import { Segment, SparseIndex } from "./segment.js";
@@ -180,7 +180,7 @@ export class LogCleaner {
     const sizes = (xs: Segment[]): number => xs.reduce((a, x) => a + x.size, 0);
     this.progress = { done: 0, total: sizes(segs.filter((x) => x.endOffset > from)) + sizes(segs) };
     // (1) The map over [from, covered).
-    const map = new OffsetMap(mapBytes, from);
+    const map = new OffsetMap(mapBytesFor(end - from, mapBytes), from);
     let covered = from;
     for (const seg of segs) {
       if (seg.endOffset <= from) continue;

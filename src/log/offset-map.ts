@@ -7,8 +7,8 @@
  * A slot is OFFSET_MAP_SLOT_BYTES = 16 bytes: 96 bits of the key's 128-bit hash (key-hash.ts)
  * and the offset as a u32 distance from the pass's first offset, plus one (0 marks an empty
  * slot). Open addressing with linear probing, filled to at most MAX_LOAD so probes stay short:
- * OFFSET_MAP_BYTES_PER_KEY (21.3 bytes) of map per distinct key, so the default 32 MiB map
- * holds 1.57 million keys. When it is full the map refuses new keys; the cleaner then cleans
+ * OFFSET_MAP_BYTES_PER_KEY (21.3 bytes) of map per distinct key, so the default 64 MiB map
+ * holds 3.1 million keys; a pass over fewer offsets allocates only what they could need. When it is full the map refuses new keys; the cleaner then cleans
  * the prefix of the log the map covers and continues in another pass (cleaner.ts).
  */
 import { keyHash128 } from "./key-hash.js";
@@ -20,9 +20,16 @@ export const MAX_LOAD = 0.75;
 /** Map memory per distinct key at the highest load (declared once; docs/topics.md quotes it). */
 export const OFFSET_MAP_BYTES_PER_KEY = OFFSET_MAP_SLOT_BYTES / MAX_LOAD;
 /** Default memory of one cleaning pass's map (per pass, one pass at a time per engine). */
-export const DEFAULT_CLEANER_MAP_BYTES = 32 * 1024 * 1024;
+export const DEFAULT_CLEANER_MAP_BYTES = 64 * 1024 * 1024;
 /** Largest map a pass may allocate (a typed array of this many bytes). */
 export const MAX_CLEANER_MAP_BYTES = 1024 * 1024 * 1024;
+/**
+ * The map bytes a pass over `offsets` offsets needs at most (one key per offset), capped at
+ * `maxBytes`: a small topic's pass does not allocate the whole budget.
+ */
+export function mapBytesFor(offsets: number, maxBytes: number): number {
+  return Math.min(maxBytes, Math.ceil((offsets + 1) * OFFSET_MAP_BYTES_PER_KEY) + OFFSET_MAP_SLOT_BYTES);
+}
 /** Offsets are stored as distance + 1 in a u32: a pass covers fewer offsets than this. */
 const MAX_SPAN = 0xffff_fffe;
 

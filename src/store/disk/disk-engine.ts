@@ -79,7 +79,7 @@ export interface DiskEngineOptions {
   /**
    * Memory of one compaction pass's key map (Kafka's log.cleaner.dedupe.buffer.size): 21.3
    * bytes per distinct key (offset-map.ts); a partition with more keys in its dirty range is
-   * compacted in several passes. Default DEFAULT_CLEANER_MAP_BYTES (32 MiB, 1.57 M keys).
+   * compacted in several passes. Default DEFAULT_CLEANER_MAP_BYTES (64 MiB, 3.1 M keys).
    */
   cleanerMapBytes?: number;
 }
