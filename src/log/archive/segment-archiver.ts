@@ -129,7 +129,7 @@ async function scanStats(fh: FileHandle, size: number, baseOffset: number): Prom
   await Segment.scan(fh, 0, baseOffset, size, {
     onBatch: (h) => {
       s.batchCount++;
-      s.recordCount += h.count;
+      s.recordCount += h.count; // offsets spanned: a sparse batch (compaction) holds fewer records
       if (s.minTimestamp < 0 || h.firstTimestamp < s.minTimestamp) s.minTimestamp = h.firstTimestamp;
       if (h.maxTimestamp > s.maxTimestamp) s.maxTimestamp = h.maxTimestamp;
     },
