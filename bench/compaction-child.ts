@@ -88,7 +88,7 @@ async function scan(logStart: number, hwm: number): Promise<{ records: number; r
   let error: string | null = null;
   const t0 = performance.now();
   for (let off = logStart; off < hwm && !error; ) {
-    const r = await broker.fetch(TOPIC, 0, off, { maxBytes: 4 * 1024 * 1024 });
+    const r = await broker.fetch(TOPIC, 0, off, { maxBytes: 1024 * 1024 }); // subscribe()'s default fetch size
     for (const m of r.records) {
       if (m.offset <= last) error = `offset ${m.offset} after ${last}`;
       last = m.offset;
