@@ -76,7 +76,7 @@ export interface PartitionDescription {
   highWatermark: number;
   sizeBytes: number;
   segments: number;
-  /** Compacted topics only: share of sealed bytes not yet compacted (0..1; 1 after a restart until the first pass). */
+  /** Compacted topics only: share of sealed bytes not yet compacted (0..1; kept across restarts by the cleaner's checkpoint). */
   cleanerDirtyRatio?: number;
   /** Compacted topics only: bytes removed by compaction since the broker opened. */
   bytesReclaimed?: number;

@@ -32,6 +32,7 @@ import { StorageError } from "../errors.js";
 import { BatchCursor } from "./batch-cursor.js";
 import { isCompacted } from "./compaction-policy.js";
 import { IoBudget } from "./io-budget.js";
+import { join, readJsonFile, writeFileAtomic } from "./io.js";
 import type { LogReader } from "./log-reader.js";
 import type { LogState } from "./log-state.js";
 import { DEFAULT_CLEANER_MAP_BYTES, mapBytesFor, OffsetMap } from "./offset-map.js";
@@ -76,8 +77,17 @@ export interface CleanerStats {
 
 type Keep = (r: RecordSpan) => boolean;
 
+/**
+ * Where a partition's cleaner records how far its passes have covered (Kafka's
+ * cleaner-offset-checkpoint), so a restart does not read the whole log again. Efficiency only
+ * (CMP-6): a pass drops a record only for a later record of its key that the pass itself read,
+ * so a checkpoint too high or too low never loses a latest value; it is clamped to the sealed
+ * log when read, and a missing or damaged one means "everything is dirty".
+ */
+export const CLEANER_CHECKPOINT_FILE = "cleaner-checkpoint.json";
+
 export class LogCleaner {
-  /** Offsets below this were covered by a pass's map (in memory: after a reopen, all is dirty). */
+  /** Offsets below this were covered by a pass's map (CLEANER_CHECKPOINT_FILE after a reopen). */
   private firstDirty = 0;
   private lock: Promise<unknown> = Promise.resolve();
   private bytesReclaimed = 0;
@@ -91,6 +101,25 @@ export class LogCleaner {
     private readonly reader: LogReader,
     private readonly budget: IoBudget,
   ) {}
+
+  /** Reads the checkpoint of an earlier run (CMP-6: a bad one only costs a full pass). */
+  async loadCheckpoint(): Promise<void> {
+    const { fs, dir, logger } = this.st.ctx;
+    try {
+      const c = await readJsonFile<{ firstDirty?: unknown }>(fs, join(dir, CLEANER_CHECKPOINT_FILE));
+      const sealedEnd = this.st.segments[this.st.segments.length - 1].baseOffset;
+      if (c !== null && Number.isSafeInteger(c.firstDirty) && (c.firstDirty as number) >= 0) this.firstDirty = Math.min(c.firstDirty as number, sealedEnd);
+    } catch (e) {
+      logger.warn({ err: e, dir }, "cleaner checkpoint unreadable; the next pass covers the whole log");
+    }
+  }
+
+  private async saveCheckpoint(): Promise<void> {
+    const { fs, dir, logger } = this.st.ctx;
+    await writeFileAtomic(fs, join(dir, CLEANER_CHECKPOINT_FILE), JSON.stringify({ version: 1, firstDirty: this.firstDirty })).catch((e: unknown) =>
+      logger.warn({ err: e, dir }, "could not write the cleaner checkpoint; a restart will compact from the log start"),
+    );
+  }
 
   /** Resolves when no pass is running (close). */
   idle(): Promise<unknown> {
@@ -222,6 +251,7 @@ export class LogCleaner {
       result.bytesReclaimed += done.reclaimed;
     }
     this.firstDirty = covered;
+    if (!this.stopped()) await this.saveCheckpoint();
     this.lastCleanedAt = now;
     this.bytesReclaimed += result.bytesReclaimed;
     this.passes++;

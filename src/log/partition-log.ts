@@ -104,6 +104,7 @@ export class PartitionLog {
     const beforeDelete = archive === null ? null : (segs: LocalSegment[]) => archive.beforeDelete(segs, telemetry.clock.now());
     if (ctx.config.durability === "interval") writer.startFlushTimer();
     const cleaner = new LogCleaner(st, reader, opts.cleanerBudget ?? new IoBudget(Infinity));
+    if (isCompacted(ctx.config.cleanupPolicy)) await cleaner.loadCheckpoint();
     return new PartitionLog(st, writer, reader, new Retention(st, reader, beforeDelete), prealloc, archive, cleaner);
   }
 
