@@ -11,9 +11,11 @@
  * still there at its acknowledged offset unless a later record of its key is, and for every
  * key the latest acknowledged write (a tombstone too: deleteRetentionMs is long) or a later
  * one readable (CMP-4, CMP-5). At the end the background cleaner resumes: a pass completes,
- * reclaims bytes and the dirty ratio drops.
+ * reclaims bytes and the dirty ratio drops. A second, shorter run has tombstones expire at
+ * once (deleteRetentionMs 0): there a key may vanish, but only after a tombstone was sent for
+ * it, and never reads back an older value than its latest acknowledged write (CMP-5).
  */
-import { test } from "node:test";
+import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
@@ -39,6 +41,10 @@ interface Model {
   bySeq: Map<number, Ack>;
   /** Per key, the acknowledged record at the highest offset. */
   latest: Map<string, Ack>;
+  /** Keys a tombstone was sent for, acknowledged or not. */
+  tombstoneKeys: Set<string>;
+  /** Tombstones expire at once (deleteRetentionMs 0): a key may vanish after one (CMP-5). */
+  expiring: boolean;
 }
 
 function note(m: Model, a: Ack): void {
@@ -124,6 +130,7 @@ async function checkTable(b: Broker, engine: DiskEngine, dataDir: string, m: Mod
   }
   for (const [key, a] of m.latest) {
     const l = inLog.get(key);
+    if (l === undefined && m.expiring && m.tombstoneKeys.has(key)) continue; // its tombstone expired: every older record went first (CMP-5)
     assert.ok(l !== undefined, `${where}: key ${key} (latest acknowledged: seq ${a.seq}${a.tombstone ? ", a tombstone" : ""}) is readable`);
     assert.ok(l.offset >= a.offset, `${where}: key ${key} reads its latest acknowledged write or a later one (${l.offset} >= ${a.offset})`);
     if (l.offset === a.offset) assert.equal(l.tombstone, a.tombstone, `${where}: key ${key} tombstone kept`);
@@ -136,14 +143,20 @@ async function open(dataDir: string, cleanerIntervalMs: number): Promise<{ b: Br
   return { b: await openBroker({ engine, retentionCheckIntervalMs: 0 }), engine };
 }
 
-test(`SIGKILL during compaction x${KILLS} (>= ${MID_PASS} mid-pass): no latest value lost, nothing served twice, log readable, cleaner resumes`, { timeout: Math.max(180_000, KILLS * 15_000) }, async (t) => {
+interface Scenario {
+  kills: number;
+  midPass: number;
+  deleteRetentionMs: number;
+}
+
+async function killDuringCompaction(t: TestContext, o: Scenario): Promise<void> {
   using tmp = tempDir("sluice-compact-kill-");
   {
     const { b } = await open(tmp.dir, 0);
-    await b.createTopic(TOPIC, { partitions: PARTITIONS, segmentBytes: 4096, cleanupPolicy: "compact", minCompactionLagMs: 0, deleteRetentionMs: 365 * 86_400_000 });
+    await b.createTopic(TOPIC, { partitions: PARTITIONS, segmentBytes: 4096, cleanupPolicy: "compact", minCompactionLagMs: 0, deleteRetentionMs: o.deleteRetentionMs });
     await b.close();
   }
-  const m: Model = { bySeq: new Map(), latest: new Map() };
+  const m: Model = { bySeq: new Map(), latest: new Map(), tombstoneKeys: new Set(), expiring: o.deleteRetentionMs === 0 };
   let kills = 0;
   let midPass = 0;
   let swapLeftovers = 0;
@@ -151,14 +164,15 @@ test(`SIGKILL during compaction x${KILLS} (>= ${MID_PASS} mid-pass): no latest v
   let rewritten = 0;
   let records = 0;
   const started = Date.now();
-  while (kills < KILLS || midPass < MID_PASS) {
-    assert.ok(kills < 3 * KILLS, `only ${midPass} of ${kills} kills landed inside a compaction pass`);
+  while (kills < o.kills || midPass < o.midPass) {
+    assert.ok(kills < 3 * o.kills, `only ${midPass} of ${kills} kills landed inside a compaction pass`);
     const r = await killRound({ mode: "compact", dataDir: tmp.dir, topic: TOPIC, startSeq: kills * 1_000_000, keys: KEYS, minAcks: 50 + Math.floor(Math.random() * 350) });
     kills++;
     if (r.midPass) midPass++;
     passes += r.passesCompleted;
     rewritten += r.work;
     for (const a of r.acks) note(m, a);
+    for (const k of r.tombstoneKeys) m.tombstoneKeys.add(k);
     // What the kill left for recovery: a swap interrupted before or after its commit point.
     if (leftovers(tmp.dir).length > 0) swapLeftovers++;
     const { b, engine } = await open(tmp.dir, 0);
@@ -193,7 +207,17 @@ test(`SIGKILL during compaction x${KILLS} (>= ${MID_PASS} mid-pass): no latest v
   }
   assert.deepEqual(leftovers(tmp.dir), []);
   t.diagnostic(
-    `compaction SIGKILL: ${kills} kills, ${midPass} mid-pass, ${swapLeftovers} left a .cleaned/.swap file; ${m.bySeq.size} acked records, ${m.latest.size} keys, ${records} records after compaction; ` +
+    `compaction SIGKILL (deleteRetentionMs ${o.deleteRetentionMs}): ${kills} kills, ${midPass} mid-pass, ${swapLeftovers} left a .cleaned/.swap file; ${m.bySeq.size} acked records, ${m.latest.size} keys, ${records} records after compaction; ` +
       `${passes} passes completed (${rewritten} segment rewrites); ${reclaimed} bytes reclaimed after the last restart; ${((Date.now() - started) / 1000).toFixed(1)} s`,
   );
-});
+}
+
+test(`SIGKILL during compaction x${KILLS} (>= ${MID_PASS} mid-pass): no latest value lost, nothing served twice, log readable, cleaner resumes`, { timeout: Math.max(180_000, KILLS * 15_000) }, (t) =>
+  // Tombstones outlive the test: every key's latest acknowledged write, a tombstone too, stays.
+  killDuringCompaction(t, { kills: KILLS, midPass: MID_PASS, deleteRetentionMs: 365 * 86_400_000 }),
+);
+
+const EXPIRING_KILLS = Math.max(8, Math.floor(KILLS / 3));
+test(`SIGKILL during compaction with expiring tombstones x${EXPIRING_KILLS}: a key vanishes only after a tombstone, never back to an older value`, { timeout: Math.max(120_000, EXPIRING_KILLS * 15_000) }, (t) =>
+  killDuringCompaction(t, { kills: EXPIRING_KILLS, midPass: Math.ceil(EXPIRING_KILLS * 0.75), deleteRetentionMs: 0 }),
+);
