@@ -72,15 +72,19 @@ const NETWORK_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EHOST
  * A TLS socket's error before `secureConnect` as a `TlsHandshakeError`, or null for a network
  * error (left to the caller's `ConnectionClosedError`).
  */
-export function handshakeError(err: Error & { code?: string }, where: string): TlsHandshakeError | null {
+export function handshakeError(err: Error & { code?: string; reason?: string }, where: string): TlsHandshakeError | null {
   if (err.code !== undefined && NETWORK_CODES.has(err.code)) return null;
-  const hint =
-    err.code === "ERR_SSL_WRONG_VERSION_NUMBER" || err.code === "ERR_SSL_PACKET_LENGTH_TOO_LONG"
-      ? " (the server does not speak TLS on this port: use a sluice:// url, or enable TLS on the server)"
-      : err.code === "ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION" || err.code === "ERR_SSL_UNSUPPORTED_PROTOCOL"
-        ? " (no TLS version in common: the server accepts TLS 1.2 and 1.3)"
-        : /CERT|SIGNATURE|ALTNAME|ISSUER/.test(err.code ?? "")
-          ? " (the server's certificate is not trusted: give its CA as tls.ca / tls.caFile, or --tls-ca to the CLI)"
-          : "";
-  return new TlsHandshakeError(`TLS handshake with ${where} failed: ${err.message}${hint}`, { cause: err });
+  // OpenSSL's `reason` ("tlsv13 alert certificate required") reads better than its message,
+  // which carries the library's file and line; the whole error stays as the cause.
+  return new TlsHandshakeError(`TLS handshake with ${where} failed: ${err.reason ?? err.message}${hintFor(err.code ?? "")}`, { cause: err });
+}
+
+/** What to do about a handshake failure, from OpenSSL's code (alerts are the server's word). */
+function hintFor(code: string): string {
+  if (code === "ERR_SSL_WRONG_VERSION_NUMBER" || code === "ERR_SSL_PACKET_LENGTH_TOO_LONG") return " (the server does not speak TLS on this port: use a sluice:// url, or enable TLS on the server)";
+  if (code === "ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION" || code === "ERR_SSL_UNSUPPORTED_PROTOCOL") return " (no TLS version in common: the server accepts TLS 1.2 and 1.3)";
+  if (code.endsWith("ALERT_CERTIFICATE_REQUIRED")) return " (the server requires a client certificate: give tls.cert and tls.key, or tls.certFile and tls.keyFile)";
+  if (code.includes("ALERT") && /CERT|_CA/.test(code)) return " (the server refused this client's certificate)";
+  if (/CERT|SIGNATURE|ALTNAME|ISSUER/.test(code)) return " (the server's certificate is not trusted: give its CA as tls.ca / tls.caFile, or --tls-ca to the CLI)";
+  return "";
 }

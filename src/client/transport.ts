@@ -165,7 +165,11 @@ export class Transport {
         fail(
           new ConnectionClosedError(
             // A TLS server closes a plain connection without a word: say so rather than nothing.
-            !tls && !answered ? `the server at ${host}:${port} closed the connection without answering the handshake (a server that requires TLS does this: use a sluice+tls:// url)` : "connection closed during handshake",
+            answered
+              ? "connection closed during handshake"
+              : tls
+                ? `the server at ${host}:${port} closed the TLS connection without answering the handshake (a server that requires client certificates does this when it refuses the one given)`
+                : `the server at ${host}:${port} closed the connection without answering the handshake (a server that requires TLS does this: use a sluice+tls:// url)`,
           ),
         ),
       );
