@@ -502,6 +502,25 @@ export class BodyTooLargeError extends RegisteredError {
   static override readonly spec = spec("BODY_TOO_LARGE", false, 413, "server", () => new BodyTooLargeError(""));
 }
 
+/**
+ * TLS configuration that cannot be used: a certificate, key or CA file that is missing or not
+ * PEM, a key that does not match its certificate, a `sluice+tls://` URL without TLS or TLS
+ * options with a plain `sluice://` URL. Raised by `startServer()`, `server.reloadTls()` (the
+ * old certificate stays in use) and `connect()`.
+ */
+export class TlsConfigError extends ValidationError {
+  static override readonly spec = spec("TLS_CONFIG", false, 400, "server", () => new TlsConfigError(""));
+}
+
+/**
+ * The TLS handshake with the server failed: its certificate is not trusted (unknown CA,
+ * expired, wrong host name), no TLS version is shared (the server accepts TLS 1.2 and 1.3), or
+ * the port does not speak TLS. Retrying does not help until the configuration changes.
+ */
+export class TlsHandshakeError extends RegisteredError {
+  static override readonly spec = spec("TLS_HANDSHAKE", false, 502, "client", () => new TlsHandshakeError(""));
+}
+
 /** Namespace object, NATS style: `err instanceof errors.NotAssignedError`. */
 export const errors = {
   BrokerError,
@@ -545,6 +564,8 @@ export const errors = {
   InternalError,
   BodyTooLargeError,
   ForbiddenError,
+  TlsConfigError,
+  TlsHandshakeError,
 } as const;
 
 /** A registered error class: constructible (for `instanceof`) and carrying its spec. */

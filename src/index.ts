@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 export { openBroker, EmbeddedBroker, type BrokerOptions } from "./broker/broker.js";
 export { connect, type ConnectOptions } from "./client/index.js";
+export type { ClientTlsOptions } from "./client/tls.js";
 export * from "./errors.js";
 export type * from "./types.js";
 export type { Logger, MetricsSink, Clock, Telemetry } from "./observability/telemetry.js";

@@ -358,6 +358,15 @@ const SCENARIOS: Record<string, Scenario> = {
     why: "an HTTP request body",
     http: () => ({ method: "POST", path: "/v1/topics/small/records", rawBody: JSON.stringify({ records: [{ value: "y".repeat(2 * 1024 * 1024) }] }) }),
   },
+  TLS_CONFIG: {
+    why: "TLS settings: checked when a server starts and when a client connects",
+    embedded: (e) => startServer({ broker: e.embedded, port: 0, httpPort: null, tls: { certFile: join(e.dataDir, "missing.crt"), keyFile: join(e.dataDir, "missing.key") } }),
+    remote: () => connect({ url: "sluice://127.0.0.1:1", tls: {} }),
+  },
+  TLS_HANDSHAKE: {
+    why: "the client's TLS handshake (test/tls.test.ts covers untrusted certificates and old versions)",
+    remote: (e) => connect({ url: e.server.url.replace("sluice://", "sluice+tls://"), connectTimeoutMs: 5000 }),
+  },
 };
 
 test("every registered error code has a scenario", () => {

@@ -20,7 +20,7 @@ import type { Logger } from "../observability/telemetry.js";
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { openBroker } from "../broker/broker.js";
-import { BrokerError, ValidationError } from "../errors.js";
+import { BrokerError, TlsConfigError, ValidationError } from "../errors.js";
 import { applyTopology, formatPlan, loadTopology, planTopology, type Topology } from "../topology/index.js";
 import type { Broker } from "../types.js";
 import { startServer } from "../server/index.js";
@@ -48,6 +48,11 @@ export interface ServeConfig {
   logLevel: "debug" | "info" | "warn" | "error" | "silent";
   /** A topology file (YAML) applied after the broker opens, before listening. */
   topology?: string;
+  /** TLS on both ports (docs/security.md): certificate and key files, both or neither. */
+  tlsCert?: string;
+  tlsKey?: string;
+  /** CA bundle: completes the certificate chain sent to clients. */
+  tlsCa?: string;
 }
 
 const DEFAULTS: Omit<ServeConfig, "data"> = {
@@ -91,6 +96,9 @@ const FIELDS: { key: Key; flag: string; env: string; parse(v: unknown, src: stri
     help: "debug|info|warn|error|silent (default info)",
   },
   { key: "topology", flag: "topology", env: "SLUICE_TOPOLOGY", parse: str("topology"), help: "topology file (YAML) applied at startup (docs/topology.md)" },
+  { key: "tlsCert", flag: "tls-cert", env: "SLUICE_TLS_CERT", parse: str("TLS certificate file"), help: "PEM certificate: serve TLS on both ports (docs/security.md)" },
+  { key: "tlsKey", flag: "tls-key", env: "SLUICE_TLS_KEY", parse: str("TLS key file"), help: "PEM private key of --tls-cert" },
+  { key: "tlsCa", flag: "tls-ca", env: "SLUICE_TLS_CA", parse: str("TLS CA file"), help: "PEM CA bundle (completes the chain sent to clients)" },
 ];
 
 function str(what: string) {
@@ -157,6 +165,8 @@ export function resolveServeConfig(argv: string[], env: NodeJS.ProcessEnv = proc
     if (v !== undefined) out[f.key] = f.parse(v, `--${f.flag}`);
   }
   if (out.data === undefined) throw new ValidationError(`--data DIR is required (or SLUICE_DATA, or "data" in the config file)\n\n${SERVE_HELP}`);
+  if ((out.tlsCert === undefined) !== (out.tlsKey === undefined)) throw new ValidationError("TLS needs both --tls-cert and --tls-key");
+  if (out.tlsCa !== undefined && out.tlsCert === undefined) throw new ValidationError("--tls-ca needs --tls-cert and --tls-key");
   if (out.httpPort !== null && out.httpPort !== 0 && out.httpPort === out.port) {
     throw new ValidationError(`the HTTP port and the protocol port must differ (both ${out.port})`);
   }
@@ -213,9 +223,11 @@ export async function serveCommand(argv: string[]): Promise<void> {
       logger,
       metrics: registry,
       dataDir: cfg.data,
+      tls: cfg.tlsCert === undefined ? undefined : { certFile: cfg.tlsCert, keyFile: cfg.tlsKey!, caFile: cfg.tlsCa },
     });
   } catch (err) {
     await broker.close();
+    if (err instanceof TlsConfigError) throw err;
     throw new ValidationError(`cannot listen on ${cfg.host}:${cfg.port}/${cfg.httpPort}: ${(err as Error).message}`);
   }
   const srv = server;
@@ -250,6 +262,16 @@ export async function serveCommand(argv: string[]): Promise<void> {
           resolve();
         });
     };
+    // SIGHUP re-reads the TLS files (a failed reload is logged and keeps the old certificate).
+    if (srv.tls) {
+      process.on("SIGHUP", () => {
+        try {
+          srv.reloadTls();
+        } catch {
+          /* logged by reloadTls(); the previous certificate stays in use */
+        }
+      });
+    }
     process.once("SIGTERM", () => stop("SIGTERM"));
     process.once("SIGINT", () => stop("SIGINT"));
   });

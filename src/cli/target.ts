@@ -17,15 +17,24 @@ export type CliBroker = Broker & { listQueues(): Promise<string[]> };
 export interface TargetValues {
   url?: string;
   data?: string;
+  /** CA file for a `sluice+tls://` url (docs/security.md). */
+  "tls-ca"?: string;
 }
 
-export type Target = { kind: "url"; url: string } | { kind: "data"; dir: string };
+export type Target = { kind: "url"; url: string; tlsCa?: string } | { kind: "data"; dir: string };
 
 export function resolveTarget(v: TargetValues, env: NodeJS.ProcessEnv = process.env): Target {
   if (v.url !== undefined && v.data !== undefined) throw new UsageError("give either --url or --data, not both");
-  if (v.url !== undefined) return { kind: "url", url: v.url };
+  if (v["tls-ca"] !== undefined && v.url === undefined && (v.data !== undefined || !env.SLUICE_URL)) throw new UsageError("--tls-ca goes with --url sluice+tls://host:port");
+  // --tls-ca is always passed on (a plain url with it is refused by connect()); SLUICE_TLS_CA
+  // only for sluice+tls:// urls, so a shell that sets it can still reach plain servers.
+  const url = (u: string): Target => {
+    const tlsCa = v["tls-ca"] ?? (u.startsWith("sluice+tls:") ? env.SLUICE_TLS_CA || undefined : undefined);
+    return tlsCa === undefined ? { kind: "url", url: u } : { kind: "url", url: u, tlsCa };
+  };
+  if (v.url !== undefined) return url(v.url);
   if (v.data !== undefined) return { kind: "data", dir: v.data };
-  if (env.SLUICE_URL) return { kind: "url", url: env.SLUICE_URL };
+  if (env.SLUICE_URL) return url(env.SLUICE_URL);
   if (env.SLUICE_DATA) return { kind: "data", dir: env.SLUICE_DATA };
   throw new UsageError("no broker given: use --url sluice://host:port (a running server) or --data DIR (or set SLUICE_URL)");
 }
@@ -48,7 +57,8 @@ async function open(t: Target, readOnly: boolean): Promise<CliBroker> {
   if (t.kind === "url") {
     const { connect } = await import("../client/index.js");
     // A CLI run is short: fail fast on a wrong URL or a server that went away.
-    return connect({ url: t.url, connectTimeoutMs: 5000, reconnectTimeoutMs: 10_000, requestTimeoutMs: 30_000 });
+    const tls = t.tlsCa === undefined ? undefined : { caFile: t.tlsCa };
+    return connect({ url: t.url, tls, connectTimeoutMs: 5000, reconnectTimeoutMs: 10_000, requestTimeoutMs: 30_000 });
   }
   if (readOnly && !existsSync(t.dir)) throw new ValidationError(`data directory ${t.dir} does not exist (nothing to read; this command creates nothing)`);
   if (existsSync(t.dir) && !statSync(t.dir).isDirectory()) throw new ValidationError(`${t.dir} is not a directory`);

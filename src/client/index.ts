@@ -36,11 +36,17 @@ import { drainEnqueues, RemoteWorker } from "./queue.js";
 import { RemoteQueue } from "./queue-handle.js";
 import type { Queue, QueueConfig } from "../queues/types.js";
 import { Transport } from "./transport.js";
+import { clientTlsOptions, type ClientTlsOptions } from "./tls.js";
 import { loadTracing, tracing } from "../observability/tracing.js";
 
 export interface ConnectOptions {
-  /** `sluice://host:port` (port defaults to 7070). */
+  /** `sluice://host:port`, or `sluice+tls://host:port` for TLS (port defaults to 7070). */
   url: string;
+  /**
+   * TLS settings for a `sluice+tls://` url: the CA to trust (default: Node's CA store),
+   * `servername`, a client certificate. docs/security.md.
+   */
+  tls?: ClientTlsOptions;
   /** Aborts the initial connection attempt. */
   signal?: AbortSignal;
   /** Per-request deadline. Default 30 000 ms. */
@@ -78,20 +84,21 @@ export interface ConnectOptions {
   schemas?: SchemaRegistry;
 }
 
-export function parseUrl(url: string): { host: string; port: number } {
+/** `sluice://` (or `tcp://`) is plain TCP; `sluice+tls://` is TLS on the same kind of port. */
+export function parseUrl(url: string): { host: string; port: number; tls: boolean } {
   let u: URL;
   try {
     u = new URL(url);
   } catch {
-    throw new ValidationError(`invalid sluice url ${JSON.stringify(url)}; expected sluice://host:port`);
+    throw new ValidationError(`invalid sluice url ${JSON.stringify(url)}; expected sluice://host:port or sluice+tls://host:port`);
   }
-  if (u.protocol !== "sluice:" && u.protocol !== "tcp:") {
-    throw new ValidationError(`unsupported url scheme ${JSON.stringify(u.protocol)}; expected sluice://host:port`);
+  if (u.protocol !== "sluice:" && u.protocol !== "tcp:" && u.protocol !== "sluice+tls:") {
+    throw new ValidationError(`unsupported url scheme ${JSON.stringify(u.protocol)}; expected sluice://host:port or sluice+tls://host:port`);
   }
   const port = u.port === "" ? 7070 : Number(u.port);
   let host = u.hostname || "127.0.0.1";
   if (host.startsWith("[") && host.endsWith("]")) host = host.slice(1, -1);
-  return { host, port };
+  return { host, port, tls: u.protocol === "sluice+tls:" };
 }
 
 class RemoteBroker implements Broker {
@@ -286,7 +293,8 @@ export type RemoteBrokerHandle = Broker & {
 };
 
 export async function connect(opts: ConnectOptions): Promise<RemoteBrokerHandle> {
-  const { host, port } = parseUrl(opts.url);
+  const { host, port, tls: secure } = parseUrl(opts.url);
+  const tls = clientTlsOptions(secure, opts.tls);
   await loadTracing(); // once per process: @opentelemetry/api when installed (tracing.ts)
   const transport = new Transport({
     host,
@@ -297,6 +305,7 @@ export async function connect(opts: ConnectOptions): Promise<RemoteBrokerHandle>
     reconnectTimeoutMs: opts.reconnectTimeoutMs ?? 60_000,
     maxPendingRequests: opts.maxPendingRequests ?? 4096,
     connectTimeoutMs: opts.connectTimeoutMs ?? 10_000,
+    tls,
     minVersion: opts.protocolVersions?.min,
     maxVersion: opts.protocolVersions?.max,
   });

@@ -13,6 +13,8 @@
  * for a slot (backpressure instead of an unbounded queue).
  */
 import { connect as netConnect, type Socket } from "node:net";
+import { connect as tlsConnect, type ConnectionOptions as TlsConnectionOptions } from "node:tls";
+import { handshakeError } from "./tls.js";
 import { DirectFrameReader } from "./direct-reader.js";
 import {
   AbortedError,
@@ -53,6 +55,8 @@ export interface TransportOptions {
   reconnectTimeoutMs: number;
   maxPendingRequests: number;
   connectTimeoutMs: number;
+  /** Connect with TLS using these options (src/client/tls.ts); absent or null: plain TCP. */
+  tls?: TlsConnectionOptions | null;
   /** Protocol versions announced in the preamble (tests use this to speak a future version). */
   minVersion?: number;
   maxVersion?: number;
@@ -124,19 +128,21 @@ export class Transport {
       // Reads land in the reader's memory (src/client/direct-reader.ts); `onBytes` is the
       // handshake until it completes, then the attached connection's frame loop.
       let onBytes = (): void => {};
-      const socket = netConnect({
-        host: this.opts.host,
-        port: this.opts.port,
-        noDelay: true,
-        onread: {
-          buffer: () => reader.readBuffer(),
-          callback: (n: number) => {
-            reader.wrote(n);
-            onBytes();
-            return true;
-          },
+      const onread = {
+        buffer: () => reader.readBuffer(),
+        callback: (n: number) => {
+          reader.wrote(n);
+          onBytes();
+          return true;
         },
-      });
+      };
+      const { host, port, tls } = this.opts;
+      // With TLS the reads still land in the reader's memory: tls.connect takes `onread` too
+      // (node's typings leave it out of ConnectionOptions).
+      const tlsOpts: TlsConnectionOptions & { onread: typeof onread } = { ...tls, host, port, onread };
+      const socket: Socket = tls ? tlsConnect(tlsOpts) : netConnect({ host, port, noDelay: true, onread });
+      if (tls) socket.setNoDelay(true);
+      let answered = false;
       const helloId = this.nextId++;
       const fail = (err: unknown): void => {
         if (settled) return;
@@ -153,14 +159,26 @@ export class Transport {
         this.opts.connectTimeoutMs,
       );
       socket.on("error", (err) =>
-        fail(new ConnectionClosedError(`cannot connect to sluice at ${this.opts.host}:${this.opts.port}: ${err.message}`, err)),
+        fail((tls ? handshakeError(err, `${host}:${port}`) : null) ?? new ConnectionClosedError(`cannot connect to sluice at ${host}:${port}: ${err.message}`, err)),
       );
-      socket.on("close", () => fail(new ConnectionClosedError("connection closed during handshake")));
-      socket.on("connect", () => {
+      socket.on("close", () =>
+        fail(
+          new ConnectionClosedError(
+            // A TLS server closes a plain connection without a word: say so rather than nothing.
+            answered
+              ? "connection closed during handshake"
+              : tls
+                ? `the server at ${host}:${port} closed the TLS connection without answering the handshake (a server that requires client certificates does this when it refuses the one given)`
+                : `the server at ${host}:${port} closed the connection without answering the handshake (a server that requires TLS does this: use a sluice+tls:// url)`,
+          ),
+        ),
+      );
+      socket.on(tls ? "secureConnect" : "connect", () => {
         socket.write(encodePreamble(this.opts.minVersion ?? MIN_PROTOCOL_VERSION, this.opts.maxVersion ?? PROTOCOL_VERSION));
         socket.write(encodeFrame(Op.Hello, 0, helloId, { client: "sluice-ts", version: PROTOCOL_VERSION }));
       });
       onBytes = (): void => {
+        answered = true;
         if (settled) return;
         let raw: Buffer | null;
         try {

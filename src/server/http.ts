@@ -8,6 +8,7 @@
  * `ROUTES` (method, path pattern, handler).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer as createHttpsServer, type ServerOptions as HttpsServerOptions } from "node:https";
 import { BodyTooLargeError, BrokerError, ForbiddenError, httpStatusOf, InternalError, NotFoundError, QueueNotFoundError, ValidationError } from "../errors.js";
 import type { BrokerHost } from "../broker/host.js";
 import type { ConsumedRecord, PublishRecord, PublishValue, ResetTarget, TopicAlteration } from "../types.js";
@@ -26,6 +27,8 @@ export interface HttpOptions {
   info(): Record<string, unknown>;
   /** `GET /metrics` in the Prometheus text format (a prom-client Registry); absent: 404. */
   metrics?: MetricsEndpoint;
+  /** Serve HTTPS with these options (src/server/tls.ts) instead of plain HTTP. */
+  tls?: HttpsServerOptions;
 }
 
 /** The part of a prom-client Registry the `/metrics` route needs. */
@@ -404,7 +407,7 @@ function refuseCrossSite(req: IncomingMessage): void {
 
 export function createHttpServer(opts: HttpOptions): Server {
   const { broker } = opts;
-  const server = createServer(async (req, res) => {
+  const handler = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     try {
       const url = new URL(req.url ?? "/", "http://localhost");
       const method = req.method ?? "GET";
@@ -426,7 +429,9 @@ export function createHttpServer(opts: HttpOptions): Server {
       // Stop reading an oversized upload: close once the error response is written.
       if (status === 413) res.on("finish", () => req.destroy());
     }
-  });
+  };
+  // An https.Server is an http.Server with TLS underneath: the routes are the same.
+  const server: Server = opts.tls ? createHttpsServer(opts.tls, handler) : createServer(handler);
   server.requestTimeout = 60_000;
   server.headersTimeout = 10_000;
   server.maxHeadersCount = 100;

@@ -6,6 +6,7 @@
  */
 import { createServer, type Server as NetServer, type Socket } from "node:net";
 import type { Server as HttpServer } from "node:http";
+import { createServer as createTlsServer, type Server as TlsServer } from "node:tls";
 import type { BrokerHost } from "../broker/host.js";
 import { Connection, type SharedBudget } from "./connection.js";
 import { telemetry as makeTelemetry, type Logger, type Telemetry } from "../observability/telemetry.js";
@@ -13,11 +14,14 @@ import { DEFAULT_HOST, DEFAULT_LIMITS, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNE
 import type { ConnectionLimits } from "./session.js";
 import { createHttpServer, type MetricsEndpoint } from "./http.js";
 import { sluiceVersion } from "../observability/build-info.js";
+import { ServerTls, type ServerTlsOptions } from "./tls.js";
 
 export { DEFAULT_LIMITS } from "./limits.js";
 export type { Logger } from "../observability/telemetry.js";
 export type { ConnectionLimits } from "./session.js";
 export type { MetricsEndpoint } from "./http.js";
+export type { ServerTlsOptions } from "./tls.js";
+export { TLS_MIN_VERSION } from "./tls.js";
 export type { BrokerHost, StreamHost, MemberListener, MemberSubscription, EncodedAppend } from "../broker/host.js";
 
 export interface ServerOptions {
@@ -43,14 +47,27 @@ export interface ServerOptions {
   metrics?: MetricsEndpoint;
   /** The broker's data directory, reported by `/healthz` and `/readyz` (default: not reported). */
   dataDir?: string;
+  /**
+   * Serve both listeners over TLS (1.2 and later): the binary protocol as `sluice+tls://` and
+   * HTTP as HTTPS. Bad files fail startup with `TlsConfigError`. docs/security.md.
+   */
+  tls?: ServerTlsOptions;
 }
 
 export interface ServerHandle {
   readonly host: string;
   readonly port: number;
   readonly httpPort: number | null;
-  /** `sluice://host:port` for `connect({ url })`. */
+  /** `sluice://host:port` for `connect({ url })`; `sluice+tls://host:port` with `tls`. */
   readonly url: string;
+  /** True when the listeners serve TLS (`tls` was given). */
+  readonly tls: boolean;
+  /**
+   * Re-reads the TLS certificate, key and CA files and uses them for new handshakes;
+   * established connections keep theirs. Throws `TlsConfigError` (and keeps the previous
+   * certificate) when the files are unusable; a no-op without `tls`.
+   */
+  reloadTls(): void;
   connectionCount(): number;
   /**
    * Graceful stop: stop accepting, let in-flight requests finish (bounded by `graceMs`),
@@ -83,7 +100,9 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
   const shared: SharedBudget = { inFlightBytes: 0, paused: new Set() };
   let closing = false;
 
-  const tcp = createServer({ noDelay: true }, (socket: Socket) => {
+  // Reads and checks the files before anything listens: bad TLS config fails startup.
+  const tls = opts.tls ? new ServerTls(opts.tls, logger) : null;
+  const onSocket = (socket: Socket): void => {
     if (closing || connections.size >= maxConnections) {
       logger.warn({ remote: socket.remoteAddress, connections: connections.size }, "refusing connection");
       socket.destroy();
@@ -91,9 +110,22 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
     }
     const conn = new Connection(socket, opts.broker, limits, logger, (c) => connections.delete(c), shared);
     connections.add(conn);
-  });
+  };
+  const tcp: NetServer = tls ? createTlsServer(tls.serverOptions(), onSocket) : createServer({ noDelay: true }, onSocket);
+  if (tls) {
+    tls.attach(tcp as TlsServer);
+    // A failed handshake (untrusted or plain-text client, old TLS version) never reaches
+    // onSocket; it is only logged.
+    tcp.on("tlsClientError", (err: Error & { code?: string }, socket: Socket) => logger.info({ remote: socket.remoteAddress, code: err.code, err: err.message }, "TLS handshake refused"));
+  }
   tcp.maxConnections = maxConnections;
-  const port = await listen(tcp, opts.port ?? 7070, host);
+  let port: number;
+  try {
+    port = await listen(tcp, opts.port ?? 7070, host);
+  } catch (err) {
+    tls?.stop();
+    throw err;
+  }
 
   let http: HttpServer | null = null;
   let httpPort: number | null = null;
@@ -105,20 +137,24 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
       stats: () => ({ connections: connections.size }),
       info: () => ({ version: sluiceVersion(), pid: process.pid, dataDir: opts.dataDir ?? null, uptimeSeconds: Math.round((performance.now() - startedAt) / 1000) }),
       metrics: opts.metrics,
+      tls: tls?.serverOptions(),
     });
+    if (tls) tls.attach(http as unknown as TlsServer);
     try {
       httpPort = await listen(http, opts.httpPort ?? 7071, host);
     } catch (err) {
+      tls?.stop();
       tcp.close();
       throw err;
     }
   }
-  logger.debug({ host, port, httpPort }, "sluice server listening");
+  logger.debug({ host, port, httpPort, tls: tls !== null }, "sluice server listening");
 
   let closed: Promise<void> | null = null;
   const close = (o: { graceMs?: number } = {}): Promise<void> => {
     if (closed) return closed;
     closing = true;
+    tls?.stop();
     const graceMs = o.graceMs ?? 5000;
     closed = (async () => {
       const tcpClosed = new Promise<void>((resolve) => tcp.close(() => resolve()));
@@ -139,7 +175,9 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
     host,
     port,
     httpPort,
-    url: `sluice://${host.includes(":") ? `[${host}]` : host}:${port}`,
+    url: `${tls ? "sluice+tls" : "sluice"}://${host.includes(":") ? `[${host}]` : host}:${port}`,
+    tls: tls !== null,
+    reloadTls: () => tls?.reload(),
     connectionCount: () => connections.size,
     close,
     [Symbol.asyncDispose]: () => close(),
