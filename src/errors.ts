@@ -521,6 +521,19 @@ export class TlsHandshakeError extends RegisteredError {
   static override readonly spec = spec("TLS_HANDSHAKE", false, 502, "client", () => new TlsHandshakeError(""));
 }
 
+/**
+ * Authentication failed: in the protocol handshake (`connect({ auth })`) or on the HTTP port
+ * (401). One error whatever the reason (unknown user, wrong password, expired or revoked
+ * token, no credentials where the server requires them), so a caller learns nothing about
+ * which users exist. Not retriable: the same credentials fail again.
+ */
+export class AuthenticationError extends RegisteredError {
+  static override readonly spec = spec("AUTHENTICATION_FAILED", false, 401, "server", () => new AuthenticationError());
+  constructor(message = "authentication failed") {
+    super(message);
+  }
+}
+
 /** Namespace object, NATS style: `err instanceof errors.NotAssignedError`. */
 export const errors = {
   BrokerError,
@@ -566,6 +579,7 @@ export const errors = {
   ForbiddenError,
   TlsConfigError,
   TlsHandshakeError,
+  AuthenticationError,
 } as const;
 
 /** A registered error class: constructible (for `instanceof`) and carrying its spec. */

@@ -2,6 +2,8 @@
 export { openBroker, EmbeddedBroker, type BrokerOptions } from "./broker/broker.js";
 export { connect, type ConnectOptions } from "./client/index.js";
 export type { ClientTlsOptions } from "./client/tls.js";
+export type { ClientAuth } from "./client/auth.js";
+export { CredentialStore, type UserInfo, type TokenInfo } from "./security/auth/credential-store.js";
 export * from "./errors.js";
 export type * from "./types.js";
 export type { Logger, MetricsSink, Clock, Telemetry } from "./observability/telemetry.js";

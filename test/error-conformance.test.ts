@@ -367,6 +367,7 @@ const SCENARIOS: Record<string, Scenario> = {
     why: "the client's TLS handshake (test/tls.test.ts covers untrusted certificates and old versions)",
     remote: (e) => connect({ url: e.server.url.replace("sluice://", "sluice+tls://"), connectTimeoutMs: 5000 }),
   },
+  AUTHENTICATION_FAILED: { why: "needs a server with users or tokens: test/auth-handshake.test.ts and test/auth-http.test.ts cover the handshake and HTTP" },
 };
 
 test("every registered error code has a scenario", () => {

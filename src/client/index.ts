@@ -37,6 +37,7 @@ import { RemoteQueue } from "./queue-handle.js";
 import type { Queue, QueueConfig } from "../queues/types.js";
 import { Transport } from "./transport.js";
 import { clientTlsOptions, type ClientTlsOptions } from "./tls.js";
+import type { ClientAuth } from "./auth.js";
 import { loadTracing, tracing } from "../observability/tracing.js";
 
 export interface ConnectOptions {
@@ -47,6 +48,12 @@ export interface ConnectOptions {
    * `servername`, a client certificate. docs/security.md.
    */
   tls?: ClientTlsOptions;
+  /**
+   * Credentials for a server with users or tokens (docs/security.md#authentication): a
+   * SCRAM-SHA-256 `{ username, password }` or a bearer `{ token }`. Refused credentials fail
+   * `connect()` with `AuthenticationError`.
+   */
+  auth?: ClientAuth;
   /** Aborts the initial connection attempt. */
   signal?: AbortSignal;
   /** Per-request deadline. Default 30 000 ms. */
@@ -306,6 +313,7 @@ export async function connect(opts: ConnectOptions): Promise<RemoteBrokerHandle>
     maxPendingRequests: opts.maxPendingRequests ?? 4096,
     connectTimeoutMs: opts.connectTimeoutMs ?? 10_000,
     tls,
+    auth: opts.auth ?? null,
     minVersion: opts.protocolVersions?.min,
     maxVersion: opts.protocolVersions?.max,
   });

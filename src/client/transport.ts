@@ -42,6 +42,7 @@ import {
   type WireError,
 } from "../wire/index.js";
 import { stubs, type Rpc } from "./rpc.js";
+import { ClientLogin, type ClientAuth } from "./auth.js";
 
 export interface TransportOptions {
   host: string;
@@ -57,6 +58,8 @@ export interface TransportOptions {
   connectTimeoutMs: number;
   /** Connect with TLS using these options (src/client/tls.ts); absent or null: plain TCP. */
   tls?: TlsConnectionOptions | null;
+  /** Credentials sent in the handshake of every (re)connection (src/client/auth.ts). */
+  auth?: ClientAuth | null;
   /** Protocol versions announced in the preamble (tests use this to speak a future version). */
   minVersion?: number;
   maxVersion?: number;
@@ -143,7 +146,8 @@ export class Transport {
       const socket: Socket = tls ? tlsConnect(tlsOpts) : netConnect({ host, port, noDelay: true, onread });
       if (tls) socket.setNoDelay(true);
       let answered = false;
-      const helloId = this.nextId++;
+      let helloId = this.nextId++;
+      const login = this.opts.auth ? new ClientLogin(this.opts.auth) : null;
       const fail = (err: unknown): void => {
         if (settled) return;
         settled = true;
@@ -175,7 +179,7 @@ export class Transport {
       );
       socket.on(tls ? "secureConnect" : "connect", () => {
         socket.write(encodePreamble(this.opts.minVersion ?? MIN_PROTOCOL_VERSION, this.opts.maxVersion ?? PROTOCOL_VERSION));
-        socket.write(encodeFrame(Op.Hello, 0, helloId, { client: "sluice-ts", version: PROTOCOL_VERSION }));
+        socket.write(encodeFrame(Op.Hello, 0, helloId, { client: "sluice-ts", version: PROTOCOL_VERSION, ...(login ? { auth: login.first() } : {}) }));
       });
       onBytes = (): void => {
         answered = true;
@@ -195,10 +199,24 @@ export class Transport {
         }
         if (f.flags & FLAG_ERROR) {
           const e = wireToError(f.meta as unknown as WireError);
-          this.fatal = e.code === "UNSUPPORTED_VERSION" || e.code.startsWith("PROTOCOL") ? e : null;
+          this.fatal = isFatal(e) ? e : null;
           return fail(e);
         }
         if (f.op !== Op.Hello || f.correlationId !== helloId) return fail(new ProtocolError("unexpected handshake reply"));
+        try {
+          if (f.meta.continue === true) {
+            // SCRAM's second round trip (docs/protocol.md §1.1).
+            if (!login) throw new ProtocolError("the server sent an authentication challenge to a client without credentials");
+            const field = login.challenge((f.meta.auth as { message?: unknown } | undefined)?.message);
+            helloId = this.nextId++;
+            socket.write(encodeFrame(Op.Hello, 0, helloId, { auth: field }));
+            return onBytes();
+          }
+          login?.finish(f.meta);
+        } catch (err) {
+          if (err instanceof BrokerError && isFatal(err)) this.fatal = err;
+          return fail(err);
+        }
         settled = true;
         clearTimeout(to);
         signal?.removeEventListener("abort", onAbort);
@@ -253,7 +271,7 @@ export class Transport {
     if (f.correlationId === 0 && f.flags & FLAG_ERROR) {
       // Connection-level error: the server is closing this connection.
       const e = wireToError(f.meta as unknown as WireError);
-      if (e.code === "UNSUPPORTED_VERSION" || e.code.startsWith("PROTOCOL")) this.fatal = e;
+      if (isFatal(e)) this.fatal = e;
       return;
     }
     const p = this.pending.get(f.correlationId);
@@ -463,3 +481,7 @@ export class Transport {
   }
 }
 
+/** Errors that another connection attempt would only repeat: reconnecting stops. */
+function isFatal(e: BrokerError): boolean {
+  return e.code === "UNSUPPORTED_VERSION" || e.code === "AUTHENTICATION_FAILED" || e.code.startsWith("PROTOCOL");
+}

@@ -5,7 +5,9 @@
  * operation table (src/server/handlers.ts); the connection is the handlers' `Session`.
  *
  * Limits (all explicit, all per connection):
- * - before the handshake a frame may be at most PRE_HANDSHAKE_MAX_FRAME_BYTES;
+ * - before the handshake (and its authentication, src/server/auth.ts) completes, only HELLO
+ *   frames are accepted, each at most PRE_HANDSHAKE_MAX_FRAME_BYTES, and the whole handshake
+ *   must finish within `handshakeTimeoutMs` (AUTH-1);
  * - after it, `maxFrameBytes`; the length prefix is checked before anything is allocated;
  * - at most `maxInFlight` requests are executing; beyond it we stop reading the socket, so
  *   TCP backpressure reaches the client instead of our memory;
@@ -40,13 +42,16 @@ import type { RemoteMember } from "./remote-member.js";
 import type { RemoteWorker } from "./remote-queue.js";
 import { str, type ConnectionLimits, type Reply, type Session } from "./session.js";
 import type { Logger } from "../observability/telemetry.js";
+import type { HandshakeAuth, ServerAuth } from "./auth.js";
 
 export type { ConnectionLimits } from "./session.js";
 
 
 export { DEFAULT_LIMITS } from "./limits.js";
 
-type State = "preamble" | "hello" | "ready" | "closing" | "closed";
+/** "authenticating": a HELLO's credentials are being checked (reading waits); "auth": waiting
+ * for the client's second SCRAM HELLO. */
+type State = "preamble" | "hello" | "authenticating" | "auth" | "ready" | "closing" | "closed";
 
 /** Server-wide accounting shared by all connections. */
 export interface SharedBudget {
@@ -85,6 +90,12 @@ export class Connection implements Session {
   private writableWaiters: (() => void)[] = [];
   private idleWaiters: (() => void)[] = [];
   version = 0;
+  /**
+   * Who authenticated this connection (a user name or a token's principal); null when the
+   * server runs without credentials. Set once, before any request is dispatched.
+   */
+  principal: string | null = null;
+  private login: HandshakeAuth | null = null;
 
   constructor(
     private readonly socket: Socket,
@@ -93,6 +104,7 @@ export class Connection implements Session {
     private readonly logger: Logger,
     private readonly onClose: (c: Connection) => void,
     private readonly shared: SharedBudget = { inFlightBytes: 0, paused: new Set() },
+    private readonly auth: ServerAuth | null = null,
   ) {
     this.reader = new FrameReader(PRE_HANDSHAKE_MAX_FRAME_BYTES);
     this.processing = new ProcessingLog(logger);
@@ -107,6 +119,11 @@ export class Connection implements Session {
       this.fail(new ProtocolError(`handshake not completed within ${limits.handshakeTimeoutMs} ms`));
     }, limits.handshakeTimeoutMs);
     this.handshakeTimer.unref();
+  }
+
+  /** The peer's address without its port: the unit of failed-login rate limiting (AUTH-4). */
+  get source(): string {
+    return this.socket.remoteAddress ?? "unknown";
   }
 
   get remote(): string {
@@ -146,15 +163,16 @@ export class Connection implements Session {
       this.version = Math.min(max, PROTOCOL_VERSION);
       this.state = "hello";
     }
-    while (this.state === "hello" || this.state === "ready") {
+    while (this.state === "hello" || this.state === "auth" || this.state === "ready") {
       if (this.paused) return;
       const raw = this.reader.next();
       if (raw === null) return;
       const frame = decodeFrame(raw);
-      if (this.state === "hello") {
-        if (frame.op !== Op.Hello) throw new ProtocolError(`expected HELLO as the first frame, got opcode ${frame.op}`);
-        this.handleHello(frame);
-        continue;
+      if (this.state !== "ready") {
+        // AUTH-1: nothing but HELLO reaches the broker before the handshake completes.
+        if (frame.op !== Op.Hello) throw new ProtocolError(`expected HELLO during the handshake, got opcode ${frame.op}`);
+        this.startHello(frame);
+        return;
       }
       this.dispatch(frame, raw.length);
     }
@@ -168,11 +186,47 @@ export class Connection implements Session {
     );
   }
 
-  private handleHello(frame: Frame): void {
+  /** Checks a HELLO's credentials (asynchronously: the store may be re-read), then goes on reading. */
+  private startHello(frame: Frame): void {
+    const wasAuth = this.state === "auth";
+    this.state = "authenticating";
+    void this.handleHello(frame, wasAuth).then(
+      () => {
+        try {
+          if (this.state === "ready" || this.state === "auth") this.processBuffered();
+        } catch (err) {
+          this.fail(err);
+        }
+      },
+      (err: unknown) => this.fail(err),
+    );
+  }
+
+  private async handleHello(frame: Frame, second: boolean): Promise<void> {
+    let principal: string | null = null;
+    let serverFinal: string | undefined;
+    // A client that sends credentials gets them checked even where they are optional: it
+    // expects the server's SCRAM signature (src/client/auth.ts).
+    if (second || (this.auth && (frame.meta.auth !== undefined || (await this.auth.required())))) {
+      this.login ??= this.auth!.begin(this.source);
+      const step = await this.login.step(frame.meta.auth);
+      if (this.state !== "authenticating") return;
+      if (step.kind === "challenge") {
+        this.state = "auth";
+        this.send(encodeFrame(Op.Hello, FLAG_RESPONSE, frame.correlationId, { continue: true, auth: { message: step.message } }));
+        return;
+      }
+      principal = step.principal;
+      serverFinal = step.message;
+    }
+    if (this.state !== "authenticating") return;
     if (this.handshakeTimer) clearTimeout(this.handshakeTimer);
     this.handshakeTimer = null;
+    this.principal = principal;
+    this.login = null;
     this.state = "ready";
     this.reader.maxFrameBytes = this.limits.maxFrameBytes;
+    if (principal !== null) this.logger.info({ conn: this.id, remote: this.remote, principal }, "authenticated");
     this.send(
       encodeFrame(Op.Hello, FLAG_RESPONSE, frame.correlationId, {
         version: this.version,
@@ -180,6 +234,7 @@ export class Connection implements Session {
         connectionId: this.id,
         maxFrameBytes: this.limits.maxFrameBytes,
         maxRecordsPerBatch: this.limits.maxRecordsPerBatch,
+        ...(principal !== null ? { principal, ...(serverFinal ? { auth: { message: serverFinal } } : {}) } : {}),
       }),
     );
   }

@@ -17,6 +17,7 @@ import { DEFAULT_BROWSE_LIMIT } from "../queues/config.js";
 import type { BrowseOptions, EnqueueItem } from "../queues/types.js";
 import { HTTP_DEFAULT_FETCH_BYTES, HTTP_MAX_FETCH_BYTES, MAX_HTTP_ITEMS_PER_REQUEST } from "./limits.js";
 import { DASHBOARD_PATHS, dashboardAsset } from "./dashboard/static.js";
+import type { ServerAuth } from "./auth.js";
 
 export interface HttpOptions {
   broker: BrokerHost;
@@ -29,7 +30,13 @@ export interface HttpOptions {
   metrics?: MetricsEndpoint;
   /** Serve HTTPS with these options (src/server/tls.ts) instead of plain HTTP. */
   tls?: HttpsServerOptions;
+  /** Credentials check for every path but the probes (src/server/auth.ts); absent: open. */
+  auth?: ServerAuth;
 }
+
+/** Paths answered without credentials: load balancers and orchestrators probe these. */
+const OPEN_PATHS = new Set(["/healthz", "/readyz"]);
+const CHALLENGE = ['Basic realm="sluice", charset="UTF-8"', 'Bearer realm="sluice"'];
 
 /** The part of a prom-client Registry the `/metrics` route needs. */
 export interface MetricsEndpoint {
@@ -411,6 +418,8 @@ export function createHttpServer(opts: HttpOptions): Server {
     try {
       const url = new URL(req.url ?? "/", "http://localhost");
       const method = req.method ?? "GET";
+      // Before routing: without credentials not even which paths exist is revealed.
+      if (opts.auth && !OPEN_PATHS.has(url.pathname)) await opts.auth.httpPrincipal(req.headers.authorization, req.socket.remoteAddress ?? "unknown");
       const found = findRoute(method, url);
       if (found === null) throw new NotFoundError(`no route for ${method} ${url.pathname}`);
       if (method !== "GET" && method !== "HEAD" && method !== "OPTIONS") refuseCrossSite(req);
@@ -424,6 +433,7 @@ export function createHttpServer(opts: HttpOptions): Server {
       const wire = errorToWire(err);
       if (!res.headersSent) {
         if (status === 413) res.setHeader("connection", "close");
+        if (status === 401) res.setHeader("www-authenticate", CHALLENGE);
         send(res, status, { error: wire });
       }
       // Stop reading an oversized upload: close once the error response is written.

@@ -15,6 +15,9 @@ import type { ConnectionLimits } from "./session.js";
 import { createHttpServer, type MetricsEndpoint } from "./http.js";
 import { sluiceVersion } from "../observability/build-info.js";
 import { ServerTls, type ServerTlsOptions } from "./tls.js";
+import { ServerAuth, type AuthOptions } from "./auth.js";
+import { CredentialStore } from "../security/auth/credential-store.js";
+import { ValidationError } from "../errors.js";
 
 export { DEFAULT_LIMITS } from "./limits.js";
 export type { Logger } from "../observability/telemetry.js";
@@ -22,6 +25,7 @@ export type { ConnectionLimits } from "./session.js";
 export type { MetricsEndpoint } from "./http.js";
 export type { ServerTlsOptions } from "./tls.js";
 export { TLS_MIN_VERSION } from "./tls.js";
+export type { AuthOptions } from "./auth.js";
 export type { BrokerHost, StreamHost, MemberListener, MemberSubscription, EncodedAppend } from "../broker/host.js";
 
 export interface ServerOptions {
@@ -52,6 +56,17 @@ export interface ServerOptions {
    * HTTP as HTTPS. Bad files fail startup with `TlsConfigError`. docs/security.md.
    */
   tls?: ServerTlsOptions;
+  /**
+   * Where users and tokens live (docs/security.md#authentication): by default the credential
+   * store of `dataDir` (`<dataDir>/security/`). When it has any, every connection and HTTP
+   * request (but the probes) must authenticate. `failureLimit` bounds failed logins per source.
+   */
+  auth?: AuthOptions & { store?: CredentialStore };
+  /**
+   * Without users or tokens the server refuses to listen on anything but loopback (AUTH-3);
+   * true serves such a host open to anyone who can reach it (`--insecure-no-auth`).
+   */
+  allowUnauthenticated?: boolean;
 }
 
 export interface ServerHandle {
@@ -62,6 +77,8 @@ export interface ServerHandle {
   readonly url: string;
   /** True when the listeners serve TLS (`tls` was given). */
   readonly tls: boolean;
+  /** True when clients must authenticate (the credential store had users or tokens at start). */
+  readonly authRequired: boolean;
   /**
    * Re-reads the TLS certificate, key and CA files and uses them for new handshakes;
    * established connections keep theirs. Throws `TlsConfigError` (and keeps the previous
@@ -100,6 +117,15 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
   const shared: SharedBudget = { inFlightBytes: 0, paused: new Set() };
   let closing = false;
 
+  const store = opts.auth?.store ?? (opts.dataDir ? await CredentialStore.open(opts.dataDir) : null);
+  const auth = store ? new ServerAuth(store, logger, opts.auth) : null;
+  const authRequired = auth ? await auth.required() : false;
+  if (!authRequired && !opts.allowUnauthenticated && !isLoopback(host)) {
+    throw new ValidationError(
+      `refusing to listen on ${host} without authentication: add a user or token (sluice users add / sluice tokens create) or pass --insecure-no-auth (allowUnauthenticated: true) to serve it open`,
+    );
+  }
+
   // Reads and checks the files before anything listens: bad TLS config fails startup.
   const tls = opts.tls ? new ServerTls(opts.tls, logger) : null;
   const onSocket = (socket: Socket): void => {
@@ -108,7 +134,7 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
       socket.destroy();
       return;
     }
-    const conn = new Connection(socket, opts.broker, limits, logger, (c) => connections.delete(c), shared);
+    const conn = new Connection(socket, opts.broker, limits, logger, (c) => connections.delete(c), shared, auth);
     connections.add(conn);
   };
   const tcp: NetServer = tls ? createTlsServer(tls.serverOptions(), onSocket) : createServer({ noDelay: true }, onSocket);
@@ -138,6 +164,7 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
       info: () => ({ version: sluiceVersion(), pid: process.pid, dataDir: opts.dataDir ?? null, uptimeSeconds: Math.round((performance.now() - startedAt) / 1000) }),
       metrics: opts.metrics,
       tls: tls?.serverOptions(),
+      auth: auth ?? undefined,
     });
     if (tls) tls.attach(http as unknown as TlsServer);
     try {
@@ -177,9 +204,16 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
     httpPort,
     url: `${tls ? "sluice+tls" : "sluice"}://${host.includes(":") ? `[${host}]` : host}:${port}`,
     tls: tls !== null,
+    authRequired,
     reloadTls: () => tls?.reload(),
     connectionCount: () => connections.size,
     close,
     [Symbol.asyncDispose]: () => close(),
   };
+}
+
+/** Loopback addresses only: a server there is reachable from this machine alone (AUTH-3). */
+export function isLoopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
+  return h === "localhost" || h === "::1" || /^127\.\d+\.\d+\.\d+$/.test(h) || /^::ffff:127\.\d+\.\d+\.\d+$/.test(h);
 }

@@ -17,7 +17,8 @@ export const DEFAULT_LIMITS: ConnectionLimits = {
   minSessionTimeoutMs: 500,
   maxSessionTimeoutMs: 300_000,
   defaultSessionTimeoutMs: 10_000,
-  handshakeTimeoutMs: 10_000,
+  /** AUTH-1: an unauthenticated peer holds its socket this long at most. */
+  handshakeTimeoutMs: 5_000,
 };
 
 /** Listening defaults: loopback only, so a broker is never exposed on every interface by accident. */

@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * The server's side of authentication in the HELLO handshake (docs/protocol.md §1.1):
+ * SCRAM-SHA-256 in two HELLO round trips, or a bearer token in the first HELLO. One login
+ * attempt per connection; any failure is the one `AuthenticationError` (the reason is logged,
+ * never sent), and failures are counted per source address (AUTH-4).
+ *
+ * An unknown user gets a server-first message with a salt derived from a per-server secret,
+ * so the exchange looks the same as for a real user and fails only at the proof.
+ */
+import { createHmac, randomBytes } from "node:crypto";
+import { AuthenticationError } from "../errors.js";
+import type { CredentialStore } from "../security/auth/credential-store.js";
+import { FailureLimiter, type FailureLimitOptions } from "../security/auth/rate-limit.js";
+import {
+  CHANNEL_BINDING,
+  DEFAULT_ITERATIONS,
+  SCRAM_MECHANISM,
+  nonce,
+  parseAttributes,
+  passwordMatchesAsync,
+  safeEqual,
+  signature,
+  storedKeyOf,
+  unescapeName,
+  xor,
+  type ScramKeys,
+} from "../security/auth/scram.js";
+import type { Logger } from "../observability/telemetry.js";
+
+export const BEARER_MECHANISM = "BEARER";
+
+export interface AuthOptions {
+  failureLimit?: FailureLimitOptions;
+  /** Clock for the failure buckets (tests). */
+  now?: () => number;
+}
+
+/** What a HELLO's `auth` field led to: a challenge to send back, or the authenticated principal. */
+export type AuthStep = { kind: "challenge"; message: string } | { kind: "done"; principal: string; message?: string };
+
+export class ServerAuth {
+  readonly limiter: FailureLimiter;
+  private readonly secret = randomBytes(32);
+
+  constructor(
+    private readonly store: CredentialStore | null,
+    private readonly logger: Logger,
+    opts: AuthOptions = {},
+  ) {
+    this.limiter = new FailureLimiter(opts.failureLimit, opts.now);
+  }
+
+  /** True when the store has users or tokens (re-read if it changed): then HELLO must authenticate (AUTH-3). */
+  async required(): Promise<boolean> {
+    if (!this.store) return false;
+    await this.store.refresh();
+    return this.store.configured();
+  }
+
+  /** A fresh exchange for one connection from `source` (its address, without the port). */
+  begin(source: string): HandshakeAuth {
+    return new HandshakeAuth(this, source);
+  }
+
+  /**
+   * The principal for an HTTP `Authorization` header (Bearer token or Basic user:password),
+   * or null when the server runs without credentials. Throws AuthenticationError otherwise.
+   */
+  async httpPrincipal(header: string | undefined, source: string): Promise<string | null> {
+    if (!(await this.required())) return null;
+    if (!this.limiter.allowed(source)) throw this.refuse(source, "too many failed attempts from this source");
+    const m = /^(Bearer|Basic) +(\S{1,2048})$/i.exec(header ?? "");
+    if (!m) throw this.refuse(source, header ? "unsupported Authorization scheme" : "no credentials");
+    if (m[1].toLowerCase() === "bearer") {
+      const principal = this.tokenPrincipal(m[2]);
+      if (principal === null) throw this.refuse(source, "unknown, revoked or expired token");
+      return principal;
+    }
+    const decoded = Buffer.from(m[2], "base64").toString("utf8");
+    const colon = decoded.indexOf(":");
+    const user = colon < 0 ? decoded : decoded.slice(0, colon);
+    // An unknown user costs the same derivation as a known one (keysFor gives fake keys).
+    if (colon < 0 || !(await passwordMatchesAsync(decoded.slice(colon + 1), this.keysFor(user)))) {
+      throw this.refuse(source, `wrong password or unknown user ${JSON.stringify(user.slice(0, 128))}`);
+    }
+    return user;
+  }
+
+  /** @internal */ keysFor(user: string): ScramKeys {
+    const keys = this.store?.user(user);
+    if (keys) return keys;
+    const fake = createHmac("sha256", this.secret).update(user).digest();
+    // Random keys: no proof can match them.
+    return { salt: fake.subarray(0, 16), iterations: DEFAULT_ITERATIONS, storedKey: randomBytes(32), serverKey: randomBytes(32) };
+  }
+
+  /** @internal */ tokenPrincipal(token: string): string | null {
+    return this.store?.tokenPrincipal(token) ?? null;
+  }
+
+  /** @internal */ refuse(source: string, reason: string): AuthenticationError {
+    this.limiter.failed(source);
+    this.logger.warn({ source, reason }, "authentication failed");
+    return new AuthenticationError();
+  }
+}
+
+export class HandshakeAuth {
+  private scram: { user: string; keys: ScramKeys; clientFirstBare: string; serverFirst: string; nonce: string } | null = null;
+
+  constructor(
+    private readonly auth: ServerAuth,
+    private readonly source: string,
+  ) {}
+
+  /** One HELLO's `auth` field (undefined when absent). Throws AuthenticationError on failure. */
+  async step(field: unknown): Promise<AuthStep> {
+    if (!this.auth.limiter.allowed(this.source)) throw this.auth.refuse(this.source, "too many failed attempts from this source");
+    if (typeof field !== "object" || field === null) throw this.auth.refuse(this.source, "no credentials");
+    const { mechanism, message, token } = field as Record<string, unknown>;
+    if (this.scram) return this.final(message);
+    if (mechanism === BEARER_MECHANISM && typeof token === "string" && token.length <= 1024) {
+      const principal = this.auth.tokenPrincipal(token);
+      if (principal === null) throw this.auth.refuse(this.source, "unknown, revoked or expired token");
+      return { kind: "done", principal };
+    }
+    if (mechanism === SCRAM_MECHANISM && typeof message === "string") return this.first(message);
+    throw this.auth.refuse(this.source, "unsupported mechanism or malformed auth field");
+  }
+
+  private first(clientFirst: string): AuthStep {
+    // "n,,n=user,r=nonce": no channel binding, no authzid (scram.ts).
+    if (!clientFirst.startsWith("n,,")) throw this.auth.refuse(this.source, "malformed client-first message");
+    const bare = clientFirst.slice(3);
+    const attrs = parseAttributes(bare);
+    const user = attrs?.get("n");
+    const cnonce = attrs?.get("r");
+    if (!user || !cnonce || cnonce.length > 256) throw this.auth.refuse(this.source, "malformed client-first message");
+    const keys = this.auth.keysFor(unescapeName(user));
+    const full = cnonce + nonce();
+    const serverFirst = `r=${full},s=${keys.salt.toString("base64")},i=${keys.iterations}`;
+    this.scram = { user: unescapeName(user), keys, clientFirstBare: bare, serverFirst, nonce: full };
+    return { kind: "challenge", message: serverFirst };
+  }
+
+  private final(clientFinal: unknown): AuthStep {
+    const s = this.scram!;
+    const attrs = typeof clientFinal === "string" ? parseAttributes(clientFinal) : null;
+    const proofB64 = attrs?.get("p");
+    const idx = typeof clientFinal === "string" ? clientFinal.lastIndexOf(",p=") : -1;
+    if (!attrs || !proofB64 || idx < 0 || attrs.get("c") !== CHANNEL_BINDING || attrs.get("r") !== s.nonce) {
+      throw this.auth.refuse(this.source, `malformed client-final message for user ${JSON.stringify(s.user)}`);
+    }
+    const authMessage = `${s.clientFirstBare},${s.serverFirst},${(clientFinal as string).slice(0, idx)}`;
+    const proof = Buffer.from(proofB64, "base64");
+    const clientKey = xor(proof, signature(s.keys.storedKey, authMessage));
+    if (proof.length !== 32 || !safeEqual(storedKeyOf(clientKey), s.keys.storedKey)) {
+      throw this.auth.refuse(this.source, `wrong password or unknown user ${JSON.stringify(s.user)}`);
+    }
+    return { kind: "done", principal: s.user, message: `v=${signature(s.keys.serverKey, authMessage).toString("base64")}` };
+  }
+}
