@@ -59,13 +59,19 @@ export const TARGET_OPTIONS = {
   url: { type: "string" },
   data: { type: "string" },
   "tls-ca": { type: "string" },
+  user: { type: "string" },
+  "password-file": { type: "string" },
+  "token-file": { type: "string" },
 } as const satisfies OptionTable;
 
 export const TARGET_USAGE = `Target (one of):
   --url sluice://host:port   a running server (or env SLUICE_URL); sluice+tls://host:port for TLS
   --data DIR                 a data directory no server holds (or env SLUICE_DATA)
   --tls-ca FILE              with a sluice+tls:// url: the CA that signed the server's certificate
-                             (or env SLUICE_TLS_CA; default: the system's CAs)`;
+                             (or env SLUICE_TLS_CA; default: the system's CAs)
+  --user NAME --password-file FILE   log in to a server with users (or env SLUICE_USER,
+                             SLUICE_PASSWORD)
+  --token-file FILE          log in with a token (or env SLUICE_TOKEN)`;
 
 /** True when `--help` or `-h` appears before a `--` terminator. */
 export function wantsHelp(argv: readonly string[]): boolean {

@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
  * `sluice <command>`: one module per command group (topics.ts, groups.ts, queues.ts, dlq.ts, explain.ts, pub.ts,
- * tail.ts, doctor.ts, archive.ts, serve.ts, schema.ts, demo.ts), sharing args.ts (parsing, usage errors)
+ * tail.ts, doctor.ts, archive.ts, serve.ts, schema.ts, demo.ts, users.ts, tokens.ts), sharing args.ts (parsing, usage errors)
  * and output.ts (tables, --json, one-line errors). Exit status: 0 success, 1 failure, 2 usage.
  */
 import { UsageError, helpIfAsked, parse, suggest } from "./args.js";
@@ -26,6 +26,8 @@ Commands:
   archive list | verify --dir DIR                   segments archived by topics with an archive
   schema  check OLD.json NEW.json                   backward compatibility of two JSON Schemas
   demo    [--data DIR]                              embedded demo
+  users   add | remove NAME | list --data DIR        users who log in with a password
+  tokens  create PRINCIPAL | revoke ID | list --data DIR   bearer tokens
 
 Target: --url sluice://host:port (a running server; env SLUICE_URL) or --data DIR (a data
 directory no server holds). Read commands take --json.
@@ -48,13 +50,15 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   archive: async () => (await import("./archive.js")).archiveCommand,
   schema: async () => (await import("./schema.js")).schemaCommand,
   demo: async () => (await import("./demo.js")).demoCommand,
+  users: async () => (await import("./users.js")).usersCommand,
+  tokens: async () => (await import("./tokens.js")).tokensCommand,
 };
 
 /** `serve`: its usage and unknown flags are handled here; the rest by serveCommand. */
 async function serve(argv: string[]): Promise<void> {
   const mod = await import("./serve.js");
   helpIfAsked(argv, mod.SERVE_HELP);
-  parse(argv, { usage: mod.SERVE_HELP, options: Object.fromEntries(mod.SERVE_FLAGS.map((f) => [f, { type: f === "help" ? "boolean" : "string" } as const])), maxPositionals: 0 });
+  parse(argv, { usage: mod.SERVE_HELP, options: Object.fromEntries(mod.SERVE_FLAGS.map((f) => [f, { type: mod.SERVE_BOOLEAN_FLAGS.includes(f) ? "boolean" : "string" } as const])), maxPositionals: 0 });
   await mod.serveCommand(argv);
 }
 

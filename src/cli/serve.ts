@@ -53,6 +53,8 @@ export interface ServeConfig {
   tlsKey?: string;
   /** CA bundle: completes the certificate chain sent to clients. */
   tlsCa?: string;
+  /** Serve a non-loopback host without users or tokens (docs/security.md#authentication). */
+  insecureNoAuth?: boolean;
 }
 
 const DEFAULTS: Omit<ServeConfig, "data"> = {
@@ -118,18 +120,22 @@ function intIn(what: string, min: number, max: number) {
 }
 
 /** Every flag `serve` takes (the CLI checks a command line against these before starting). */
-export const SERVE_FLAGS: readonly string[] = [...FIELDS.map((f) => f.flag), "config", "help"];
+export const SERVE_FLAGS: readonly string[] = [...FIELDS.map((f) => f.flag), "config", "insecure-no-auth", "help"];
+/** The flags that take no value. */
+export const SERVE_BOOLEAN_FLAGS: readonly string[] = ["insecure-no-auth", "help"];
 
 export const SERVE_HELP = `Usage: sluice serve --data DIR [options]
 
 ${FIELDS.map((f) => `  --${f.flag.padEnd(22)} ${f.env.padEnd(28)} ${f.help}`).join("\n")}
   --config FILE              SLUICE_CONFIG                JSON file with any of: ${FIELDS.map((f) => f.key).join(", ")}
+  --insecure-no-auth         SLUICE_INSECURE_NO_AUTH=1    serve a non-loopback --host with no users or
+                                                          tokens, open to anyone who can reach it
 
 Precedence: flags > environment > config file > defaults.`;
 
 /** Resolves the configuration from argv, env and the optional file. Throws ValidationError. */
 export function resolveServeConfig(argv: string[], env: NodeJS.ProcessEnv = process.env): ServeConfig {
-  const options: Record<string, { type: "string" | "boolean" }> = { config: { type: "string" }, help: { type: "boolean" } };
+  const options: Record<string, { type: "string" | "boolean" }> = { config: { type: "string" }, help: { type: "boolean" }, "insecure-no-auth": { type: "boolean" } };
   for (const f of FIELDS) options[f.flag] = { type: "string" };
   let values: Record<string, string | boolean | undefined>;
   try {
@@ -164,6 +170,7 @@ export function resolveServeConfig(argv: string[], env: NodeJS.ProcessEnv = proc
     const v = values[f.flag];
     if (v !== undefined) out[f.key] = f.parse(v, `--${f.flag}`);
   }
+  if (values["insecure-no-auth"] === true || env.SLUICE_INSECURE_NO_AUTH === "1" || env.SLUICE_INSECURE_NO_AUTH === "true") out.insecureNoAuth = true;
   if (out.data === undefined) throw new ValidationError(`--data DIR is required (or SLUICE_DATA, or "data" in the config file)\n\n${SERVE_HELP}`);
   if ((out.tlsCert === undefined) !== (out.tlsKey === undefined)) throw new ValidationError("TLS needs both --tls-cert and --tls-key");
   if (out.tlsCa !== undefined && out.tlsCert === undefined) throw new ValidationError("--tls-ca needs --tls-cert and --tls-key");
@@ -223,6 +230,7 @@ export async function serveCommand(argv: string[]): Promise<void> {
       logger,
       metrics: registry,
       dataDir: cfg.data,
+      allowUnauthenticated: cfg.insecureNoAuth === true,
       tls: cfg.tlsCert === undefined ? undefined : { certFile: cfg.tlsCert, keyFile: cfg.tlsKey!, caFile: cfg.tlsCa },
     });
   } catch (err) {
@@ -232,7 +240,7 @@ export async function serveCommand(argv: string[]): Promise<void> {
   }
   const srv = server;
   // The test harness and operators parse this line to learn the (possibly ephemeral) ports.
-  logger.info({ event: "listening", host: srv.host, port: srv.port, httpPort: srv.httpPort, url: srv.url, data: cfg.data }, "sluice server listening");
+  logger.info({ event: "listening", host: srv.host, port: srv.port, httpPort: srv.httpPort, url: srv.url, data: cfg.data, authRequired: srv.authRequired }, "sluice server listening");
   if (!(logger.isLevelEnabled?.("info") ?? true)) {
     process.stdout.write(JSON.stringify({ event: "listening", port: srv.port, httpPort: srv.httpPort, url: srv.url }) + "\n");
   }

@@ -10,18 +10,20 @@ import { join } from "node:path";
 import type { Broker } from "../types.js";
 import { ValidationError } from "../errors.js";
 import { UsageError } from "./args.js";
+import { resolveCredentials, type CredentialValues } from "./credentials.js";
+import type { ClientAuth } from "../client/auth.js";
 
 /** The Broker interface plus queue listing, which both implementations have. */
 export type CliBroker = Broker & { listQueues(): Promise<string[]> };
 
-export interface TargetValues {
+export interface TargetValues extends CredentialValues {
   url?: string;
   data?: string;
   /** CA file for a `sluice+tls://` url (docs/security.md). */
   "tls-ca"?: string;
 }
 
-export type Target = { kind: "url"; url: string; tlsCa?: string } | { kind: "data"; dir: string };
+export type Target = { kind: "url"; url: string; tlsCa?: string; auth?: ClientAuth } | { kind: "data"; dir: string };
 
 export function resolveTarget(v: TargetValues, env: NodeJS.ProcessEnv = process.env): Target {
   if (v.url !== undefined && v.data !== undefined) throw new UsageError("give either --url or --data, not both");
@@ -32,9 +34,13 @@ export function resolveTarget(v: TargetValues, env: NodeJS.ProcessEnv = process.
     const tlsCa = v["tls-ca"] ?? (u.startsWith("sluice+tls:") ? env.SLUICE_TLS_CA || undefined : undefined);
     return tlsCa === undefined ? { kind: "url", url: u } : { kind: "url", url: u, tlsCa };
   };
-  if (v.url !== undefined) return url(v.url);
+  const withAuth = (t: Target): Target => {
+    const auth = resolveCredentials(v, env);
+    return t.kind === "url" && auth ? { ...t, auth } : t;
+  };
+  if (v.url !== undefined) return withAuth(url(v.url));
   if (v.data !== undefined) return { kind: "data", dir: v.data };
-  if (env.SLUICE_URL) return url(env.SLUICE_URL);
+  if (env.SLUICE_URL) return withAuth(url(env.SLUICE_URL));
   if (env.SLUICE_DATA) return { kind: "data", dir: env.SLUICE_DATA };
   throw new UsageError("no broker given: use --url sluice://host:port (a running server) or --data DIR (or set SLUICE_URL)");
 }
@@ -58,7 +64,7 @@ async function open(t: Target, readOnly: boolean): Promise<CliBroker> {
     const { connect } = await import("../client/index.js");
     // A CLI run is short: fail fast on a wrong URL or a server that went away.
     const tls = t.tlsCa === undefined ? undefined : { caFile: t.tlsCa };
-    return connect({ url: t.url, tls, connectTimeoutMs: 5000, reconnectTimeoutMs: 10_000, requestTimeoutMs: 30_000 });
+    return connect({ url: t.url, tls, auth: t.auth, connectTimeoutMs: 5000, reconnectTimeoutMs: 10_000, requestTimeoutMs: 30_000 });
   }
   if (readOnly && !existsSync(t.dir)) throw new ValidationError(`data directory ${t.dir} does not exist (nothing to read; this command creates nothing)`);
   if (existsSync(t.dir) && !statSync(t.dir).isDirectory()) throw new ValidationError(`${t.dir} is not a directory`);
