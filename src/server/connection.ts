@@ -190,9 +190,12 @@ export class Connection implements Session {
   private startHello(frame: Frame): void {
     const wasAuth = this.state === "auth";
     this.state = "authenticating";
+    // Nothing more is read while credentials are checked: a peer cannot pile up input (AUTH-1).
+    this.socket.pause();
     void this.handleHello(frame, wasAuth).then(
       () => {
         try {
+          if (this.state === "ready" || this.state === "auth") this.socket.resume();
           if (this.state === "ready" || this.state === "auth") this.processBuffered();
         } catch (err) {
           this.fail(err);

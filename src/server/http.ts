@@ -164,6 +164,9 @@ interface RouteContext {
   req: IncomingMessage;
   url: URL;
   params: Record<string, string>;
+  /** Who sent the request (src/server/auth.ts); null when the server runs without credentials
+   * or the path is a probe. */
+  principal: string | null;
 }
 
 /** The status and JSON body to answer with. */
@@ -419,11 +422,11 @@ export function createHttpServer(opts: HttpOptions): Server {
       const url = new URL(req.url ?? "/", "http://localhost");
       const method = req.method ?? "GET";
       // Before routing: without credentials not even which paths exist is revealed.
-      if (opts.auth && !OPEN_PATHS.has(url.pathname)) await opts.auth.httpPrincipal(req.headers.authorization, req.socket.remoteAddress ?? "unknown");
+      const principal = opts.auth && !OPEN_PATHS.has(url.pathname) ? await opts.auth.httpPrincipal(req.headers.authorization, req.socket.remoteAddress ?? "unknown") : null;
       const found = findRoute(method, url);
       if (found === null) throw new NotFoundError(`no route for ${method} ${url.pathname}`);
       if (method !== "GET" && method !== "HEAD" && method !== "OPTIONS") refuseCrossSite(req);
-      const [status, reply] = await found.route.handler({ broker, opts, req, url, params: found.params });
+      const [status, reply] = await found.route.handler({ broker, opts, req, url, params: found.params, principal });
       if (reply instanceof TextReply) {
         res.writeHead(status, { ...reply.headers, "content-type": reply.contentType, "content-length": Buffer.byteLength(reply.text) });
         res.end(reply.text);

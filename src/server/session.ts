@@ -31,6 +31,11 @@ export interface ConnectionLimits {
 
 export interface Session {
   readonly id: number;
+  /** Who logged in on this connection (a user name or a token's principal); null when the
+   * server runs without credentials. Set before the first request is dispatched (AUTH-1). */
+  readonly principal: string | null;
+  /** The peer's address (without the port). */
+  readonly source: string;
   readonly host: BrokerHost;
   readonly limits: ConnectionLimits;
   /** Aborts when the connection closes (requests still running give up). */
