@@ -75,6 +75,9 @@ test("users and tokens from the CLI: logins over the protocol and HTTP, and no s
     assert.equal(cli(["tokens", "revoke", id, "--data", data]).status, 0);
     assert.equal((await fetch(`${base}/v1/topics`, { headers: { authorization: `Bearer ${token}` } })).status, 401);
     assert.equal(cli(["topics", "list", "--url", srv.url, "--token-file", tokenFile]).status, 1);
+    // Likewise a removed user, even one whose Basic login succeeded (and was cached) above.
+    assert.equal(cli(["users", "remove", "alice", "--data", data]).status, 0);
+    assert.equal((await fetch(`${base}/v1/topics`, { headers: { authorization: basic("alice", password) } })).status, 401);
   } finally {
     srv.proc.kill("SIGTERM");
     await srv.exited;

@@ -42,6 +42,13 @@ export type AuthStep = { kind: "challenge"; message: string } | { kind: "done"; 
 export class ServerAuth {
   readonly limiter: FailureLimiter;
   private readonly secret = randomBytes(32);
+  private on = false;
+  /**
+   * HTTP Basic logins that succeeded recently, by a keyed hash of user, password and stored
+   * key (never the password): a dashboard polling every few seconds must not cost a full key
+   * derivation per request. A changed password changes the stored key, so old entries miss.
+   */
+  private readonly basicOk = new Map<string, number>();
 
   constructor(
     private readonly store: CredentialStore | null,
@@ -55,7 +62,10 @@ export class ServerAuth {
   async required(): Promise<boolean> {
     if (!this.store) return false;
     await this.store.refresh();
-    return this.store.configured();
+    // Once on, on until restart: removing the last user and token must not open a running
+    // server (perhaps on a public address) to everyone; it then refuses every login (AUTH-3).
+    this.on ||= this.store.configured();
+    return this.on;
   }
 
   /** A fresh exchange for one connection from `source` (its address, without the port). */
@@ -80,10 +90,15 @@ export class ServerAuth {
     const decoded = Buffer.from(m[2], "base64").toString("utf8");
     const colon = decoded.indexOf(":");
     const user = colon < 0 ? decoded : decoded.slice(0, colon);
+    const keys = this.keysFor(user);
+    const cacheKey = createHmac("sha256", this.secret).update(`${decoded}\0${keys.storedKey.toString("base64")}`).digest("base64");
+    if ((this.basicOk.get(cacheKey) ?? 0) > Date.now()) return user;
     // An unknown user costs the same derivation as a known one (keysFor gives fake keys).
-    if (colon < 0 || !(await passwordMatchesAsync(decoded.slice(colon + 1), this.keysFor(user)))) {
+    if (colon < 0 || !(await passwordMatchesAsync(decoded.slice(colon + 1), keys))) {
       throw this.refuse(source, `wrong password or unknown user ${JSON.stringify(user.slice(0, 128))}`);
     }
+    if (this.basicOk.size >= 1000) this.basicOk.delete(this.basicOk.keys().next().value as string);
+    this.basicOk.set(cacheKey, Date.now() + 60_000);
     return user;
   }
 
