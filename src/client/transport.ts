@@ -204,15 +204,12 @@ export class Transport {
         }
         if (f.op !== Op.Hello || f.correlationId !== helloId) return fail(new ProtocolError("unexpected handshake reply"));
         try {
-          if (f.meta.continue === true) {
-            // SCRAM's second round trip (docs/protocol.md §1.1).
-            if (!login) throw new ProtocolError("the server sent an authentication challenge to a client without credentials");
-            const field = login.challenge((f.meta.auth as { message?: unknown } | undefined)?.message);
+          const next = nextHello(f, login, this.nextId);
+          if (next) {
             helloId = this.nextId++;
-            socket.write(encodeFrame(Op.Hello, 0, helloId, { auth: field }));
+            socket.write(next);
             return onBytes();
           }
-          login?.finish(f.meta);
         } catch (err) {
           if (err instanceof BrokerError && isFatal(err)) this.fatal = err;
           return fail(err);
@@ -484,4 +481,17 @@ export class Transport {
 /** Errors that another connection attempt would only repeat: reconnecting stops. */
 function isFatal(e: BrokerError): boolean {
   return e.code === "UNSUPPORTED_VERSION" || e.code === "AUTHENTICATION_FAILED" || e.code.startsWith("PROTOCOL");
+}
+
+/**
+ * A HELLO reply during the handshake: SCRAM's second HELLO to send (with correlation `id`), or
+ * null when the handshake is complete (the server's signature checked). Throws when refused.
+ */
+function nextHello(f: Frame, login: ClientLogin | null, id: number): Buffer | null {
+  if (f.meta.continue === true) {
+    if (!login) throw new ProtocolError("the server sent an authentication challenge to a client without credentials");
+    return encodeFrame(Op.Hello, 0, id, { auth: login.challenge((f.meta.auth as { message?: unknown } | undefined)?.message) });
+  }
+  login?.finish(f.meta);
+  return null;
 }
