@@ -155,3 +155,18 @@ test("without users or tokens the server listens on loopback only, unless told t
   assert.equal(authed.authRequired, true);
   await authed.close();
 });
+
+test("a SCRAM client refuses a server that does not prove it holds the user's keys", async () => {
+  // No credential store at all: the server cannot check the login, so it cannot sign it.
+  const bare = await startServer({ broker, port: 0, httpPort: null });
+  try {
+    const e = await connect({ url: bare.url, auth: { username: "alice", password: PASSWORD } }).then(
+      () => null,
+      (err: unknown) => err,
+    );
+    assert.ok(e instanceof AuthenticationError, String(e));
+    assert.match(e.message, /server did not prove/);
+  } finally {
+    await bare.close();
+  }
+});
