@@ -127,7 +127,7 @@ export class QueueManager implements QueueHostApi {
             // A queue's dead-letter queue exists with it: its stats (and alerts on its depth)
             // read 0 before the first failure instead of "not found".
             const dl = rt.settings.deadLetter;
-            if (!implicit && dl !== null) await this.runtime(dl, undefined, true);
+            if (!implicit && dl !== null) await this.runtime(dl, undefined, true, actor);
             return rt;
           });
     this.runtimes.set(name, p);
