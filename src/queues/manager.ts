@@ -152,7 +152,12 @@ export class QueueManager implements QueueHostApi {
       stored = await opened;
     } catch (e) {
       if (o.config !== undefined) {
-        await this.auditor.record(o.actor, { ...target, op: "queue.declare" }, e).catch((err) => this.logger.error({ err, queue: o.name }, "audit record of a failed queue declaration not written"));
+        try {
+          await this.auditor.record(o.actor, { ...target, op: "queue.declare" }, e);
+        } catch (err) {
+          this.logger.error({ err, queue: o.name }, "audit record of a failed queue declaration not written");
+          throw new StorageError(`queue.declare ${o.name} failed, and its audit record could not be written`, e);
+        }
       }
       throw e;
     }

@@ -5,9 +5,9 @@
  * record is durable before handing the outcome back (AUD-1).
  *
  * A crash after the operation took effect and before its record was durable leaves the change
- * unrecorded; the caller never got an answer in that case. An operation that succeeded but
- * whose record could not be written is reported as a retriable `StorageError` (the change
- * stands), so no caller is told "done" about an unaudited change.
+ * unrecorded; the caller never got an answer in that case. An operation whose record could
+ * not be written is reported as a retriable `StorageError` (a change it made stands; a failure
+ * is its cause), so no caller is told an outcome that is not in the audit log.
  */
 import { BrokerError, StorageError } from "../../errors.js";
 import type { Logger } from "../../observability/telemetry.js";
@@ -51,9 +51,14 @@ export class LogAuditor implements Auditor {
     try {
       value = await fn();
     } catch (e) {
-      // The operation failed and changed nothing to speak of: its error is what the caller
-      // needs, even when the failure record can not be written (logged instead).
-      await this.record(actor, target, e).catch((err) => this.logger.error({ err, op: target.op, resource: target.resource }, "audit record of a failed operation not written"));
+      // A failure is answered only once recorded too; when that record can not be written the
+      // caller learns it (the operation's own error is the cause).
+      try {
+        await this.record(actor, target, e);
+      } catch (err) {
+        this.logger.error({ err, op: target.op, resource: target.resource }, "audit record of a failed operation not written");
+        throw new StorageError(`${target.op} ${target.resource} failed (${resultCode(e)}), and its audit record could not be written`, e);
+      }
       throw e;
     }
     const details = describe === undefined ? target.details : { ...target.details, ...describe(value) };
