@@ -126,16 +126,22 @@ test("audit: false keeps no audit log", async () => {
   assert.deepEqual(await listAuditRecords(fs, t.dir), []);
 });
 
-function http(port: number, method: string, path: string, body?: unknown): Promise<number> {
+function httpJson(port: number, method: string, path: string, body?: unknown): Promise<{ status: number; json: any }> {
   return new Promise((resolve, reject) => {
     const req = request({ host: "127.0.0.1", port, method, path, headers: { "content-type": "application/json" } }, (res) => {
-      res.resume();
-      res.on("end", () => resolve(res.statusCode ?? 0));
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () => {
+        const text = Buffer.concat(chunks).toString("utf8");
+        resolve({ status: res.statusCode ?? 0, json: text === "" ? null : JSON.parse(text) });
+      });
     });
     req.on("error", reject);
     req.end(body === undefined ? undefined : JSON.stringify(body));
   });
 }
+
+const http = async (port: number, method: string, path: string, body?: unknown): Promise<number> => (await httpJson(port, method, path, body)).status;
 
 test("server: operations over the protocol and HTTP are recorded as anonymous from the peer's address", async () => {
   using t = tmp();
@@ -179,6 +185,14 @@ test("server: operations over the protocol and HTTP are recorded as anonymous fr
       assert.equal(r.principal, "anonymous", brief(r));
       assert.match(r.source, /^(::ffff:)?127\.0\.0\.1:\d+$/, brief(r));
     }
+    // GET /v1/audit: the same records; not itself audited.
+    const viaHttp = await httpJson(srv.httpPort!, "GET", "/v1/audit?limit=2");
+    assert.equal(viaHttp.status, 200);
+    assert.deepEqual(viaHttp.json.records, records.slice(-2));
+    const since = await httpJson(srv.httpPort!, "GET", `/v1/audit?since=${records[0].time}&limit=1`);
+    assert.deepEqual(since.json.records, [records[0]]);
+    assert.equal((await httpJson(srv.httpPort!, "GET", "/v1/audit?limit=0")).status, 400);
+    assert.equal((await listAuditRecords(fs, t.dir, { limit: 1000 })).length, records.length);
     const protocolPeer = records[0].source;
     assert.ok(records.slice(0, 11).every((r) => r.source === protocolPeer), "one connection, one source");
     assert.notEqual(records[11].source, protocolPeer, "HTTP requests come from another socket");

@@ -29,7 +29,8 @@ import type { SchemaRegistry } from "../contracts/schemas.js";
 import { TurnYield } from "../turn-yield.js";
 import { AuditLog } from "../security/audit/audit-log.js";
 import { LogAuditor, NO_AUDIT, type Auditor, type AuditTarget } from "../security/audit/auditor.js";
-import type { AuditActor } from "../security/audit/record.js";
+import type { AuditActor, AuditRecord } from "../security/audit/record.js";
+import { listAuditRecords, type ListOptions as AuditListOptions } from "../security/audit/reader.js";
 import type {
   Broker,
   FetchOptions,
@@ -476,7 +477,14 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     await this.auditor.run(actor, { op: "queue.delete", resourceType: "queue", resource: String(name) }, () => this.queues.deleteQueue(name));
   }
 
-  /** Runs retention now (it also runs on a timer). */
+  /** @internal Audit records (server: `GET /v1/audit`); read from the file, one frame at a time. */
+  async listAudit(opts: AuditListOptions = {}): Promise<AuditRecord[]> {
+    this.check();
+    if (this.auditLog === null) return [];
+    return listAuditRecords(this.fs, this.dataDir, opts);
+  }
+
+    /** Runs retention now (it also runs on a timer). */
   enforceRetention(now?: number): Promise<void> {
     this.check();
     return this.engine.enforceRetention(now);

@@ -6,7 +6,8 @@
  */
 import type { QueueHostApi } from "../queues/host-api.js";
 import type { RawChunk } from "../streams/subscription.js";
-import type { AuditActor } from "../security/audit/record.js";
+import type { AuditActor, AuditRecord } from "../security/audit/record.js";
+import type { ListOptions as AuditListOptions } from "../security/audit/reader.js";
 import type { Broker, ResetResult, ResetTarget, SubscribeOptions, Subscription, TopicAlteration, TopicConfig, TopicDescription } from "../types.js";
 
 /** The outcome of appending one client-encoded batch. */
@@ -72,6 +73,8 @@ export interface StreamHost
    * one partition, validated completely first; producer fields come from the batch header.
    */
   publishEncoded(topic: string, partition: number, batch: Buffer, signal?: AbortSignal): Promise<EncodedAppend>;
+  /** Audit log records (`GET /v1/audit`): the last `limit`, or the first `limit` from `since`; [] without an audit log. */
+  listAudit(opts: AuditListOptions): Promise<AuditRecord[]>;
   /** Joins `opts.group` for `topic` as a member whose rebalances `listener` hears of. */
   subscribeMember(topic: string, opts: SubscribeOptions, listener: MemberListener): MemberSubscription;
 }

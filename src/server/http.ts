@@ -198,6 +198,7 @@ const ROUTES: Route[] = [
   // Redrive from a dead-letter queue (e.g. /v1/queues/emails.dlq/redrive).
   { method: "POST", path: "/v1/queues/:queue/redrive", handler: redrive },
   { method: "GET", path: "/v1/groups/:group/topics/:topic/lag", handler: async (c) => [200, await c.broker.groupLag(c.params.group, c.params.topic)] },
+  { method: "GET", path: "/v1/audit", handler: auditList },
   { method: "GET", path: "/v1/groups", handler: async (c) => [200, { groups: await c.broker.listGroups() }] },
   { method: "POST", path: "/v1/groups/:group/topics/:topic/reset", handler: resetGroup },
   // The web dashboard (docs/dashboard.md): static files only; its actions use the routes above.
@@ -290,6 +291,14 @@ async function fetchRecords(c: RouteContext): Promise<Reply> {
     maxWaitMs: Math.min(intParam(url, "maxWaitMs", 0), 30_000),
   });
   return [200, { ...r, records: r.records.map(recordToJson) }];
+}
+
+/** The audit log (docs/security.md): `?limit=` (1..10000, default 100) and `?since=` (ms since the epoch). */
+async function auditList(c: RouteContext): Promise<Reply> {
+  const limit = intParam(c.url, "limit", 100);
+  if (limit < 1 || limit > 10_000) throw new ValidationError("query parameter limit must be in [1, 10000]");
+  const since = c.url.searchParams.has("since") ? intParam(c.url, "since") : undefined;
+  return [200, { records: await c.broker.listAudit({ limit, since }) }];
 }
 
 async function deleteQueue(c: RouteContext): Promise<Reply> {
