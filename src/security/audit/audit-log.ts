@@ -3,9 +3,9 @@
  * The audit log: `<dataDir>/audit/audit.log`, an append-only file of hash-chained records
  * (record.ts, docs/storage-format.md "Audit log").
  *
- * - AUD-1: `append` resolves only after a write + fdatasync covering its record (and, when the
- *   append created the file, the directory fsync of its entry). Appends made while one round
- *   is being written share the next round: one write, one fdatasync.
+ * - AUD-1: `append` resolves only after a write + fdatasync covering its record; the file's
+ *   directory entry was made durable when the log was opened (FS-2). Appends made while one
+ *   round is being written share the next round: one write, one fdatasync.
  * - AUD-2: records are sealed in file order at write time from the last durable record (`seq`
  *   + 1, `prev` = its hash), so the chain has no holes even when a round fails: a failed round
  *   is cut off the file (truncate to the durable end) and its appends are rejected.
@@ -52,22 +52,16 @@ export class AuditLog {
   private closed = false;
   /** Set when a failed round could not be cut off the file: no further append is safe. */
   private broken: unknown = null;
-  /** A new file's directory entry is made durable with the first round (FS-2). */
-  private entryDurable: boolean;
 
   private constructor(
     private readonly fh: FileHandle,
     private readonly opts: AuditLogOptions,
-    private readonly dir: string,
     /** End of the last durable record: where the next round is written. */
     private end: number,
     private seq: number,
     private hash: string,
     private lastTime: number,
-    entryDurable: boolean,
-  ) {
-    this.entryDurable = entryDurable;
-  }
+  ) {}
 
   /** Opens (creating when missing) the audit log of `dataDir`, cutting a torn tail (AUD-3). */
   static async open(opts: AuditLogOptions): Promise<AuditLog> {
@@ -76,9 +70,11 @@ export class AuditLog {
     const dir = join(opts.dataDir, AUDIT_DIR);
     await fs.mkdir(dir); // FS-2
     const path = join(dir, AUDIT_FILE);
-    const existed = (await fs.stat(path)) !== null;
     const fh = await fs.open(path, "create");
     try {
+      // FS-2: the file's entry is durable before any record in it is acknowledged. Every open
+      // syncs it: a file created by a process that ended before syncing it looks the same.
+      await fs.fsyncDir(dir);
       const size = await fh.size();
       let end = 0;
       let seq = 0;
@@ -102,7 +98,7 @@ export class AuditLog {
           end = it.pos;
         }
       }
-      return new AuditLog(fh, opts, dir, end, seq, hash, time, existed);
+      return new AuditLog(fh, opts, end, seq, hash, time);
     } catch (e) {
       await fh.close().catch(() => {});
       throw e;
@@ -154,10 +150,6 @@ export class AuditLog {
     try {
       await this.fh.write(frames, this.end);
       await this.fh.datasync();
-      if (!this.entryDurable) {
-        await this.opts.fs.fsyncDir(this.dir);
-        this.entryDurable = true;
-      }
     } catch (e) {
       // Cut the round off so the next one is written where the durable records end.
       await this.fh.truncate(this.end).catch((err) => (this.broken = err));
