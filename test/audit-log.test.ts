@@ -116,7 +116,19 @@ test("list --since pages from a time; strings are bounded", async () => {
     [3, 4],
   );
   const last = await listAuditRecords(fs, t.dir, { since: 500 });
-  assert.ok(last[0].resource.length < 600, "a long name is cut");
+  assert.ok(last[0].resource.length < 300, "a long name is cut");
+});
+
+test("a record whose fields would exceed the frame limit keeps its fields and drops its details", async () => {
+  using t = tmp();
+  const log = await AuditLog.open({ dataDir: t.dir, fs });
+  const huge = "\u0001".repeat(10_000); // 6 bytes each as JSON
+  const details = Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`${i}${huge}`, huge]));
+  const r = await log.append({ ...entry(1), principal: huge, source: huge, resource: huge, details });
+  assert.deepEqual(r.details, { detailsTruncated: true });
+  await log.close();
+  const v = await verifyAuditLog(fs, t.dir);
+  assert.ok(v.ok && v.count === 1, JSON.stringify(v));
 });
 
 test("verify: a modified record (CRC recomputed), a deleted one and two swapped ones are each found at their sequence number", async () => {

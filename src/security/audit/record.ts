@@ -57,7 +57,9 @@ export const HASH_BYTES = 32;
 export const MAX_AUDIT_PAYLOAD_BYTES = 16 * 1024;
 export const GENESIS_HASH = "0".repeat(64);
 const FORMAT_VERSION = 1;
-const MAX_STRING = 512;
+/** Characters per string field or detail; 6 fields of 256 characters stay far below the payload limit even as JSON escapes. */
+const MAX_STRING = 256;
+const MAX_DETAILS = 16;
 
 /** The canonical bytes: a JSON array in a fixed order, details sorted by key. */
 export function canonicalEncoding(r: Omit<AuditRecord, "hash">): Buffer {
@@ -75,7 +77,7 @@ export function chainHash(prevHex: string, canonical: Uint8Array): string {
 export function boundEntry(e: AuditEntry): Required<AuditEntry> {
   const cut = (s: string): string => (s.length > MAX_STRING ? `${s.slice(0, MAX_STRING)}…` : s);
   const details: AuditDetails = {};
-  for (const [k, v] of Object.entries(e.details ?? {}).slice(0, 32)) {
+  for (const [k, v] of Object.entries(e.details ?? {}).slice(0, MAX_DETAILS)) {
     if (v === undefined) continue;
     details[cut(k)] = typeof v === "string" ? cut(v) : typeof v === "number" || typeof v === "boolean" || v === null ? v : cut(String(v));
   }
@@ -84,8 +86,14 @@ export function boundEntry(e: AuditEntry): Required<AuditEntry> {
 
 /** Seals an entry into the record after `prev`, and returns it with its frame bytes. */
 export function sealRecord(e: Required<AuditEntry>, seq: number, time: number, prev: string): { record: AuditRecord; frame: Buffer } {
-  const unsealed = { ...e, seq, time, prev };
-  const canonical = canonicalEncoding(unsealed);
+  let unsealed = { ...e, seq, time, prev };
+  let canonical = canonicalEncoding(unsealed);
+  // Details too large even after bounding (long escaped strings): the record keeps its fields
+  // and says so, since a frame above the limit could not be read back.
+  if (canonical.length + HASH_BYTES > MAX_AUDIT_PAYLOAD_BYTES) {
+    unsealed = { ...unsealed, details: { detailsTruncated: true } };
+    canonical = canonicalEncoding(unsealed);
+  }
   const hash = chainHash(prev, canonical);
   const payload = Buffer.concat([canonical, Buffer.from(hash, "hex")]);
   const frame = Buffer.allocUnsafe(FRAME_HEADER_BYTES + payload.length);
