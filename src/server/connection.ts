@@ -40,6 +40,7 @@ import type { RemoteMember } from "./remote-member.js";
 import type { RemoteWorker } from "./remote-queue.js";
 import { str, type ConnectionLimits, type Reply, type Session } from "./session.js";
 import type { Logger } from "../observability/telemetry.js";
+import type { AuditActor } from "../security/audit/record.js";
 
 export type { ConnectionLimits } from "./session.js";
 
@@ -111,6 +112,11 @@ export class Connection implements Session {
 
   get remote(): string {
     return `${this.socket.remoteAddress}:${this.socket.remotePort}`;
+  }
+
+  /** No authentication yet: every connection is "anonymous", known by its peer address. */
+  get actor(): AuditActor {
+    return { principal: "anonymous", source: this.remote };
   }
 
   private onData(chunk: Buffer): void {
@@ -347,7 +353,7 @@ export class Connection implements Session {
     }
     let q = this.queues.get(key);
     if (!q) {
-      q = this.host.queue(name, config);
+      q = this.host.queue(name, config, this.actor);
       if (this.queues.size >= 1024) this.queues.delete(this.queues.keys().next().value!);
       this.queues.set(key, q);
     }
