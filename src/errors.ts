@@ -296,6 +296,26 @@ export class ArchiveCorruptError extends StorageError {
 }
 
 /**
+ * `sluice audit verify` found the audit log's hash chain broken (AUD-2): the record with
+ * sequence number `seq` was modified, is missing, is out of order, or does not chain onto the
+ * record before it (`reason`). Not retriable: the file was altered or damaged after it was
+ * written; keep it as evidence and compare it with a copy or backup.
+ */
+export class AuditLogCorruptError extends StorageError {
+  static override readonly spec = spec("AUDIT_CORRUPT", false, 500, "broker", (d) => new AuditLogCorruptError(num(d.seq), str(d.reason), str(d.detail)));
+  constructor(
+    readonly seq: number,
+    readonly reason: string,
+    readonly detail: string,
+  ) {
+    super(`audit log broken at seq ${seq} (${reason}): ${detail}`);
+  }
+  override wireDetails(): WireDetails {
+    return { seq: this.seq, reason: this.reason, detail: this.detail };
+  }
+}
+
+/**
  * The data directory is in use by another broker, server or CLI command (its exclusive lock is
  * held, FS-3). Nothing was changed. Not retriable as such: stop the holder, or talk to it.
  */
@@ -554,6 +574,7 @@ export const errors = {
   StorageFullError,
   StorageError,
   ArchiveCorruptError,
+  AuditLogCorruptError,
   DataDirLockedError,
   OutOfOrderSequenceError,
   ProducerFencedError,

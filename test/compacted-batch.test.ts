@@ -147,3 +147,26 @@ test("sparse batches: a run leaving the span, an unfinished run or an unknown at
   assert.throws(() => scanPushedBatches(odd, 0), ProtocolError);
   assert.equal(readHeader(good, 0).count, 10);
 });
+
+test("OffsetMap against a Map model: random puts and lookups of present and absent keys, up to a full map", () => {
+  const rnd = prng(11);
+  for (const keys of [1, 7, 100, 5000]) {
+    const map = new OffsetMap(Math.ceil(keys * OFFSET_MAP_BYTES_PER_KEY), 1000);
+    const model = new Map<string, number>();
+    for (let step = 0; step < keys * 6; step++) {
+      const k = `key-${Math.floor(rnd() * keys * 1.5)}`;
+      const b = Buffer.from(`..${k}`);
+      const off = 1000 + step;
+      const ok = map.put(b, 2, b.length, off);
+      if (model.has(k) || model.size < map.capacity) {
+        assert.equal(ok, true, `put ${k}`);
+        model.set(k, off);
+      } else assert.equal(ok, false, `a new key once full (${k})`);
+      const q = `key-${Math.floor(rnd() * keys * 3)}`;
+      const qb = Buffer.from(q);
+      assert.equal(map.get(qb, 0, qb.length), model.get(q) ?? -1, `get ${q}`);
+    }
+    assert.equal(map.size, model.size);
+    for (const [k, off] of model) assert.equal(map.get(Buffer.from(k), 0, k.length), off);
+  }
+});

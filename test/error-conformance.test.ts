@@ -198,6 +198,7 @@ const SCENARIOS: Record<string, Scenario> = {
   STORAGE_FULL: { why: "needs a failing disk: see the storage test below" },
   STORAGE_ERROR: { why: "needs a failing disk: see the storage test below" },
   ARCHIVE_CORRUPT: { why: "needs a topic with an archive whose copy was damaged after archiving: test/archive.test.ts" },
+  AUDIT_CORRUPT: { why: "raised only by `sluice audit verify` on an altered audit log file, never by the broker: test/audit-broker.test.ts" },
   DATA_DIR_LOCKED: {
     why: "raised when opening a data directory (openBroker, sluice serve, the CLI), before any client or HTTP request can exist; test/data-dir-lock.test.ts covers each opener",
     embedded: (e) => openBroker({ dataDir: e.dataDir, retentionCheckIntervalMs: 0 }),

@@ -248,3 +248,41 @@ test("closing a partition while it is being compacted stops the pass and leaves 
     await log.close();
   }
 });
+
+test("idempotent producer state rebuilt from compacted (sparse) batches: a retry of the last batch is a duplicate, the next sequence goes on", async () => {
+  using tmp = tempDir("sluice-compact-");
+  const fs = new NodeFileSystem();
+  const cfg: LogConfig = { ...config(1e12), durability: "always" };
+  let log = await PartitionLog.open({ fs, dir: tmp.dir, topic: "t", partition: 0, config: cfg, preallocate: "off" });
+  const producer = (seq: number) => ({ producerId: 9, producerEpoch: 0, baseSequence: seq });
+  const batch = (i: number): PreparedRecord[] =>
+    // Keys repeat across batches, and the last record of each batch repeats the next batch's
+    // first key: compaction cuts records out of the middle and the end of batches.
+    [0, 1, 2, 3].map((j) => ({ key: Buffer.from(`k${(i * 3 + j) % 7}`), value: Buffer.from(`v${i}.${j}`.padEnd(40, ".")), valueKind: 1, timestamp: T0 + i, headers: null }));
+  let seq = 0;
+  let last: PreparedRecord[] = [];
+  try {
+    for (let i = 0; i < 80; i++) {
+      last = batch(i);
+      await log.append(last, producer(seq));
+      seq += last.length;
+    }
+    await log.compact(T0 + 1000);
+    const sealedEnd = log.describeSegments().at(-1)!.baseOffset;
+    assert.ok(sealedEnd > 0 && log.cleanerStats().bytesReclaimed > 0);
+    await log.close();
+    // Without the snapshot the state is rebuilt by replaying the batches (sparse ones included).
+    if (readdirSync(tmp.dir).includes("producers.json")) await fs.unlink(`${tmp.dir}/producers.json`);
+    log = await PartitionLog.open({ fs, dir: tmp.dir, topic: "t", partition: 0, config: cfg, preallocate: "off" });
+    const hwm = log.highWatermark;
+    const retry = await log.append(last, producer(seq - last.length));
+    assert.equal(retry.duplicate, true, "the retry of the last batch is recognised");
+    assert.equal(log.highWatermark, hwm, "nothing stored twice");
+    const next = await log.append(batch(80), producer(seq));
+    assert.equal(next.duplicate, false);
+    assert.equal(next.baseOffset, hwm);
+    await assert.rejects(log.append(batch(81), producer(seq + 100)), /sequence/i);
+  } finally {
+    await log.close();
+  }
+});

@@ -28,7 +28,9 @@ const FLOW: FlowJob = {
   data: { label: "root", kids: 3 },
   children: [{ data: { label: "a", kids: 2 }, children: [{ data: { label: "a1", kids: 0 } }, { data: { label: "a2", kids: 0 } }] }, { data: { label: "b", kids: 0 } }, { data: { label: "c", kids: 0 } }],
 };
-const JOBS = 7;
+/** Jobs in FLOW (root, a, a1, a2, b, c). */
+const countJobs = (f: FlowJob): number => 1 + (f.children ?? []).reduce((n, c) => n + countJobs(c), 0);
+const JOBS = countJobs(FLOW);
 const CONFIG = { segmentBytes: 16 * 1024, resultRetentionMs: 86_400_000, deadLetter: null, visibilityTimeoutMs: 60_000 };
 /** Recovery runs this much later (leases restored from the journal have run out by then, LEASE-1). */
 const SKEW_MS = 3_600_000;

@@ -27,6 +27,10 @@ import type { BrokerHost, EncodedAppend, MemberListener, MemberSubscription } fr
 import { Publisher } from "./publisher.js";
 import type { SchemaRegistry } from "../contracts/schemas.js";
 import { TurnYield } from "../turn-yield.js";
+import { AuditLog } from "../security/audit/audit-log.js";
+import { LogAuditor, NO_AUDIT, type Auditor, type AuditTarget } from "../security/audit/auditor.js";
+import type { AuditActor, AuditRecord } from "../security/audit/record.js";
+import { listAuditRecords, type ListOptions as AuditListOptions } from "../security/audit/reader.js";
 import type {
   Broker,
   FetchOptions,
@@ -89,6 +93,13 @@ export interface BrokerOptions {
    * label sets can be given here too. Removed from the registry on close().
    */
   metrics?: PrometheusOptions;
+  /**
+   * Keep the audit log of administrative operations in `<dataDir>/audit/` (docs/security.md
+   * "Audit log"): topic and queue creation, changes and deletion, purges, redrives, job
+   * removals and group offset resets, each durable before the operation's result is returned.
+   * Default true when `dataDir` is given; false turns it off.
+   */
+  audit?: boolean;
 }
 
 const MAX_FETCH_BYTES = 64 * 1024 * 1024;
@@ -113,6 +124,9 @@ export class EmbeddedBroker implements Broker, BrokerHost {
   /** What subscriptions commit through: the engine, counting failed commits per group. */
   private readonly onCommitFailure: ((group: string, topic: string) => void) | undefined;
   private detachMetrics: (() => void) | null = null;
+  private auditLog: AuditLog | null = null;
+  /** Administrative operations run through it, so their outcome is audited (AUD-1). */
+  private auditor: Auditor = NO_AUDIT;
 
   private constructor(opts: BrokerOptions) {
     this.telemetry = telemetry({ ...opts.telemetry, logger: opts.logger ?? opts.telemetry?.logger });
@@ -141,8 +155,19 @@ export class EmbeddedBroker implements Broker, BrokerHost {
         throw e;
       }
     }
+    if (opts.audit !== false && b.dataDir !== "") {
+      // Opened while the engine holds the data dir's lock (FS-3).
+      try {
+        b.auditLog = await AuditLog.open({ dataDir: b.dataDir, fs: b.fs, logger: b.logger, now: () => b.telemetry.clock.now() });
+      } catch (e) {
+        b.detachMetrics?.();
+        await b.engine.close();
+        throw e;
+      }
+      b.auditor = new LogAuditor(b.auditLog, b.logger);
+    }
     // Queues reach storage only through the engine's queue store.
-    b.queues = new QueueManager({ store: b.engine.queues, clock: b.telemetry.clock, schemas: opts.schemas, logger: b.logger });
+    b.queues = new QueueManager({ store: b.engine.queues, clock: b.telemetry.clock, schemas: opts.schemas, logger: b.logger, auditor: b.auditor });
     // Job schedules run in the process holding the data dir (FS-3), never in network clients.
     await b.queues.startSchedules(opts.runSchedules ?? true);
     const every = opts.retentionCheckIntervalMs ?? 5 * 60_000;
@@ -159,24 +184,31 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     if (this.closed) throw new BrokerClosedError();
   }
 
-  async createTopic(name: string, config?: TopicConfig): Promise<TopicDescription> {
+  /** `actor`: who asked, for the audit log (default: this process, "embedded"). */
+  async createTopic(name: string, config?: TopicConfig, actor?: AuditActor): Promise<TopicDescription> {
     this.check();
-    await this.engine.createTopic(name, resolveTopicConfig(config));
-    this.publisher.forget(name);
-    return this.engine.describeTopic(name);
+    return this.auditor.run(actor, topicTarget("topic.create", name, config === undefined ? undefined : { config: JSON.stringify(config) }), async () => {
+      await this.engine.createTopic(name, resolveTopicConfig(config));
+      this.publisher.forget(name);
+      return this.engine.describeTopic(name);
+    });
   }
 
-  async alterTopic(name: string, changes: TopicAlteration): Promise<TopicDescription> {
+  async alterTopic(name: string, changes: TopicAlteration, actor?: AuditActor): Promise<TopicDescription> {
     this.check();
-    await this.engine.alterTopic(name, resolveTopicAlteration(changes));
-    return this.engine.describeTopic(name);
+    return this.auditor.run(actor, topicTarget("topic.alter", name, { changes: JSON.stringify(changes) ?? null }), async () => {
+      await this.engine.alterTopic(name, resolveTopicAlteration(changes));
+      return this.engine.describeTopic(name);
+    });
   }
 
-  async deleteTopic(name: string): Promise<void> {
+  async deleteTopic(name: string, actor?: AuditActor): Promise<void> {
     this.check();
-    for (const s of [...this.subs]) if (s.topic === name) await s.close();
-    await this.engine.deleteTopic(name);
-    this.publisher.forget(name);
+    return this.auditor.run(actor, topicTarget("topic.delete", name), async () => {
+      for (const s of [...this.subs]) if (s.topic === name) await s.close();
+      await this.engine.deleteTopic(name);
+      this.publisher.forget(name);
+    });
   }
 
   async listTopics(): Promise<string[]> {
@@ -297,11 +329,17 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     return sub;
   }
 
-  async resetGroup(group: string, topic: string, to: ResetTarget, opts: { dryRun?: boolean } = {}): Promise<ResetResult> {
+  /** A dry run only reads and is not audited; a reset is (AUD-1), failed or not. */
+  async resetGroup(group: string, topic: string, to: ResetTarget, opts: { dryRun?: boolean } = {}, actor?: AuditActor): Promise<ResetResult> {
     this.check();
+    if (opts.dryRun === true) return this.doResetGroup(group, topic, to, true);
+    const target: AuditTarget = { op: "group.reset", resourceType: "group", resource: String(group), details: { topic: String(topic), to: JSON.stringify(to) ?? null } };
+    return this.auditor.run(actor, target, () => this.doResetGroup(group, topic, to, false), (r) => ({ partitions: r.partitions.length }));
+  }
+
+  private async doResetGroup(group: string, topic: string, to: ResetTarget, dryRun: boolean): Promise<ResetResult> {
     validateName("group", group);
     const t = await this.engine.getTopic(topic);
-    const dryRun = opts.dryRun ?? false;
     await this.yielder.turn();
     if (dryRun) return this.planReset(group, topic, t, to, true);
     // GRP-2: a member joining while the reset is computed and written is assigned only after
@@ -415,9 +453,10 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     };
   }
 
-  queue<T = unknown>(name: string, config?: QueueConfig): HostQueue<T> {
+  /** `actor`: who the handle's administrative operations (purge, redrive, remove, creation) are audited as. */
+  queue<T = unknown>(name: string, config?: QueueConfig, actor?: AuditActor): HostQueue<T> {
     this.check();
-    return this.queues.queue<T>(name, config);
+    return this.queues.queue<T>(name, config, actor);
   }
 
   /** @internal For scrape-time metrics: a queue's stats and its dead-letter queue. */
@@ -433,12 +472,19 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     return this.queues.listQueues();
   }
 
-  async deleteQueue(name: string): Promise<void> {
+  async deleteQueue(name: string, actor?: AuditActor): Promise<void> {
     this.check();
-    await this.queues.deleteQueue(name);
+    await this.auditor.run(actor, { op: "queue.delete", resourceType: "queue", resource: String(name) }, () => this.queues.deleteQueue(name));
   }
 
-  /** Runs retention now (it also runs on a timer). */
+  /** @internal Audit records (server: `GET /v1/audit`); read from the file, one frame at a time. */
+  async listAudit(opts: AuditListOptions = {}): Promise<AuditRecord[]> {
+    this.check();
+    if (this.auditLog === null) return [];
+    return listAuditRecords(this.fs, this.dataDir, opts);
+  }
+
+    /** Runs retention now (it also runs on a timer). */
   enforceRetention(now?: number): Promise<void> {
     this.check();
     return this.engine.enforceRetention(now);
@@ -454,7 +500,11 @@ export class EmbeddedBroker implements Broker, BrokerHost {
         // Publishes accepted before close() are appended and answered first.
         await this.publisher.drain();
         await this.queues.close();
-        await this.engine.close();
+        try {
+          await this.engine.close();
+        } finally {
+          await this.auditLog?.close();
+        }
       })();
     }
     return this.closing;
@@ -468,6 +518,10 @@ export class EmbeddedBroker implements Broker, BrokerHost {
 /** Opens (creating if needed) an embedded broker on `dataDir`, running recovery first. */
 export function openBroker(opts: BrokerOptions): Promise<EmbeddedBroker> {
   return EmbeddedBroker.open(opts);
+}
+
+function topicTarget(op: string, name: string, details?: AuditTarget["details"]): AuditTarget {
+  return { op, resourceType: "topic", resource: String(name), details };
 }
 
 /** The offsets of a `{ partitions: { p: offset } }` reset, validated; null for other targets. */

@@ -6,7 +6,9 @@
  */
 import type { QueueHostApi } from "../queues/host-api.js";
 import type { RawChunk } from "../streams/subscription.js";
-import type { Broker, SubscribeOptions, Subscription } from "../types.js";
+import type { AuditActor, AuditRecord } from "../security/audit/record.js";
+import type { ListOptions as AuditListOptions } from "../security/audit/reader.js";
+import type { Broker, ResetResult, ResetTarget, SubscribeOptions, Subscription, TopicAlteration, TopicConfig, TopicDescription } from "../types.js";
 
 /** The outcome of appending one client-encoded batch. */
 export interface EncodedAppend {
@@ -60,11 +62,19 @@ export interface StreamHost
     | "groupLag"
     | "listGroups"
   > {
+  // Administrative operations take who asked (`actor`), for the audit log (AUD-1); the server
+  // passes the connection's peer address.
+  createTopic(name: string, config?: TopicConfig, actor?: AuditActor): Promise<TopicDescription>;
+  alterTopic(name: string, changes: TopicAlteration, actor?: AuditActor): Promise<TopicDescription>;
+  deleteTopic(name: string, actor?: AuditActor): Promise<void>;
+  resetGroup(group: string, topic: string, to: ResetTarget, opts?: { dryRun?: boolean }, actor?: AuditActor): Promise<ResetResult>;
   /**
    * Appends one batch a client encoded in the storage format (base offset 0, CRC over it) to
    * one partition, validated completely first; producer fields come from the batch header.
    */
   publishEncoded(topic: string, partition: number, batch: Buffer, signal?: AbortSignal): Promise<EncodedAppend>;
+  /** Audit log records (`GET /v1/audit`): the last `limit`, or the first `limit` from `since`; [] without an audit log. */
+  listAudit(opts: AuditListOptions): Promise<AuditRecord[]>;
   /** Joins `opts.group` for `topic` as a member whose rebalances `listener` hears of. */
   subscribeMember(topic: string, opts: SubscribeOptions, listener: MemberListener): MemberSubscription;
 }

@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
  * `sluice <command>`: one module per command group (topics.ts, groups.ts, queues.ts, dlq.ts, explain.ts, pub.ts,
- * tail.ts, doctor.ts, archive.ts, serve.ts, schema.ts, demo.ts, users.ts, tokens.ts), sharing args.ts (parsing, usage errors)
+ * tail.ts, doctor.ts, archive.ts, audit.ts, serve.ts, schema.ts, demo.ts, users.ts, tokens.ts), sharing args.ts (parsing, usage errors)
  * and output.ts (tables, --json, one-line errors). Exit status: 0 success, 1 failure, 2 usage.
  */
 import { UsageError, helpIfAsked, parse, suggest } from "./args.js";
@@ -24,6 +24,7 @@ Commands:
   tail    TOPIC [--from ...] [--group G] [--max N]  print records as they arrive
   doctor  --data DIR                                verify every stored batch
   archive list | verify --dir DIR                   segments archived by topics with an archive
+  audit   list | verify --data DIR                  the audit log of administrative operations
   schema  check OLD.json NEW.json                   backward compatibility of two JSON Schemas
   demo    [--data DIR]                              embedded demo
   users   add | remove NAME | list --data DIR        users who log in with a password
@@ -48,6 +49,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   tail: async () => (await import("./tail.js")).tailCommand,
   doctor: async () => (await import("./doctor.js")).doctorCommand,
   archive: async () => (await import("./archive.js")).archiveCommand,
+  audit: async () => (await import("./audit.js")).auditCommand,
   schema: async () => (await import("./schema.js")).schemaCommand,
   demo: async () => (await import("./demo.js")).demoCommand,
   users: async () => (await import("./users.js")).usersCommand,

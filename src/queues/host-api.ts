@@ -15,13 +15,14 @@ import type { EnqueueIdentity } from "./idempotence.js";
 import type { EnqueueItemOptions } from "./prepare.js";
 import type { EnqueueResult, Job, Queue, QueueConfig, QueueEvent, WorkOptions } from "./types.js";
 import type { QueueSettings } from "../store/queue-store.js";
+import type { AuditActor } from "../security/audit/record.js";
 
 export interface QueueHostApi {
-  /** A handle on a queue, created on first use. */
-  queue<T = unknown>(name: string, config?: QueueConfig): HostQueue<T>;
+  /** A handle on a queue, created on first use; its administrative operations are audited as `actor`. */
+  queue<T = unknown>(name: string, config?: QueueConfig, actor?: AuditActor): HostQueue<T>;
   listQueues(): Promise<string[]>;
   /** Durably deletes a queue and its jobs; `QueueNotFoundError` if there is none. */
-  deleteQueue(name: string): Promise<void>;
+  deleteQueue(name: string, actor?: AuditActor): Promise<void>;
 }
 
 /** A job of a network enqueue request: the value's bytes and kind as the client encoded them. */

@@ -5,7 +5,9 @@
  * (policy: workers, dispatch, the failure rules) per open queue, and hands out `Queue<T>`
  * handles (`EmbeddedQueue`) that open their queue lazily.
  */
-import { BrokerClosedError, QueueNotFoundError, ValidationError } from "../errors.js";
+import { BrokerClosedError, QueueNotFoundError, StorageError, ValidationError } from "../errors.js";
+import { NO_AUDIT, type Auditor } from "../security/audit/auditor.js";
+import type { AuditActor, AuditDetails } from "../security/audit/record.js";
 import { silentLogger, systemClock, type Clock, type Logger } from "../observability/telemetry.js";
 import { tracing } from "../observability/tracing.js";
 import { Scheduler } from "./schedules/scheduler.js";
@@ -38,6 +40,8 @@ export interface QueueManagerOptions {
   /** Schemas per queue: enqueues are validated before anything is stored. */
   schemas?: SchemaRegistry;
   logger?: Logger;
+  /** Audits queue creation, config changes, purges, removals and redrives (AUD-1). Default: none. */
+  auditor?: Auditor;
 }
 
 export class QueueManager implements QueueHostApi {
@@ -46,9 +50,14 @@ export class QueueManager implements QueueHostApi {
   private readonly clock: Clock;
   private readonly runtimes = new Map<string, Promise<QueueRuntime>>();
   private closed = false;
+  private readonly logger: Logger;
+  /** @internal What the handles' administrative operations are audited through. */
+  readonly auditor: Auditor;
 
   constructor(opts: QueueManagerOptions) {
     this.store = opts.store;
+    this.logger = opts.logger ?? silentLogger;
+    this.auditor = opts.auditor ?? NO_AUDIT;
     this.random = opts.random ?? Math.random;
     this.clock = opts.clock ?? systemClock;
     this.schemas = opts.schemas ?? null;
@@ -83,24 +92,33 @@ export class QueueManager implements QueueHostApi {
    * until the first write (enqueue, work, process); reads (stats, purge, redrive, getJob, browse) of a
    * queue that does not exist create nothing.
    */
-  queue<T = unknown>(name: string, config?: QueueConfig): EmbeddedQueue<T> {
+  queue<T = unknown>(name: string, config?: QueueConfig, actor?: AuditActor): EmbeddedQueue<T> {
     validateQueueName(name);
     if (config !== undefined) resolveQueueConfig(name, config);
     if (this.closed) throw new BrokerClosedError();
-    return new EmbeddedQueue<T>(this, name, config);
+    return new EmbeddedQueue<T>(this, name, config, actor);
   }
 
-  /** @internal The runtime of `name`'s current incarnation (opening, or creating, it). */
-  runtime(name: string, config?: QueueConfig, implicit = false): Promise<QueueRuntime> {
+  /**
+   * @internal The runtime of `name`'s current incarnation (opening, or creating, it). `actor`:
+   * who is audited when this creates the queue or replaces its config.
+   */
+  runtime(name: string, config?: QueueConfig, implicit = false, actor?: AuditActor): Promise<QueueRuntime> {
     if (this.closed) return Promise.reject(new BrokerClosedError());
     const cached = this.runtimes.get(name);
     if (cached !== undefined && config === undefined) return cached;
-    const opened = this.store.open(name, {
-      config,
-      implicit,
-      settings: (c) => resolveQueueConfig(name, c),
-      peer: (n) => this.peer(n),
-    });
+    const seen: { change: "create" | "alter" | null } = { change: null };
+    const opened = this.audited(
+      this.store.open(name, {
+        config,
+        implicit,
+        settings: (c) => resolveQueueConfig(name, c),
+        peer: (n) => this.peer(n),
+        changed: (k) => (seen.change = k),
+      }),
+      { name, config, implicit, actor },
+      () => seen.change,
+    );
     const p: Promise<QueueRuntime> =
       cached !== undefined
         ? opened.then(() => cached)
@@ -109,7 +127,7 @@ export class QueueManager implements QueueHostApi {
             // A queue's dead-letter queue exists with it: its stats (and alerts on its depth)
             // read 0 before the first failure instead of "not found".
             const dl = rt.settings.deadLetter;
-            if (!implicit && dl !== null) await this.runtime(dl, undefined, true);
+            if (!implicit && dl !== null) await this.runtime(dl, undefined, true, actor);
             return rt;
           });
     this.runtimes.set(name, p);
@@ -117,6 +135,42 @@ export class QueueManager implements QueueHostApi {
       if (this.runtimes.get(name) === p) this.runtimes.delete(name);
     });
     return p;
+  }
+
+  /**
+   * An open that created the queue or replaced its config resolves only once that is in the
+   * audit log (AUD-1); a declaration (with a config) that failed is recorded too.
+   */
+  private async audited(
+    opened: Promise<StoredQueue>,
+    o: { name: string; config: QueueConfig | undefined; implicit: boolean; actor: AuditActor | undefined },
+    change: () => "create" | "alter" | null,
+  ): Promise<StoredQueue> {
+    const target = { resourceType: "queue" as const, resource: o.name };
+    let stored: StoredQueue;
+    try {
+      stored = await opened;
+    } catch (e) {
+      if (o.config !== undefined) {
+        try {
+          await this.auditor.record(o.actor, { ...target, op: "queue.declare" }, e);
+        } catch (err) {
+          this.logger.error({ err, queue: o.name }, "audit record of a failed queue declaration not written");
+          throw new StorageError(`queue.declare ${o.name} failed, and its audit record could not be written`, e);
+        }
+      }
+      throw e;
+    }
+    const k = change();
+    if (k !== null) {
+      const details: AuditDetails | undefined = o.implicit ? { implicit: true } : o.config === undefined ? undefined : { config: JSON.stringify(o.config) };
+      try {
+        await this.auditor.record(o.actor, { ...target, op: `queue.${k}`, details });
+      } catch (err) {
+        throw new StorageError(`queue.${k} ${o.name} took effect, but its audit record could not be written`, err);
+      }
+    }
+    return stored;
   }
 
   /** @internal The runtime of `name` if the queue exists (opened, never created), else null. */
@@ -173,6 +227,8 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
     private readonly mgr: QueueManager,
     readonly name: string,
     private readonly config: QueueConfig | undefined,
+    /** Who this handle's administrative operations are audited as (AUD-1). */
+    private readonly actor: AuditActor | undefined = undefined,
   ) {
     this.configStored = config === undefined;
     // A declared queue exists, with its config, from now on: not from its first operation.
@@ -180,7 +236,7 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
   }
 
   private declare(): Promise<QueueRuntime> {
-    const p = this.mgr.runtime(this.name, this.config);
+    const p = this.mgr.runtime(this.name, this.config, false, this.actor);
     // Handled here so that a handle never used cannot raise an unhandled rejection; a failed
     // declaration is tried again by the next operation, which reports its error.
     p.then(
@@ -196,7 +252,7 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
   }
 
   private runtime(): Promise<QueueRuntime> {
-    if (this.configStored) return this.mgr.runtime(this.name);
+    if (this.configStored) return this.mgr.runtime(this.name, undefined, false, this.actor);
     return this.declared ?? (this.declared = this.declare());
   }
 
@@ -307,19 +363,26 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
     return (await this.existing()).stored.stats();
   }
 
-  async purge(): Promise<number> {
-    return (await this.existing()).stored.purge();
+  purge(): Promise<number> {
+    const target = { op: "queue.purge", resourceType: "queue" as const, resource: this.name };
+    return this.mgr.auditor.run(this.actor, target, async () => (await this.existing()).stored.purge(), (purged) => ({ purged }));
   }
 
-  async remove(id: string): Promise<boolean> {
-    if (typeof id !== "string") throw new ValidationError("remove(id) needs the job's id (a string)");
-    return (await this.existing()).stored.remove(id);
+  remove(id: string): Promise<boolean> {
+    const target = { op: "queue.remove", resourceType: "queue" as const, resource: this.name, details: { id: typeof id === "string" ? id : null } };
+    return this.mgr.auditor.run(this.actor, target, async () => {
+      if (typeof id !== "string") throw new ValidationError("remove(id) needs the job's id (a string)");
+      return (await this.existing()).stored.remove(id);
+    }, (removed) => ({ removed }));
   }
 
-  async redrive(opts: RedriveOptions = {}): Promise<RedriveResult> {
-    if (opts.target !== undefined) validateQueueName(opts.target);
-    // Targets are opened by the engine through `peer` (created implicitly when missing).
-    return (await this.existing()).stored.redrive(opts);
+  redrive(opts: RedriveOptions = {}): Promise<RedriveResult> {
+    const target = { op: "queue.redrive", resourceType: "queue" as const, resource: this.name, details: redriveDetails(opts) };
+    return this.mgr.auditor.run(this.actor, target, async () => {
+      if (opts.target !== undefined) validateQueueName(opts.target);
+      // Targets are opened by the engine through `peer` (created implicitly when missing).
+      return (await this.existing()).stored.redrive(opts);
+    }, (r) => redriveOutcome(r));
   }
 
   async getJob(id: string): Promise<JobInfo<T> | null> {
@@ -390,4 +453,18 @@ function results(r: EnqueueOutcome): EnqueueResult[] {
   const out = new Array<EnqueueResult>(r.count);
   for (let k = 0; k < r.count; k++) out[k] = { id: String(r.first + k), duplicate: false };
   return out;
+}
+
+/** What a redrive asked for, as audit details (small scalars only). */
+function redriveDetails(o: RedriveOptions): Record<string, string | number | boolean | null> {
+  const d: Record<string, string | number | boolean | null> = {};
+  if (typeof o.target === "string") d.target = o.target;
+  if (typeof o.limit === "number") d.limit = o.limit;
+  if (o.includeRepeats === true) d.includeRepeats = true;
+  if (o.filter !== undefined) d.filter = JSON.stringify(o.filter) ?? null;
+  return d;
+}
+
+function redriveOutcome(r: RedriveResult): Record<string, number> {
+  return { moved: r.moved, skippedRepeats: r.skippedRepeats };
 }

@@ -43,6 +43,7 @@ import type { RemoteWorker } from "./remote-queue.js";
 import { str, type ConnectionLimits, type Reply, type Session } from "./session.js";
 import type { Logger } from "../observability/telemetry.js";
 import type { HandshakeAuth, ServerAuth } from "./auth.js";
+import type { AuditActor } from "../security/audit/record.js";
 
 export type { ConnectionLimits } from "./session.js";
 
@@ -128,6 +129,11 @@ export class Connection implements Session {
 
   get remote(): string {
     return `${this.socket.remoteAddress}:${this.socket.remotePort}`;
+  }
+
+  /** No authentication yet: every connection is "anonymous", known by its peer address. */
+  get actor(): AuditActor {
+    return { principal: this.principal ?? "anonymous", source: this.remote };
   }
 
   private onData(chunk: Buffer): void {
@@ -405,7 +411,7 @@ export class Connection implements Session {
     }
     let q = this.queues.get(key);
     if (!q) {
-      q = this.host.queue(name, config);
+      q = this.host.queue(name, config, this.actor);
       if (this.queues.size >= 1024) this.queues.delete(this.queues.keys().next().value!);
       this.queues.set(key, q);
     }

@@ -20,7 +20,7 @@ const EMPTY: Reply = { meta: {} };
 async function createTopic(s: Session, f: Frame): Promise<Reply> {
   const config = (f.meta.config ?? {}) as TopicConfig;
   if (typeof config !== "object" || Array.isArray(config)) throw new ValidationError("config must be an object");
-  return { meta: { topic: await s.host.createTopic(str(f.meta, "name"), config) } };
+  return { meta: { topic: await s.host.createTopic(str(f.meta, "name"), config, s.actor) } };
 }
 
 async function publish(s: Session, f: Frame): Promise<Reply> {
@@ -63,18 +63,18 @@ async function fetch(s: Session, f: Frame): Promise<Reply> {
 
 async function resetGroup(s: Session, f: Frame): Promise<Reply> {
   const m = f.meta;
-  const result = await s.host.resetGroup(str(m, "group"), str(m, "topic"), m.to as ResetTarget, { dryRun: m.dryRun === true });
+  const result = await s.host.resetGroup(str(m, "group"), str(m, "topic"), m.to as ResetTarget, { dryRun: m.dryRun === true }, s.actor);
   return { meta: { result } };
 }
 
 export const REQUEST_HANDLERS: RequestHandlers = {
   Ping: () => EMPTY,
   CreateTopic: createTopic,
-  DeleteTopic: async (s, f) => (await s.host.deleteTopic(str(f.meta, "name")), EMPTY),
+  DeleteTopic: async (s, f) => (await s.host.deleteTopic(str(f.meta, "name"), s.actor), EMPTY),
   ListTopics: async (s) => ({ meta: { topics: await s.host.listTopics() } }),
   DescribeTopic: async (s, f) => ({ meta: { topic: await s.host.describeTopic(str(f.meta, "name")) } }),
   // Setting retention to a value is idempotent: re-sent after a reconnect, it changes nothing more.
-  AlterTopic: async (s, f) => ({ meta: { topic: await s.host.alterTopic(str(f.meta, "name"), (f.meta.changes ?? {}) as TopicAlteration) } }),
+  AlterTopic: async (s, f) => ({ meta: { topic: await s.host.alterTopic(str(f.meta, "name"), (f.meta.changes ?? {}) as TopicAlteration, s.actor) } }),
   InitProducer: async (s, f) => ({ meta: await s.host.initProducer(int(f.meta, "producerId", true)) }),
   Publish: publish,
   PublishEncoded: publishEncoded,

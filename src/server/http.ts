@@ -18,6 +18,7 @@ import type { BrowseOptions, EnqueueItem } from "../queues/types.js";
 import { HTTP_DEFAULT_FETCH_BYTES, HTTP_MAX_FETCH_BYTES, MAX_HTTP_ITEMS_PER_REQUEST } from "./limits.js";
 import { DASHBOARD_PATHS, dashboardAsset } from "./dashboard/static.js";
 import type { ServerAuth } from "./auth.js";
+import type { AuditActor } from "../security/audit/record.js";
 
 export interface HttpOptions {
   broker: BrokerHost;
@@ -169,6 +170,10 @@ interface RouteContext {
   principal: string | null;
 }
 
+/** Who an HTTP request's administrative operation is audited as: its authenticated principal
+ * ("anonymous" on a server without credentials) and the peer address. */
+const actor = (c: RouteContext): AuditActor => ({ principal: c.principal ?? "anonymous", source: `${c.req.socket.remoteAddress}:${c.req.socket.remotePort}` });
+
 /** The status and JSON body to answer with. */
 type Reply = readonly [status: number, body: unknown];
 
@@ -191,7 +196,7 @@ const ROUTES: Route[] = [
   { method: "POST", path: "/v1/topics", handler: createTopic },
   { method: "GET", path: "/v1/topics/:topic", handler: async (c) => [200, await c.broker.describeTopic(c.params.topic)] },
   { method: "DELETE", path: "/v1/topics/:topic", handler: deleteTopic },
-  { method: "PATCH", path: "/v1/topics/:topic", handler: async (c) => [200, await c.broker.alterTopic(c.params.topic, (await body(c)) as TopicAlteration)] },
+  { method: "PATCH", path: "/v1/topics/:topic", handler: async (c) => [200, await c.broker.alterTopic(c.params.topic, (await body(c)) as TopicAlteration, actor(c))] },
   { method: "POST", path: "/v1/topics/:topic/records", handler: publishRecords },
   { method: "GET", path: "/v1/topics/:topic/partitions/:partition/records", handler: fetchRecords },
   { method: "GET", path: "/v1/queues", handler: async (c) => [200, { queues: await c.broker.listQueues() }] },
@@ -200,13 +205,14 @@ const ROUTES: Route[] = [
   { method: "POST", path: "/v1/queues/:queue/jobs", handler: enqueueJobs },
   { method: "GET", path: "/v1/queues/:queue/jobs/:id", handler: getJob },
   // remove(id): {removed: true|false}; 409 JOB_ACTIVE for a leased job (JOB-4).
-  { method: "DELETE", path: "/v1/queues/:queue/jobs/:id", handler: async (c) => [200, { removed: await c.broker.queue(c.params.queue).remove(c.params.id) }] },
+  { method: "DELETE", path: "/v1/queues/:queue/jobs/:id", handler: async (c) => [200, { removed: await c.broker.queue(c.params.queue, undefined, actor(c)).remove(c.params.id) }] },
   { method: "GET", path: "/v1/queues/:queue/browse", handler: browseJobs },
   { method: "GET", path: "/v1/queues/:queue/schedules", handler: listSchedules },
-  { method: "POST", path: "/v1/queues/:queue/purge", handler: async (c) => [200, { purged: await c.broker.queue(c.params.queue).purge() }] },
+  { method: "POST", path: "/v1/queues/:queue/purge", handler: async (c) => [200, { purged: await c.broker.queue(c.params.queue, undefined, actor(c)).purge() }] },
   // Redrive from a dead-letter queue (e.g. /v1/queues/emails.dlq/redrive).
   { method: "POST", path: "/v1/queues/:queue/redrive", handler: redrive },
   { method: "GET", path: "/v1/groups/:group/topics/:topic/lag", handler: async (c) => [200, await c.broker.groupLag(c.params.group, c.params.topic)] },
+  { method: "GET", path: "/v1/audit", handler: auditList },
   { method: "GET", path: "/v1/groups", handler: async (c) => [200, { groups: await c.broker.listGroups() }] },
   { method: "POST", path: "/v1/groups/:group/topics/:topic/reset", handler: resetGroup },
   // The web dashboard (docs/dashboard.md): static files only; its actions use the routes above.
@@ -229,7 +235,7 @@ async function metricsText(c: RouteContext): Promise<Reply> {
 async function createTopic(c: RouteContext): Promise<Reply> {
   const b = await body(c);
   if (typeof b.name !== "string") throw new ValidationError("name is required");
-  return [201, await c.broker.createTopic(b.name, (b.config ?? {}) as object)];
+  return [201, await c.broker.createTopic(b.name, (b.config ?? {}) as object, actor(c))];
 }
 
 /** A job by id (`Queue.getJob`): 404 when the queue does not know it; never creates the queue. */
@@ -278,7 +284,7 @@ function withReadablePayload<J extends { data: unknown; headers: Record<string, 
 }
 
 async function deleteTopic(c: RouteContext): Promise<Reply> {
-  await c.broker.deleteTopic(c.params.topic);
+  await c.broker.deleteTopic(c.params.topic, actor(c));
   return [200, { deleted: c.params.topic }];
 }
 
@@ -301,8 +307,16 @@ async function fetchRecords(c: RouteContext): Promise<Reply> {
   return [200, { ...r, records: r.records.map(recordToJson) }];
 }
 
+/** The audit log (docs/security.md): `?limit=` (1..10000, default 100) and `?since=` (ms since the epoch). */
+async function auditList(c: RouteContext): Promise<Reply> {
+  const limit = intParam(c.url, "limit", 100);
+  if (limit < 1 || limit > 10_000) throw new ValidationError("query parameter limit must be in [1, 10000]");
+  const since = c.url.searchParams.has("since") ? intParam(c.url, "since") : undefined;
+  return [200, { records: await c.broker.listAudit({ limit, since }) }];
+}
+
 async function deleteQueue(c: RouteContext): Promise<Reply> {
-  await c.broker.deleteQueue(c.params.queue);
+  await c.broker.deleteQueue(c.params.queue, actor(c));
   return [200, { deleted: c.params.queue }];
 }
 
@@ -328,17 +342,17 @@ async function enqueueJobs(c: RouteContext): Promise<Reply> {
       singletonWindowMs: o.singletonWindowMs as number | undefined,
     };
   });
-  return [200, { results: await c.broker.queue(c.params.queue).enqueueBatch(items) }];
+  return [200, { results: await c.broker.queue(c.params.queue, undefined, actor(c)).enqueueBatch(items) }];
 }
 
 async function redrive(c: RouteContext): Promise<Reply> {
   const b = await body(c);
-  return [200, await c.broker.queue(c.params.queue).redrive(b as object)];
+  return [200, await c.broker.queue(c.params.queue, undefined, actor(c)).redrive(b as object)];
 }
 
 async function resetGroup(c: RouteContext): Promise<Reply> {
   const b = await body(c);
-  return [200, await c.broker.resetGroup(c.params.group, c.params.topic, b.to as ResetTarget, { dryRun: b.dryRun === true })];
+  return [200, await c.broker.resetGroup(c.params.group, c.params.topic, b.to as ResetTarget, { dryRun: b.dryRun === true }, actor(c))];
 }
 
 /**

@@ -160,7 +160,7 @@ async function admin(s: Session, f: Frame): Promise<Reply> {
   if (m.action === "list") return { meta: { queues: await s.host.listQueues() } };
   if (m.action === "delete") {
     const name = str(m, "queue", 300);
-    await s.host.deleteQueue(name);
+    await s.host.deleteQueue(name, s.actor);
     s.forgetQueue(name);
     return EMPTY;
   }

@@ -7,6 +7,7 @@
 import type { ProcessingLog } from "./processing-log.js";
 import { ValidationError } from "../errors.js";
 import type { BrokerHost } from "../broker/host.js";
+import type { AuditActor } from "../security/audit/record.js";
 import type { HostQueue } from "../queues/host-api.js";
 import type { Frame, OneWayOpName, RequestOpName } from "../wire/index.js";
 import type { RemoteMember } from "./remote-member.js";
@@ -37,6 +38,8 @@ export interface Session {
   /** The peer's address (without the port). */
   readonly source: string;
   readonly host: BrokerHost;
+  /** Who this connection's administrative operations are audited as (its peer address). */
+  readonly actor: AuditActor;
   readonly limits: ConnectionLimits;
   /** Aborts when the connection closes (requests still running give up). */
   readonly signal: AbortSignal;

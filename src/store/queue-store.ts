@@ -434,6 +434,12 @@ export interface OpenQueueRequest {
    * engine's moves go through the same `StoredQueue` objects (and any wrapper around them).
    */
   peer(name: string): Promise<StoredQueue>;
+  /**
+   * Told, once the manifest holding it is durable, that this open created the queue or
+   * replaced its stored config (the broker audits both, AUD-1). Engines without it audit
+   * nothing for queue creation.
+   */
+  changed?(kind: "create" | "alter"): void;
 }
 
 export interface QueueStore {

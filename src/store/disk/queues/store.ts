@@ -90,9 +90,11 @@ export class DiskQueueStore implements QueueStore {
         const now = this.o.telemetry.clock.now();
         this.manifest.queues[name] = { incarnation: `${name}.${now.toString(36)}${randomBytes(4).toString("hex")}`, config, createdAt: now };
         await this.saveManifest();
+        req.changed?.("create");
       } else if (config !== entry.config) {
         entry.config = config;
         await this.saveManifest();
+        req.changed?.("alter");
       }
       const incarnation = this.manifest.queues[name].incarnation;
       if (cached !== undefined) {
