@@ -215,6 +215,13 @@ export async function writeFileAtomic(fs: FileSystem, path: string, data: Uint8A
   await fs.fsyncDir(dirname(path));
 }
 
+/** Removes `path` if it is there: a file already gone is what the caller wanted. */
+export async function unlinkIfExists(fs: FileSystem, path: string): Promise<void> {
+  await fs.unlink(path).catch((e: NodeJS.ErrnoException) => {
+    if (e.code !== "ENOENT") throw e;
+  });
+}
+
 /** Reads a JSON metadata file written by writeFileAtomic; null if missing. */
 export async function readJsonFile<T>(fs: FileSystem, path: string): Promise<T | null> {
   if ((await fs.stat(path)) === null) return null;

@@ -6,7 +6,7 @@
  * and the producer state from its snapshot plus the batches after it (PROD-1).
  */
 import { join } from "node:path";
-import { readJsonFile } from "./io.js";
+import { readJsonFile, unlinkIfExists } from "./io.js";
 import { endOfNonZero, MAX_CORRUPT_RANGES, readFully } from "./batch-cursor.js";
 import { LogState, type LogContext } from "./log-state.js";
 import type { ProducerSnapshot } from "./producer-state.js";
@@ -35,7 +35,8 @@ export async function loadLog(ctx: LogContext, onFault: ((err: StorageError) => 
   // CMP-3: an interrupted compaction swap is finished (committed) or discarded first.
   if (await recoverSwaps(fs, dir, names)) names = await fs.readdir(dir);
   const clean = names.includes(CLEAN_MARKER);
-  for (const n of names) if (n.endsWith(".tmp")) await fs.unlink(join(dir, n));
+  // A stray temp file may vanish between the listing and here (its writer's rename): gone is fine.
+  for (const n of names) if (n.endsWith(".tmp")) await unlinkIfExists(fs, join(dir, n));
   const bases = names
     .filter((n) => /^\d{20}\.log$/.test(n))
     .map((n) => Number(n.slice(0, 20)))

@@ -18,17 +18,11 @@
  * the new one is published in memory, so no reader opens the new file with the old index.
  */
 import { join } from "node:path";
-import type { FileSystem } from "./io.js";
+import { unlinkIfExists, type FileSystem } from "./io.js";
 import type { Segment } from "./segment.js";
 
 export const CLEANED_SUFFIX = ".cleaned";
 export const SWAP_SUFFIX = ".swap";
-
-async function unlinkIfExists(fs: FileSystem, path: string): Promise<void> {
-  await fs.unlink(path).catch((e: NodeJS.ErrnoException) => {
-    if (e.code !== "ENOENT") throw e;
-  });
-}
 
 /** Steps 2-4 for a segment whose `.cleaned` log is written and durable (step 1 done). */
 export async function commitSwap(fs: FileSystem, dir: string, seg: Segment): Promise<void> {
