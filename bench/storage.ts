@@ -140,6 +140,6 @@ export async function runStorageBench(opts: StorageBenchOptions): Promise<BenchR
   const rows: BenchRow[] = [];
   if (!opts.only || opts.only.has("compaction")) rows.push(...(await compactionRows(opts.tmpDir, opts.quick ? 1_000_000 : 10_000_000)));
   if (!opts.only || opts.only.has("archive-replay")) rows.push(...(await archiveRows(opts.tmpDir, opts.quick ? 200_000 : 1_000_000)));
-  for (const r of rows) console.log(`  ${r.name} [${r.system}]: ${Number.isNaN(r.value) ? r.note : `${r.value.toFixed(1)} ${r.unit}`}`);
+  for (const r of rows) console.log(`  ${r.name} [${r.system}]: ${Number.isNaN(r.value) ? r.note : `${r.unit === "x" ? r.value.toPrecision(3) : r.value.toFixed(1)} ${r.unit}`}`);
   return rows;
 }
