@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
  * `sluice <command>`: one module per command group (topics.ts, groups.ts, queues.ts, dlq.ts, explain.ts, pub.ts,
- * tail.ts, doctor.ts, archive.ts, audit.ts, serve.ts, schema.ts, demo.ts, users.ts, tokens.ts), sharing args.ts (parsing, usage errors)
+ * tail.ts, doctor.ts, archive.ts, audit.ts, serve.ts, schema.ts, demo.ts, users.ts, tokens.ts, acl.ts), sharing args.ts (parsing, usage errors)
  * and output.ts (tables, --json, one-line errors). Exit status: 0 success, 1 failure, 2 usage.
  */
 import { UsageError, helpIfAsked, parse, suggest } from "./args.js";
@@ -29,6 +29,7 @@ Commands:
   demo    [--data DIR]                              embedded demo
   users   add | remove NAME | list --data DIR        users who log in with a password
   tokens  create PRINCIPAL | revoke ID | list --data DIR   bearer tokens
+  acl     add | remove | list | group | tenant --data DIR  who may do what
 
 Target: --url sluice://host:port (a running server; env SLUICE_URL) or --data DIR (a data
 directory no server holds). Read commands take --json.
@@ -54,6 +55,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   demo: async () => (await import("./demo.js")).demoCommand,
   users: async () => (await import("./users.js")).usersCommand,
   tokens: async () => (await import("./tokens.js")).tokensCommand,
+  acl: async () => (await import("./acl.js")).aclCommand,
 };
 
 /** `serve`: its usage and unknown flags are handled here; the rest by serveCommand. */

@@ -17,7 +17,7 @@
  */
 import { ProcessingLog } from "./processing-log.js";
 import type { Socket } from "node:net";
-import { BadMagicError, ConnectionClosedError, ProtocolError, UnsupportedVersionError, ValidationError } from "../errors.js";
+import { BadMagicError, ConnectionClosedError, ForbiddenError, ProtocolError, UnsupportedVersionError, ValidationError } from "../errors.js";
 import type { BrokerHost } from "../broker/host.js";
 import type { QueueConfig } from "../queues/types.js";
 import type { HostQueue } from "../queues/host-api.js";
@@ -44,6 +44,8 @@ import { str, type ConnectionLimits, type Reply, type Session } from "./session.
 import type { Logger } from "../observability/telemetry.js";
 import type { HandshakeAuth, ServerAuth } from "./auth.js";
 import type { AuditActor } from "../security/audit/record.js";
+import { ServerAuthorization, type Gate } from "./authorization.js";
+import { needsOf } from "./permissions.js";
 
 export type { ConnectionLimits } from "./session.js";
 
@@ -97,6 +99,8 @@ export class Connection implements Session {
    */
   principal: string | null = null;
   private login: HandshakeAuth | null = null;
+  /** Removes this connection's policy-change listener (ACL-3). */
+  private unlisten: (() => void) | null = null;
 
   constructor(
     private readonly socket: Socket,
@@ -106,6 +110,7 @@ export class Connection implements Session {
     private readonly onClose: (c: Connection) => void,
     private readonly shared: SharedBudget = { inFlightBytes: 0, paused: new Set() },
     private readonly auth: ServerAuth | null = null,
+    private readonly authz: ServerAuthorization = new ServerAuthorization(null, logger),
   ) {
     this.reader = new FrameReader(PRE_HANDSHAKE_MAX_FRAME_BYTES);
     this.processing = new ProcessingLog(logger);
@@ -235,7 +240,10 @@ export class Connection implements Session {
     this.login = null;
     this.state = "ready";
     this.reader.maxFrameBytes = this.limits.maxFrameBytes;
-    if (principal !== null) this.logger.info({ conn: this.id, remote: this.remote, principal }, "authenticated");
+    if (principal !== null) {
+      this.logger.info({ conn: this.id, remote: this.remote, principal }, "authenticated");
+      this.unlisten = this.authz.onChange(() => this.reauthorize());
+    }
     this.send(
       encodeFrame(Op.Hello, FLAG_RESPONSE, frame.correlationId, {
         version: this.version,
@@ -355,6 +363,9 @@ export class Connection implements Session {
     let p: Reply | Promise<Reply>;
     try {
       if (handler === undefined) throw new ProtocolError(`unknown opcode ${frame.op}`);
+      // ACL-1: checked against the policy in force before the handler starts (synchronously,
+      // so pipelined requests keep their order).
+      if (this.principal !== null) this.authz.check(this.principal, needsOf(this, frame));
       // The handler starts its broker call synchronously, so pipelined publishes reach the
       // broker in arrival order.
       p = handler(this, frame);
@@ -496,9 +507,37 @@ export class Connection implements Session {
     this.cleanup();
   }
 
+  /**
+   * ACL-3: after a policy change, subscriptions and workers this principal may no longer use
+   * end (with FORBIDDEN); requests are checked against the new policy from now on.
+   */
+  private reauthorize(): void {
+    const p = this.principal;
+    if (p === null || this.state === "closed") return;
+    const denied = (what: string): ForbiddenError => new ForbiddenError(`not allowed any more: ${what} (the authorization policy changed)`);
+    for (const [id, m] of [...this.members]) {
+      if (this.authz.allows(p, { op: "consume", type: "topic", name: m.topic }) && this.authz.allows(p, { op: "consume", type: "group", name: m.group })) continue;
+      this.members.delete(id);
+      this.rememberEnded(id, "forbidden");
+      m.end("forbidden", denied(`consume ${m.topic} in group ${m.group}`));
+    }
+    for (const [id, w] of [...this.workers]) {
+      if (this.authz.allows(p, { op: "consume", type: "queue", name: w.queueName })) continue;
+      this.workers.delete(id);
+      w.end("forbidden", denied(`consume queue ${w.queueName}`));
+    }
+  }
+
+  /** What requests of this connection are checked against (list filtering in handlers). */
+  get gate(): Gate {
+    return this.authz;
+  }
+
   private cleanup(): void {
     if (this.state === "closed") return;
     this.state = "closed";
+    this.unlisten?.();
+    this.unlisten = null;
     this.shared.paused.delete(this);
     if (this.handshakeTimer) clearTimeout(this.handshakeTimer);
     if (this.livenessTimer) clearTimeout(this.livenessTimer);

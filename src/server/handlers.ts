@@ -8,7 +8,7 @@
  * requests reach the broker in arrival order (docs/protocol.md §4).
  */
 import { ValidationError } from "../errors.js";
-import type { PublishBatchOptions, ResetTarget, TopicAlteration, TopicConfig } from "../types.js";
+import type { GroupListing, PublishBatchOptions, ResetTarget, TopicAlteration, TopicConfig } from "../types.js";
 import { allOps, decodePublishRecords, encodeConsumedRecords, encodeReceipts, type Frame, type OpName } from "../wire/index.js";
 import { MEMBER_HANDLERS, MEMBER_ONE_WAY_HANDLERS } from "./member-handlers.js";
 import { QUEUE_HANDLERS } from "./queue-handlers.js";
@@ -67,11 +67,18 @@ async function resetGroup(s: Session, f: Frame): Promise<Reply> {
   return { meta: { result } };
 }
 
+/** A group is listed when the caller may see both it and its topic (ACL-4). */
+function visibleGroups(s: Session, groups: GroupListing[]): GroupListing[] {
+  const seen = s.gate.visible(s.principal, "group", groups, (g) => g.group);
+  return s.gate.visible(s.principal, "topic", seen, (g) => g.topic);
+}
+
 export const REQUEST_HANDLERS: RequestHandlers = {
   Ping: () => EMPTY,
   CreateTopic: createTopic,
   DeleteTopic: async (s, f) => (await s.host.deleteTopic(str(f.meta, "name"), s.actor), EMPTY),
-  ListTopics: async (s) => ({ meta: { topics: await s.host.listTopics() } }),
+  // ACL-4: only what the caller may see is listed.
+  ListTopics: async (s) => ({ meta: { topics: s.gate.visible(s.principal, "topic", await s.host.listTopics(), (t) => t) } }),
   DescribeTopic: async (s, f) => ({ meta: { topic: await s.host.describeTopic(str(f.meta, "name")) } }),
   // Setting retention to a value is idempotent: re-sent after a reconnect, it changes nothing more.
   AlterTopic: async (s, f) => ({ meta: { topic: await s.host.alterTopic(str(f.meta, "name"), (f.meta.changes ?? {}) as TopicAlteration, s.actor) } }),
@@ -84,7 +91,7 @@ export const REQUEST_HANDLERS: RequestHandlers = {
   }),
   ResetGroup: resetGroup,
   GroupLag: async (s, f) => ({ meta: { lag: await s.host.groupLag(str(f.meta, "group"), str(f.meta, "topic")) } }),
-  ListGroups: async (s, f) => ({ meta: { groups: await s.host.listGroups(f.meta.topic === undefined ? {} : { topic: str(f.meta, "topic") }) } }),
+  ListGroups: async (s, f) => ({ meta: { groups: visibleGroups(s, await s.host.listGroups(f.meta.topic === undefined ? {} : { topic: str(f.meta, "topic") })) } }),
   ...MEMBER_HANDLERS,
   ...QUEUE_HANDLERS,
   ...SCHEDULE_HANDLERS,

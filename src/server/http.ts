@@ -19,6 +19,9 @@ import { HTTP_DEFAULT_FETCH_BYTES, HTTP_MAX_FETCH_BYTES, MAX_HTTP_ITEMS_PER_REQU
 import { DASHBOARD_PATHS, dashboardAsset } from "./dashboard/static.js";
 import type { ServerAuth } from "./auth.js";
 import type { AuditActor } from "../security/audit/record.js";
+import type { Need, Operation, ResourceType } from "../security/acl/model.js";
+import type { Gate } from "./authorization.js";
+import { clusterNeed, groupNeed, queueNeed, topicNeed } from "./permissions.js";
 
 export interface HttpOptions {
   broker: BrokerHost;
@@ -33,6 +36,8 @@ export interface HttpOptions {
   tls?: HttpsServerOptions;
   /** Credentials check for every path but the probes (src/server/auth.ts); absent: open. */
   auth?: ServerAuth;
+  /** Authorization of authenticated requests (src/server/authorization.ts); absent: open. */
+  authz?: Gate;
 }
 
 /** Paths answered without credentials: load balancers and orchestrators probe these. */
@@ -168,6 +173,10 @@ interface RouteContext {
   /** Who sent the request (src/server/auth.ts); null when the server runs without credentials
    * or the path is a probe. */
   principal: string | null;
+  /** Throws the error for the first of `needs` the caller is not allowed (ACL-4). */
+  check(needs: readonly Need[]): void;
+  /** Keeps what the caller may see (ACL-4). */
+  visible<T>(type: ResourceType, items: readonly T[], name: (item: T) => string): T[];
 }
 
 /** Who an HTTP request's administrative operation is audited as: its authenticated principal
@@ -182,41 +191,51 @@ interface Route {
   method: string;
   /** Literal segments and `:name` parameters. */
   path: string;
+  /** What the request needs to be allowed, checked before the handler (src/server/permissions.ts). */
+  needs(c: RouteContext): Need[];
   handler(c: RouteContext): Reply | Promise<Reply>;
 }
 
 const body = async (c: RouteContext): Promise<Record<string, unknown>> => (await readBody(c.req, c.opts.maxBodyBytes)) as Record<string, unknown>;
 
+const NONE = (): Need[] => [];
+const topicP = (op: Operation) => (c: RouteContext): Need[] => [topicNeed(op, c.params.topic)];
+const queueP = (op: Operation) => (c: RouteContext): Need[] => [queueNeed(op, c.params.queue)];
+const clusterP = (op: Operation) => (): Need[] => [clusterNeed(op)];
+
 const ROUTES: Route[] = [
-  { method: "*", path: "/healthz", handler: (c) => [200, { status: "ok", ...c.opts.info() }] },
-  { method: "*", path: "/readyz", handler: (c) => (c.opts.isReady() ? [200, { status: "ready", ...c.opts.info() }] : [503, { status: "not ready", ...c.opts.info() }]) },
-  { method: "*", path: "/metrics", handler: metricsText },
-  { method: "*", path: "/v1/stats", handler: (c) => [200, c.opts.stats()] },
-  { method: "GET", path: "/v1/topics", handler: async (c) => [200, { topics: await c.broker.listTopics() }] },
-  { method: "POST", path: "/v1/topics", handler: createTopic },
-  { method: "GET", path: "/v1/topics/:topic", handler: async (c) => [200, await c.broker.describeTopic(c.params.topic)] },
-  { method: "DELETE", path: "/v1/topics/:topic", handler: deleteTopic },
-  { method: "PATCH", path: "/v1/topics/:topic", handler: async (c) => [200, await c.broker.alterTopic(c.params.topic, (await body(c)) as TopicAlteration, actor(c))] },
-  { method: "POST", path: "/v1/topics/:topic/records", handler: publishRecords },
-  { method: "GET", path: "/v1/topics/:topic/partitions/:partition/records", handler: fetchRecords },
-  { method: "GET", path: "/v1/queues", handler: async (c) => [200, { queues: await c.broker.listQueues() }] },
-  { method: "DELETE", path: "/v1/queues/:queue", handler: deleteQueue },
-  { method: "GET", path: "/v1/queues/:queue/stats", handler: async (c) => [200, await c.broker.queue(c.params.queue).stats()] },
-  { method: "POST", path: "/v1/queues/:queue/jobs", handler: enqueueJobs },
-  { method: "GET", path: "/v1/queues/:queue/jobs/:id", handler: getJob },
-  // remove(id): {removed: true|false}; 409 JOB_ACTIVE for a leased job (JOB-4).
-  { method: "DELETE", path: "/v1/queues/:queue/jobs/:id", handler: async (c) => [200, { removed: await c.broker.queue(c.params.queue, undefined, actor(c)).remove(c.params.id) }] },
-  { method: "GET", path: "/v1/queues/:queue/browse", handler: browseJobs },
-  { method: "GET", path: "/v1/queues/:queue/schedules", handler: listSchedules },
-  { method: "POST", path: "/v1/queues/:queue/purge", handler: async (c) => [200, { purged: await c.broker.queue(c.params.queue, undefined, actor(c)).purge() }] },
+  { method: "*", path: "/healthz", needs: NONE, handler: (c) => [200, { status: "ok", ...c.opts.info() }] },
+  { method: "*", path: "/readyz", needs: NONE, handler: (c) => (c.opts.isReady() ? [200, { status: "ready", ...c.opts.info() }] : [503, { status: "not ready", ...c.opts.info() }]) },
+  // Metrics name every topic, queue and group: only for those who may describe the cluster.
+  { method: "*", path: "/metrics", needs: clusterP("describe"), handler: metricsText },
+  { method: "*", path: "/v1/stats", needs: clusterP("describe"), handler: (c) => [200, c.opts.stats()] },
+  // Lists show only what the caller may see (ACL-4).
+  { method: "GET", path: "/v1/topics", needs: NONE, handler: async (c) => [200, { topics: c.visible("topic", await c.broker.listTopics(), (t) => t) }] },
+  { method: "POST", path: "/v1/topics", needs: NONE, handler: createTopic }, // the name is in the body: checked there
+  { method: "GET", path: "/v1/topics/:topic", needs: topicP("describe"), handler: async (c) => [200, await c.broker.describeTopic(c.params.topic)] },
+  { method: "DELETE", path: "/v1/topics/:topic", needs: topicP("delete"), handler: deleteTopic },
+  { method: "PATCH", path: "/v1/topics/:topic", needs: topicP("alter"), handler: async (c) => [200, await c.broker.alterTopic(c.params.topic, (await body(c)) as TopicAlteration, actor(c))] },
+  { method: "POST", path: "/v1/topics/:topic/records", needs: topicP("publish"), handler: publishRecords },
+  { method: "GET", path: "/v1/topics/:topic/partitions/:partition/records", needs: topicP("consume"), handler: fetchRecords },
+  { method: "GET", path: "/v1/queues", needs: NONE, handler: async (c) => [200, { queues: c.visible("queue", await c.broker.listQueues(), (q) => q) }] },
+  { method: "DELETE", path: "/v1/queues/:queue", needs: queueP("delete"), handler: deleteQueue },
+  { method: "GET", path: "/v1/queues/:queue/stats", needs: queueP("describe"), handler: async (c) => [200, await c.broker.queue(c.params.queue).stats()] },
+  { method: "POST", path: "/v1/queues/:queue/jobs", needs: queueP("publish"), handler: enqueueJobs },
+  // A job's payload: reading it is consuming.
+  { method: "GET", path: "/v1/queues/:queue/jobs/:id", needs: queueP("consume"), handler: getJob },
+  // remove(id): {removed: true|false}; 409 JOB_ACTIVE for a leased job (JOB-4). Destroys a job unrun, as a purge does.
+  { method: "DELETE", path: "/v1/queues/:queue/jobs/:id", needs: queueP("purge"), handler: async (c) => [200, { removed: await c.broker.queue(c.params.queue, undefined, actor(c)).remove(c.params.id) }] },
+  { method: "GET", path: "/v1/queues/:queue/browse", needs: queueP("consume"), handler: browseJobs },
+  { method: "GET", path: "/v1/queues/:queue/schedules", needs: queueP("describe"), handler: listSchedules },
+  { method: "POST", path: "/v1/queues/:queue/purge", needs: queueP("purge"), handler: async (c) => [200, { purged: await c.broker.queue(c.params.queue, undefined, actor(c)).purge() }] },
   // Redrive from a dead-letter queue (e.g. /v1/queues/emails.dlq/redrive).
-  { method: "POST", path: "/v1/queues/:queue/redrive", handler: redrive },
-  { method: "GET", path: "/v1/groups/:group/topics/:topic/lag", handler: async (c) => [200, await c.broker.groupLag(c.params.group, c.params.topic)] },
-  { method: "GET", path: "/v1/audit", handler: auditList },
-  { method: "GET", path: "/v1/groups", handler: async (c) => [200, { groups: await c.broker.listGroups() }] },
-  { method: "POST", path: "/v1/groups/:group/topics/:topic/reset", handler: resetGroup },
+  { method: "POST", path: "/v1/queues/:queue/redrive", needs: (c) => [{ op: "redrive", type: "dlq", name: c.params.queue }], handler: redrive },
+  { method: "GET", path: "/v1/groups/:group/topics/:topic/lag", needs: (c) => [groupNeed("describe", c.params.group), topicNeed("describe", c.params.topic)], handler: async (c) => [200, await c.broker.groupLag(c.params.group, c.params.topic)] },
+  { method: "GET", path: "/v1/audit", needs: clusterP("admin"), handler: auditList },
+  { method: "GET", path: "/v1/groups", needs: NONE, handler: async (c) => [200, { groups: c.visible("topic", c.visible("group", await c.broker.listGroups(), (g) => g.group), (g) => g.topic) }] },
+  { method: "POST", path: "/v1/groups/:group/topics/:topic/reset", needs: (c) => [topicNeed("describe", c.params.topic)], handler: resetGroup },
   // The web dashboard (docs/dashboard.md): static files only; its actions use the routes above.
-  ...DASHBOARD_PATHS.map((path): Route => ({ method: "*", path, handler: dashboardFile })),
+  ...DASHBOARD_PATHS.map((path): Route => ({ method: "*", path, needs: NONE, handler: dashboardFile })),
 ];
 
 async function dashboardFile(c: RouteContext): Promise<Reply> {
@@ -235,6 +254,7 @@ async function metricsText(c: RouteContext): Promise<Reply> {
 async function createTopic(c: RouteContext): Promise<Reply> {
   const b = await body(c);
   if (typeof b.name !== "string") throw new ValidationError("name is required");
+  c.check([topicNeed("create", b.name)]);
   return [201, await c.broker.createTopic(b.name, (b.config ?? {}) as object, actor(c))];
 }
 
@@ -347,11 +367,13 @@ async function enqueueJobs(c: RouteContext): Promise<Reply> {
 
 async function redrive(c: RouteContext): Promise<Reply> {
   const b = await body(c);
+  if (typeof b.target === "string") c.check([queueNeed("publish", b.target)]);
   return [200, await c.broker.queue(c.params.queue, undefined, actor(c)).redrive(b as object)];
 }
 
 async function resetGroup(c: RouteContext): Promise<Reply> {
   const b = await body(c);
+  c.check([groupNeed(b.dryRun === true ? "describe" : "reset-offsets", c.params.group)]);
   return [200, await c.broker.resetGroup(c.params.group, c.params.topic, b.to as ResetTarget, { dryRun: b.dryRun === true }, actor(c))];
 }
 
@@ -440,7 +462,19 @@ export function createHttpServer(opts: HttpOptions): Server {
       const found = findRoute(method, url);
       if (found === null) throw new NotFoundError(`no route for ${method} ${url.pathname}`);
       if (method !== "GET" && method !== "HEAD" && method !== "OPTIONS") refuseCrossSite(req);
-      const [status, reply] = await found.route.handler({ broker, opts, req, url, params: found.params, principal });
+      const gate = opts.authz;
+      const ctx: RouteContext = {
+        broker,
+        opts,
+        req,
+        url,
+        params: found.params,
+        principal,
+        check: (needs) => gate?.check(principal, needs),
+        visible: (type, items, name) => (gate ? gate.visible(principal, type, items, name) : [...items]),
+      };
+      ctx.check(found.route.needs(ctx));
+      const [status, reply] = await found.route.handler(ctx);
       if (reply instanceof TextReply) {
         res.writeHead(status, { ...reply.headers, "content-type": reply.contentType, "content-length": Buffer.byteLength(reply.text) });
         res.end(reply.text);

@@ -18,6 +18,8 @@ import { ServerTls, type ServerTlsOptions } from "./tls.js";
 import { ServerAuth, type AuthOptions } from "./auth.js";
 import { CredentialStore } from "../security/auth/credential-store.js";
 import { ValidationError } from "../errors.js";
+import { PolicyStore } from "../security/acl/policy-store.js";
+import { ServerAuthorization } from "./authorization.js";
 
 export { DEFAULT_LIMITS } from "./limits.js";
 export type { Logger } from "../observability/telemetry.js";
@@ -62,6 +64,12 @@ export interface ServerOptions {
    * request (but the probes) must authenticate. `failureLimit` bounds failed logins per source.
    */
   auth?: AuthOptions & { store?: CredentialStore };
+  /**
+   * Who may do what (docs/security.md#authorization): by default the policy of `dataDir`
+   * (`<dataDir>/security/acl.json`), re-read within a second of a change. Applies to
+   * authenticated connections only; with no policy every logged-in principal is denied.
+   */
+  acl?: { store?: PolicyStore };
   /**
    * Without users or tokens the server refuses to listen on anything but loopback (AUTH-3);
    * true serves such a host open to anyone who can reach it (`--insecure-no-auth`).
@@ -120,6 +128,9 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
   const store = opts.auth?.store ?? (opts.dataDir ? await CredentialStore.open(opts.dataDir) : null);
   const auth = store ? new ServerAuth(store, logger, opts.auth) : null;
   const authRequired = auth ? await auth.required() : false;
+  const policy = opts.acl?.store ?? (opts.dataDir ? await PolicyStore.open(opts.dataDir) : null);
+  const authz = new ServerAuthorization(policy, logger);
+  authz.start();
   if (!authRequired && !opts.allowUnauthenticated && !isLoopback(host)) {
     throw new ValidationError(
       `refusing to listen on ${host} without authentication: add a user or token (sluice users add / sluice tokens create) or pass --insecure-no-auth (allowUnauthenticated: true) to serve it open`,
@@ -134,7 +145,7 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
       socket.destroy();
       return;
     }
-    const conn = new Connection(socket, opts.broker, limits, logger, (c) => connections.delete(c), shared, auth);
+    const conn = new Connection(socket, opts.broker, limits, logger, (c) => connections.delete(c), shared, auth, authz);
     connections.add(conn);
   };
   const tcp: NetServer = tls ? createTlsServer(tls.serverOptions(), onSocket) : createServer({ noDelay: true }, onSocket);
@@ -150,6 +161,7 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
     port = await listen(tcp, opts.port ?? 7070, host);
   } catch (err) {
     tls?.stop();
+    authz.stop();
     throw err;
   }
 
@@ -165,12 +177,14 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
       metrics: opts.metrics,
       tls: tls?.serverOptions(),
       auth: auth ?? undefined,
+      authz,
     });
     if (tls) tls.attach(http as unknown as TlsServer);
     try {
       httpPort = await listen(http, opts.httpPort ?? 7071, host);
     } catch (err) {
       tls?.stop();
+      authz.stop();
       tcp.close();
       throw err;
     }
@@ -182,6 +196,7 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
     if (closed) return closed;
     closing = true;
     tls?.stop();
+    authz.stop();
     const graceMs = o.graceMs ?? 5000;
     closed = (async () => {
       const tcpClosed = new Promise<void>((resolve) => tcp.close(() => resolve()));

@@ -157,7 +157,7 @@ async function stop(s: Session, f: Frame): Promise<Reply> {
 
 async function admin(s: Session, f: Frame): Promise<Reply> {
   const m = f.meta;
-  if (m.action === "list") return { meta: { queues: await s.host.listQueues() } };
+  if (m.action === "list") return { meta: { queues: s.gate.visible(s.principal, "queue", await s.host.listQueues(), (q) => q) } };
   if (m.action === "delete") {
     const name = str(m, "queue", 300);
     await s.host.deleteQueue(name, s.actor);

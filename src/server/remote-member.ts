@@ -329,6 +329,12 @@ export class RemoteMember {
     if (first) this.opts.pushEnded(reason, error);
   }
 
+  /** Ends this member for `reason` (the client hears PUSH_SUBSCRIPTION_ENDED) and leaves the group. */
+  end(reason: string, error?: unknown): void {
+    this.finish(reason, error);
+    void this.close(reason);
+  }
+
   /** Leaves the group (partitions are reassigned by the coordinator). */
   async close(reason = "closed"): Promise<void> {
     if (this.endedReason === null) this.endedReason = reason;

@@ -469,6 +469,17 @@ export class RemoteWorker {
     this.opts.pushEnded(reason, error);
   }
 
+  /** The queue this worker takes jobs from. */
+  get queueName(): string {
+    return this.opts.queueName;
+  }
+
+  /** Ends this worker for `reason` (the client hears PUSH_WORKER_ENDED); its leases are released. */
+  end(reason: string, error?: unknown): void {
+    this.finish(reason, error);
+    void this.close();
+  }
+
   /** Stops the worker; unsettled jobs are nacked (released for redelivery) by the embedded worker. */
   async close(): Promise<void> {
     this.ended = true;

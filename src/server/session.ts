@@ -8,6 +8,7 @@ import type { ProcessingLog } from "./processing-log.js";
 import { ValidationError } from "../errors.js";
 import type { BrokerHost } from "../broker/host.js";
 import type { AuditActor } from "../security/audit/record.js";
+import type { Gate } from "./authorization.js";
 import type { HostQueue } from "../queues/host-api.js";
 import type { Frame, OneWayOpName, RequestOpName } from "../wire/index.js";
 import type { RemoteMember } from "./remote-member.js";
@@ -35,6 +36,8 @@ export interface Session {
   /** Who logged in on this connection (a user name or a token's principal); null when the
    * server runs without credentials. Set before the first request is dispatched (AUTH-1). */
   readonly principal: string | null;
+  /** The authorization checks of this connection (list filtering; docs/security.md#authorization). */
+  readonly gate: Gate;
   /** The peer's address (without the port). */
   readonly source: string;
   readonly host: BrokerHost;
