@@ -17,6 +17,7 @@ import { sluiceVersion } from "../observability/build-info.js";
 import { ServerTls, type ServerTlsOptions } from "./tls.js";
 import { ServerAuth, type AuthOptions } from "./auth.js";
 import { CredentialStore } from "../security/auth/credential-store.js";
+import { AuthAudit, type AuthAuditOptions } from "../security/audit/auth-results.js";
 import { ValidationError } from "../errors.js";
 
 export { DEFAULT_LIMITS } from "./limits.js";
@@ -61,7 +62,7 @@ export interface ServerOptions {
    * store of `dataDir` (`<dataDir>/security/`). When it has any, every connection and HTTP
    * request (but the probes) must authenticate. `failureLimit` bounds failed logins per source.
    */
-  auth?: AuthOptions & { store?: CredentialStore };
+  auth?: AuthOptions & { store?: CredentialStore; audit?: AuthAuditOptions };
   /**
    * Without users or tokens the server refuses to listen on anything but loopback (AUTH-3);
    * true serves such a host open to anyone who can reach it (`--insecure-no-auth`).
@@ -118,7 +119,9 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
   let closing = false;
 
   const store = opts.auth?.store ?? (opts.dataDir ? await CredentialStore.open(opts.dataDir) : null);
-  const auth = store ? new ServerAuth(store, logger, opts.auth) : null;
+  // Login results go to the broker's audit log (AUD-4), failures aggregated per source.
+  const authAudit = new AuthAudit((actor, target, error) => opts.broker.recordAudit(actor, target, error), logger, opts.auth?.audit);
+  const auth = store ? new ServerAuth(store, logger, opts.auth, authAudit) : null;
   const authRequired = auth ? await auth.required() : false;
   if (!authRequired && !opts.allowUnauthenticated && !isLoopback(host)) {
     throw new ValidationError(
@@ -194,6 +197,8 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
         setTimeout(() => h.closeAllConnections(), Math.min(graceMs, 2000)).unref();
         await httpClosed;
       }
+      // The counts of failed (and repeated HTTP) logins still being aggregated (AUD-4).
+      await auth?.flushAudit();
     })();
     return closed;
   };
