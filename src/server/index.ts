@@ -60,7 +60,9 @@ export interface ServerOptions {
   /**
    * Where users and tokens live (docs/security.md#authentication): by default the credential
    * store of `dataDir` (`<dataDir>/security/`). When it has any, every connection and HTTP
-   * request (but the probes) must authenticate. `failureLimit` bounds failed logins per source.
+   * request (but the probes) must authenticate. `failureLimit` bounds failed logins per source;
+   * `audit` sets the windows over which repeated login results share one audit record
+   * (`failureWindowMs`, default 1 s; `successWindowMs`, HTTP only, default 60 s).
    */
   auth?: AuthOptions & { store?: CredentialStore; audit?: AuthAuditOptions };
   /**
