@@ -13,6 +13,9 @@ import { openBroker } from "../src/broker/broker.js";
 import { connect } from "../src/client/index.js";
 import { AuthenticationError } from "../src/errors.js";
 import { auditLogPath } from "../src/security/audit/audit-log.js";
+import { AuthAudit, type AuthAttempt } from "../src/security/audit/auth-results.js";
+import type { AuditTarget } from "../src/security/audit/auditor.js";
+import { silentLogger } from "../src/observability/telemetry.js";
 import type { AuditRecord } from "../src/security/audit/record.js";
 import { CredentialStore } from "../src/security/auth/credential-store.js";
 import { startServer } from "../src/server/index.js";
@@ -124,4 +127,31 @@ test("logins that succeed and fail over the protocol and HTTP are audited, failu
   const missing = cli(["audit", "verify", "--data", data]);
   assert.equal(missing.status, 1);
   assert.match(missing.stdout + missing.stderr, /FAILED at seq 3 \(missing\): seq 3 is missing/);
+});
+
+test("aggregation: one record per window and source, bounded windows, counts written on flush", async () => {
+  const written: { principal: string; source: string; target: AuditTarget; failed: boolean }[] = [];
+  const audit = new AuthAudit(async (actor, target, error) => void written.push({ ...actor, target, failed: error !== undefined }), silentLogger, {
+    failureWindowMs: 3_600_000, // the windows end at flush() here
+    maxWindows: 2,
+  });
+  const from = (source: string, principal = "mallory"): AuthAttempt => ({ via: "protocol", source, remote: `${source}:1234`, principal, mechanism: "SCRAM-SHA-256" });
+  for (let i = 0; i < 5; i++) audit.failed(from("10.0.0.1", i === 4 ? "eve" : "mallory"), "wrong password or unknown user");
+  audit.failed(from("10.0.0.2"), "no credentials");
+  // The windows are full: further addresses share one overflow window.
+  for (const src of ["10.0.0.3", "10.0.0.4", "10.0.0.5"]) audit.failed(from(src), "no credentials");
+  await audit.succeeded(from("10.0.0.9", "alice"));
+  await audit.flush();
+  const rows = written.map((w) => [w.source, w.principal, w.target.details?.count, w.failed]);
+  assert.deepEqual(rows, [
+    ["10.0.0.1:1234", "mallory", 1, true],
+    ["10.0.0.2:1234", "mallory", 1, true],
+    ["10.0.0.3:1234", "mallory", 1, true],
+    ["10.0.0.9:1234", "alice", 1, false], // protocol successes: each recorded, never aggregated
+    ["10.0.0.1", "various", 4, true],
+    ["various", "mallory", 2, true],
+  ]);
+  assert.equal(written[4].target.details?.principals, "mallory; eve");
+  assert.equal(written[5].target.details?.sources, "10.0.0.4; 10.0.0.5");
+  for (const w of written) assert.deepEqual([w.target.op, w.target.resourceType, w.target.resource], ["auth.login", "server", "protocol"]);
 });

@@ -53,6 +53,8 @@ interface Window {
   count: number;
   /** Distinct principals, mechanisms and reasons among them (each capped at MAX_DISTINCT). */
   principals: Set<string>;
+  /** Addresses (more than one only in the overflow window). */
+  sources: Set<string>;
   mechanisms: Set<string>;
   reasons: Set<string>;
   timer: NodeJS.Timeout;
@@ -106,11 +108,12 @@ export class AuthAudit {
     if (open) {
       open.count++;
       note(open.principals, a.principal);
+      note(open.sources, a.source);
       note(open.mechanisms, a.mechanism);
       note(open.reasons, reason);
       return Promise.resolve();
     }
-    const w: Window = { attempt: a, failed, count: 0, principals: new Set(), mechanisms: new Set(), reasons: new Set(), timer: setTimeout(() => this.tick(key, w, windowMs), windowMs) };
+    const w: Window = { attempt: a, failed, count: 0, principals: new Set(), sources: new Set(), mechanisms: new Set(), reasons: new Set(), timer: setTimeout(() => this.tick(key, w, windowMs), windowMs) };
     w.timer.unref();
     this.windows.set(key, w);
     return this.write(a, failed, reason, 1, a.remote);
@@ -124,20 +127,23 @@ export class AuthAudit {
     }
     this.summarise(w);
     w.count = 0;
-    for (const set of [w.principals, w.mechanisms, w.reasons]) set.clear();
+    for (const set of [w.principals, w.sources, w.mechanisms, w.reasons]) set.clear();
     w.timer = setTimeout(() => this.tick(key, w, windowMs), windowMs);
     w.timer.unref();
   }
 
   private summarise(w: Window): void {
     const a = { ...w.attempt, principal: w.principals.size === 1 ? [...w.principals][0] : "various", mechanism: list(w.mechanisms) };
-    // Many ports (and, for the overflow window, many addresses): the record names the address.
-    void this.write(a, w.failed, list(w.reasons), w.count, w.attempt.source, w.principals.size > 1 ? list(w.principals) : undefined).catch(() => {});
+    // Many ports: the record names the address ("various" in the overflow window, which lists them).
+    const source = w.sources.size === 1 ? [...w.sources][0] : "various";
+    const extra: AuditDetails = {};
+    if (w.principals.size > 1) extra.principals = list(w.principals);
+    if (w.sources.size > 1) extra.sources = list(w.sources);
+    void this.write(a, w.failed, list(w.reasons), w.count, source, extra).catch(() => {});
   }
 
-  private write(a: AuthAttempt, failed: boolean, reason: string, count: number, source: string, principals?: string): Promise<void> {
-    const details: AuditDetails = { mechanism: a.mechanism, count };
-    if (principals !== undefined) details.principals = principals;
+  private write(a: AuthAttempt, failed: boolean, reason: string, count: number, source: string, extra: AuditDetails = {}): Promise<void> {
+    const details: AuditDetails = { mechanism: a.mechanism, count, ...extra };
     if (failed) details.reason = reason;
     const target: AuditTarget = { op: "auth.login", resourceType: "server", resource: a.via, details };
     const p = this.sink({ principal: a.principal, source }, target, failed ? new AuthenticationError() : undefined).catch((err: unknown) => {
