@@ -147,9 +147,10 @@ export class AuthAudit {
     if (failed) details.reason = reason;
     const target: AuditTarget = { op: "auth.login", resourceType: "server", resource: a.via, details };
     const p = this.sink({ principal: a.principal, source }, target, failed ? new AuthenticationError() : undefined).catch((err: unknown) => {
-      this.logger.error({ err, via: a.via, source }, "audit record of a login not written");
+      this.logger.error({ err, via: a.via, source, failed }, "audit record of a login not written");
       // A success is not acted on without its record (AUD-4): the login fails, retriably.
-      throw new StorageError(`login of ${a.principal} over ${a.via} succeeded, but its audit record could not be written`, err);
+      // (A failure's record is not awaited: this error goes nowhere.)
+      throw new StorageError(`a login over ${a.via} succeeded, but its audit record could not be written`, err);
     });
     const tracked = p.catch(() => {});
     this.pending.add(tracked);
