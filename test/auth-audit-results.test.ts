@@ -2,7 +2,8 @@
 // Every authentication result goes to the audit log (AUD-4, docs/security.md "Audit log"):
 // successes and failures over the binary protocol and HTTP, with principal, source, operation,
 // resource and result; a flood of failures from one address costs one record per window; no
-// secret is recorded; `sluice audit verify` passes, and catches an edited and a deleted record.
+// secret is recorded; a login whose record cannot be written is refused; `sluice audit verify`
+// passes, and catches an edited and a deleted record.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -11,7 +12,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { openBroker } from "../src/broker/broker.js";
 import { connect } from "../src/client/index.js";
-import { AuthenticationError } from "../src/errors.js";
+import { AuthenticationError, StorageError } from "../src/errors.js";
 import { auditLogPath } from "../src/security/audit/audit-log.js";
 import { AuthAudit, type AuthAttempt } from "../src/security/audit/auth-results.js";
 import type { AuditTarget } from "../src/security/audit/auditor.js";
@@ -20,6 +21,7 @@ import type { AuditRecord } from "../src/security/audit/record.js";
 import { CredentialStore } from "../src/security/auth/credential-store.js";
 import { startServer } from "../src/server/index.js";
 import { tempDir } from "../src/testing/helpers.js";
+import { wrapHost } from "./fixtures/host-wrapper.js";
 
 const CLI = join(fileURLToPath(new URL(".", import.meta.url)), "..", "src", "cli", "main.js");
 const PASSWORD = "audit-results-pw";
@@ -154,4 +156,27 @@ test("aggregation: one record per window and source, bounded windows, counts wri
   assert.equal(written[4].target.details?.principals, "mallory; eve");
   assert.equal(written[5].target.details?.sources, "10.0.0.4; 10.0.0.5");
   for (const w of written) assert.deepEqual([w.target.op, w.target.resourceType, w.target.resource], ["auth.login", "server", "protocol"]);
+});
+
+test("a login whose audit record cannot be written is not let in (retriable STORAGE_ERROR)", async () => {
+  using dir = tempDir("sluice-auth-audit-fail-");
+  const store = await CredentialStore.open(dir.dir);
+  const { token } = await store.createToken("ci-bot");
+  const broker = await openBroker({ dataDir: dir.dir, retentionCheckIntervalMs: 0 });
+  const host = wrapHost(broker, { recordAudit: () => Promise.reject(new Error("audit disk gone")) });
+  const srv = await startServer({ broker: host, port: 0, httpPort: 0, dataDir: dir.dir });
+  try {
+    const e = await connect({ url: srv.url, auth: { token }, connectTimeoutMs: 3000 }).then(
+      (c) => c.close().then(() => null),
+      (err: unknown) => err,
+    );
+    assert.ok(e instanceof StorageError, String(e));
+    assert.equal(e.retriable, true);
+    const res = await fetch(`http://127.0.0.1:${srv.httpPort}/v1/topics`, { headers: { authorization: `Bearer ${token}` } });
+    assert.equal(res.status, 503);
+    assert.equal(((await res.json()) as { error: { code: string } }).error.code, "STORAGE_ERROR");
+  } finally {
+    await srv.close();
+    await broker.close();
+  }
 });
