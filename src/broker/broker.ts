@@ -484,6 +484,12 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     return listAuditRecords(this.fs, this.dataDir, opts);
   }
 
+  /** An event the server observed (a login's result), durable when this resolves (AUD-4). */
+  async recordAudit(actor: AuditActor, target: AuditTarget, error?: unknown): Promise<void> {
+    this.check();
+    await this.auditor.record(actor, target, error);
+  }
+
     /** Runs retention now (it also runs on a timer). */
   enforceRetention(now?: number): Promise<void> {
     this.check();

@@ -8,6 +8,7 @@ import type { QueueHostApi } from "../queues/host-api.js";
 import type { RawChunk } from "../streams/subscription.js";
 import type { AuditActor, AuditRecord } from "../security/audit/record.js";
 import type { ListOptions as AuditListOptions } from "../security/audit/reader.js";
+import type { AuditTarget } from "../security/audit/auditor.js";
 import type { Broker, ResetResult, ResetTarget, SubscribeOptions, Subscription, TopicAlteration, TopicConfig, TopicDescription } from "../types.js";
 
 /** The outcome of appending one client-encoded batch. */
@@ -75,6 +76,11 @@ export interface StreamHost
   publishEncoded(topic: string, partition: number, batch: Buffer, signal?: AbortSignal): Promise<EncodedAppend>;
   /** Audit log records (`GET /v1/audit`): the last `limit`, or the first `limit` from `since`; [] without an audit log. */
   listAudit(opts: AuditListOptions): Promise<AuditRecord[]>;
+  /**
+   * Records an event the server observed (a login's result, AUD-4) in the audit log; resolves
+   * once the record is durable (at once without an audit log). `error` undefined: it succeeded.
+   */
+  recordAudit(actor: AuditActor, target: AuditTarget, error?: unknown): Promise<void>;
   /** Joins `opts.group` for `topic` as a member whose rebalances `listener` hears of. */
   subscribeMember(topic: string, opts: SubscribeOptions, listener: MemberListener): MemberSubscription;
 }

@@ -3,7 +3,8 @@
  * The server's side of authentication in the HELLO handshake (docs/protocol.md §1.1):
  * SCRAM-SHA-256 in two HELLO round trips, or a bearer token in the first HELLO. One login
  * attempt per connection; any failure is the one `AuthenticationError` (the reason is logged,
- * never sent), and failures are counted per source address (AUTH-4).
+ * never sent), and failures are counted per source address (AUTH-4). Every result, success or
+ * failure, goes to the audit log through `AuthAudit` (AUD-4), which bounds what failures cost.
  *
  * An unknown user gets a server-first message with a salt derived from a per-server secret,
  * so the exchange looks the same as for a real user and fails only at the proof.
@@ -27,14 +28,20 @@ import {
   type ScramKeys,
 } from "../security/auth/scram.js";
 import type { Logger } from "../observability/telemetry.js";
+import type { AuthAudit, AuthAttempt } from "../security/audit/auth-results.js";
 
 export const BEARER_MECHANISM = "BEARER";
+/** HTTP Basic: the mechanism name recorded in the audit log. */
+const BASIC_MECHANISM = "BASIC";
 
 export interface AuthOptions {
   failureLimit?: FailureLimitOptions;
   /** Clock for the failure buckets (tests). */
   now?: () => number;
 }
+
+/** Where a login attempt came from: the interface, the address, and `host:port`. */
+export type Peer = Pick<AuthAttempt, "via" | "source" | "remote">;
 
 /** What a HELLO's `auth` field led to: a challenge to send back, or the authenticated principal. */
 export type AuthStep = { kind: "challenge"; message: string } | { kind: "done"; principal: string; message?: string };
@@ -54,6 +61,8 @@ export class ServerAuth {
     private readonly store: CredentialStore | null,
     private readonly logger: Logger,
     opts: AuthOptions = {},
+    /** Where login results are recorded (AUD-4); null: nowhere (no audit log). */
+    private readonly audit: AuthAudit | null = null,
   ) {
     this.limiter = new FailureLimiter(opts.failureLimit, opts.now);
   }
@@ -68,23 +77,25 @@ export class ServerAuth {
     return this.on;
   }
 
-  /** A fresh exchange for one connection from `source` (its address, without the port). */
-  begin(source: string): HandshakeAuth {
-    return new HandshakeAuth(this, source);
+  /** A fresh exchange for one connection from `source` (its address, without the port; `remote` with it). */
+  begin(source: string, remote = source): HandshakeAuth {
+    return new HandshakeAuth(this, { via: "protocol", source, remote });
   }
 
   /**
    * The principal for an HTTP `Authorization` header (Bearer token or Basic user:password),
    * or null when the server runs without credentials. Throws AuthenticationError otherwise.
    */
-  async httpPrincipal(header: string | undefined, source: string): Promise<string | null> {
+  async httpPrincipal(header: string | undefined, source: string, remote = source): Promise<string | null> {
     if (!(await this.required())) return null;
-    if (!this.limiter.allowed(source)) throw this.refuse(source, "too many failed attempts from this source");
+    const at: Peer = { via: "http", source, remote };
+    if (!this.limiter.allowed(source)) throw this.refuse(at, "too many failed attempts from this source");
     const m = /^(Bearer|Basic) +(\S{1,2048})$/i.exec(header ?? "");
-    if (!m) throw this.refuse(source, header ? "unsupported Authorization scheme" : "no credentials");
+    if (!m) throw this.refuse(at, header ? "unsupported Authorization scheme" : "no credentials");
     if (m[1].toLowerCase() === "bearer") {
       const principal = this.tokenPrincipal(m[2]);
-      if (principal === null) throw this.refuse(source, "unknown, revoked or expired token");
+      if (principal === null) throw this.refuse(at, "unknown, revoked or expired token", "anonymous", BEARER_MECHANISM);
+      await this.succeeded(at, principal, BEARER_MECHANISM);
       return principal;
     }
     const decoded = Buffer.from(m[2], "base64").toString("utf8");
@@ -92,13 +103,17 @@ export class ServerAuth {
     const user = colon < 0 ? decoded : decoded.slice(0, colon);
     const keys = this.keysFor(user);
     const cacheKey = createHmac("sha256", this.secret).update(`${decoded}\0${keys.storedKey.toString("base64")}`).digest("base64");
-    if ((this.basicOk.get(cacheKey) ?? 0) > Date.now()) return user;
+    if ((this.basicOk.get(cacheKey) ?? 0) > Date.now()) {
+      await this.succeeded(at, user, BASIC_MECHANISM);
+      return user;
+    }
     // An unknown user costs the same derivation as a known one (keysFor gives fake keys).
     if (colon < 0 || !(await passwordMatchesAsync(decoded.slice(colon + 1), keys))) {
-      throw this.refuse(source, `wrong password or unknown user ${JSON.stringify(user.slice(0, 128))}`);
+      throw this.refuse(at, "wrong password or unknown user", user, BASIC_MECHANISM);
     }
     if (this.basicOk.size >= 1000) this.basicOk.delete(this.basicOk.keys().next().value as string);
     this.basicOk.set(cacheKey, Date.now() + 60_000);
+    await this.succeeded(at, user, BASIC_MECHANISM);
     return user;
   }
 
@@ -114,10 +129,24 @@ export class ServerAuth {
     return this.store?.tokenPrincipal(token) ?? null;
   }
 
-  /** @internal */ refuse(source: string, reason: string): AuthenticationError {
-    this.limiter.failed(source);
-    this.logger.warn({ source, reason }, "authentication failed");
+  /**
+   * @internal Counts a failure against its source (AUTH-4), logs and audits it (AUD-4). `reason`
+   * is a fixed phrase and `principal` the name tried, if any: never a secret.
+   */ refuse(at: Peer, reason: string, principal = "anonymous", mechanism = "none"): AuthenticationError {
+    this.limiter.failed(at.source);
+    this.logger.warn({ source: at.source, via: at.via, reason, ...(principal !== "anonymous" ? { user: principal.slice(0, 128) } : {}) }, "authentication failed");
+    this.audit?.failed({ ...at, principal, mechanism }, reason);
     return new AuthenticationError();
+  }
+
+  /** @internal A login succeeded: resolves once the audit log has it (AUD-4). */
+  succeeded(at: Peer, principal: string, mechanism: string): Promise<void> {
+    return this.audit?.succeeded({ ...at, principal, mechanism }) ?? Promise.resolve();
+  }
+
+  /** Writes the counts of failures and HTTP logins still being aggregated (at server close). */
+  flushAudit(): Promise<void> {
+    return this.audit?.flush() ?? Promise.resolve();
   }
 }
 
@@ -126,32 +155,40 @@ export class HandshakeAuth {
 
   constructor(
     private readonly auth: ServerAuth,
-    private readonly source: string,
+    private readonly at: Peer,
   ) {}
 
-  /** One HELLO's `auth` field (undefined when absent). Throws AuthenticationError on failure. */
+  /**
+   * One HELLO's `auth` field (undefined when absent). Throws AuthenticationError on failure;
+   * a success is in the audit log before it is returned (AUD-4).
+   */
   async step(field: unknown): Promise<AuthStep> {
-    if (!this.auth.limiter.allowed(this.source)) throw this.auth.refuse(this.source, "too many failed attempts from this source");
-    if (typeof field !== "object" || field === null) throw this.auth.refuse(this.source, "no credentials");
+    if (!this.auth.limiter.allowed(this.at.source)) throw this.auth.refuse(this.at, "too many failed attempts from this source", this.scram?.user);
+    if (typeof field !== "object" || field === null) throw this.auth.refuse(this.at, "no credentials", this.scram?.user);
     const { mechanism, message, token } = field as Record<string, unknown>;
-    if (this.scram) return this.final(message);
+    if (this.scram) {
+      const done = this.final(message);
+      await this.auth.succeeded(this.at, done.principal, SCRAM_MECHANISM);
+      return done;
+    }
     if (mechanism === BEARER_MECHANISM && typeof token === "string" && token.length <= 1024) {
       const principal = this.auth.tokenPrincipal(token);
-      if (principal === null) throw this.auth.refuse(this.source, "unknown, revoked or expired token");
+      if (principal === null) throw this.auth.refuse(this.at, "unknown, revoked or expired token", "anonymous", BEARER_MECHANISM);
+      await this.auth.succeeded(this.at, principal, BEARER_MECHANISM);
       return { kind: "done", principal };
     }
     if (mechanism === SCRAM_MECHANISM && typeof message === "string") return this.first(message);
-    throw this.auth.refuse(this.source, "unsupported mechanism or malformed auth field");
+    throw this.auth.refuse(this.at, "unsupported mechanism or malformed auth field");
   }
 
   private first(clientFirst: string): AuthStep {
     // "n,,n=user,r=nonce": no channel binding, no authzid (scram.ts).
-    if (!clientFirst.startsWith("n,,")) throw this.auth.refuse(this.source, "malformed client-first message");
+    if (!clientFirst.startsWith("n,,")) throw this.auth.refuse(this.at, "malformed client-first message", "anonymous", SCRAM_MECHANISM);
     const bare = clientFirst.slice(3);
     const attrs = parseAttributes(bare);
     const user = attrs?.get("n");
     const cnonce = attrs?.get("r");
-    if (!user || !cnonce || cnonce.length > 256) throw this.auth.refuse(this.source, "malformed client-first message");
+    if (!user || !cnonce || cnonce.length > 256) throw this.auth.refuse(this.at, "malformed client-first message", user ? unescapeName(user) : "anonymous", SCRAM_MECHANISM);
     const keys = this.auth.keysFor(unescapeName(user));
     const full = cnonce + nonce();
     const serverFirst = `r=${full},s=${keys.salt.toString("base64")},i=${keys.iterations}`;
@@ -159,19 +196,19 @@ export class HandshakeAuth {
     return { kind: "challenge", message: serverFirst };
   }
 
-  private final(clientFinal: unknown): AuthStep {
+  private final(clientFinal: unknown): AuthStep & { kind: "done" } {
     const s = this.scram!;
     const attrs = typeof clientFinal === "string" ? parseAttributes(clientFinal) : null;
     const proofB64 = attrs?.get("p");
     const idx = typeof clientFinal === "string" ? clientFinal.lastIndexOf(",p=") : -1;
     if (!attrs || !proofB64 || idx < 0 || attrs.get("c") !== CHANNEL_BINDING || attrs.get("r") !== s.nonce) {
-      throw this.auth.refuse(this.source, `malformed client-final message for user ${JSON.stringify(s.user)}`);
+      throw this.auth.refuse(this.at, "malformed client-final message", s.user, SCRAM_MECHANISM);
     }
     const authMessage = `${s.clientFirstBare},${s.serverFirst},${(clientFinal as string).slice(0, idx)}`;
     const proof = Buffer.from(proofB64, "base64");
     const clientKey = xor(proof, signature(s.keys.storedKey, authMessage));
     if (proof.length !== 32 || !safeEqual(storedKeyOf(clientKey), s.keys.storedKey)) {
-      throw this.auth.refuse(this.source, `wrong password or unknown user ${JSON.stringify(s.user)}`);
+      throw this.auth.refuse(this.at, "wrong password or unknown user", s.user, SCRAM_MECHANISM);
     }
     return { kind: "done", principal: s.user, message: `v=${signature(s.keys.serverKey, authMessage).toString("base64")}` };
   }

@@ -17,6 +17,7 @@ import { sluiceVersion } from "../observability/build-info.js";
 import { ServerTls, type ServerTlsOptions } from "./tls.js";
 import { ServerAuth, type AuthOptions } from "./auth.js";
 import { CredentialStore } from "../security/auth/credential-store.js";
+import { AuthAudit, type AuthAuditOptions } from "../security/audit/auth-results.js";
 import { ValidationError } from "../errors.js";
 import { PolicyStore } from "../security/acl/policy-store.js";
 import { ServerAuthorization } from "./authorization.js";
@@ -61,9 +62,11 @@ export interface ServerOptions {
   /**
    * Where users and tokens live (docs/security.md#authentication): by default the credential
    * store of `dataDir` (`<dataDir>/security/`). When it has any, every connection and HTTP
-   * request (but the probes) must authenticate. `failureLimit` bounds failed logins per source.
+   * request (but the probes) must authenticate. `failureLimit` bounds failed logins per source;
+   * `audit` sets the windows over which repeated login results share one audit record
+   * (`failureWindowMs`, default 1 s; `successWindowMs`, HTTP only, default 60 s).
    */
-  auth?: AuthOptions & { store?: CredentialStore };
+  auth?: AuthOptions & { store?: CredentialStore; audit?: AuthAuditOptions };
   /**
    * Who may do what (docs/security.md#authorization): by default the policy of `dataDir`
    * (`<dataDir>/security/acl.json`), re-read within a second of a change. Applies to
@@ -126,7 +129,9 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
   let closing = false;
 
   const store = opts.auth?.store ?? (opts.dataDir ? await CredentialStore.open(opts.dataDir) : null);
-  const auth = store ? new ServerAuth(store, logger, opts.auth) : null;
+  // Login results go to the broker's audit log (AUD-4), failures aggregated per source.
+  const authAudit = new AuthAudit((actor, target, error) => opts.broker.recordAudit(actor, target, error), logger, opts.auth?.audit);
+  const auth = store ? new ServerAuth(store, logger, opts.auth, authAudit) : null;
   const authRequired = auth ? await auth.required() : false;
   const policy = opts.acl?.store ?? (opts.dataDir ? await PolicyStore.open(opts.dataDir) : null);
   const authz = new ServerAuthorization(policy, logger);
@@ -209,6 +214,8 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
         setTimeout(() => h.closeAllConnections(), Math.min(graceMs, 2000)).unref();
         await httpClosed;
       }
+      // The counts of failed (and repeated HTTP) logins still being aggregated (AUD-4).
+      await auth?.flushAudit();
     })();
     return closed;
   };

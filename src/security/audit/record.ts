@@ -24,7 +24,8 @@ export interface AuditActor {
 
 export const EMBEDDED_ACTOR: AuditActor = Object.freeze({ principal: "embedded", source: "embedded" });
 
-export type AuditResourceType = "topic" | "queue" | "group";
+/** "server": an event of the server itself, e.g. a login (resource: the interface, "protocol" or "http"). */
+export type AuditResourceType = "topic" | "queue" | "group" | "server";
 /** Small scalar facts about an operation (never payloads or secrets). */
 export type AuditDetails = Record<string, string | number | boolean | null>;
 
