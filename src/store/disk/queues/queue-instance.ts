@@ -13,7 +13,7 @@
  * ahead of disk, so the instance stops (every lease is lost, LEASE-2) and its owner
  * (disk-queue.ts) reopens the queue from disk (Q-7).
  */
-import { BrokerClosedError, LeaseExpiredError, StorageError } from "../../../errors.js";
+import { BrokerClosedError, EncryptionKeyMissingError, LeaseExpiredError, StorageError } from "../../../errors.js";
 import type { FileSystem } from "../../../log/io.js";
 import type { PartitionLog } from "../../../log/partition-log.js";
 import type { Clock, Telemetry } from "../../../observability/telemetry.js";
@@ -44,6 +44,8 @@ import { EarliestTimer } from "./earliest-timer.js";
 import { queueStats } from "./stats.js";
 import { isTerminal, St } from "./table.js";
 
+/** A job whose encryption key is missing is tried again after this long (keyMissing). */
+const KEY_MISSING_RETRY_MS = 30_000;
 /** Snapshot after this many message-log bytes (or twice the last snapshot's size, whichever is larger). */
 const SNAPSHOT_EVERY_MSG_BYTES = 64 * 1024 * 1024;
 
@@ -374,6 +376,10 @@ export class QueueInstance {
         const r = recs.get(l.off);
         l.deadlineMono += handoff - l.startedMono;
         l.startedMono = handoff;
+        if (r instanceof EncryptionKeyMissingError) {
+          this.keyMissing(l, r, now);
+          continue;
+        }
         if (r === undefined || r instanceof Error) {
           this.unreadable(l, r, now);
           continue;
@@ -384,6 +390,18 @@ export class QueueInstance {
       }
       return out;
     });
+  }
+
+  /**
+   * ENC-1: a job encrypted with a key the keyring lacks is not damaged: it is given back
+   * without an attempt (RATE-2) and tried again later, so restoring the key serves it.
+   */
+  private keyMissing(l: DiskLease, err: EncryptionKeyMissingError, now: number): void {
+    this.logger.error({ err, queue: this.name, offset: l.off }, "job not delivered: its encryption key is missing from the keyring");
+    const visibleAt = now + KEY_MISSING_RETRY_MS;
+    this.st.giveBack(l, visibleAt, now);
+    this.afterVisible();
+    void this.journal.fixed(Ev.GIVE_BACK, l.off, l.attempt - 1, visibleAt).catch(() => {});
   }
 
   /**
