@@ -215,6 +215,16 @@ test("rotation: k1 then k2 active, both readable after restart; without k1 old b
   try {
     await assert.rejects(b.fetch("t", 0, 0), (e: unknown) => e instanceof EncryptionKeyMissingError && e.keyId === "k1");
     assert.deepEqual(await drain(b, "t", 1), ["new"]);
+    // The same typed error through a server.
+    const server = await startServer({ broker: b, port: 0, httpPort: null, dataDir });
+    const client = await connect({ url: server.url });
+    try {
+      await assert.rejects(client.fetch("t", 0, 0), (e: unknown) => e instanceof EncryptionKeyMissingError && e.keyId === "k1" && e.where === "t/0");
+      assert.equal(String((await client.fetch("t", 0, 1)).records[0].value), "new");
+    } finally {
+      await client.close();
+      await server.close();
+    }
     const w2 = b.queue("q").work();
     const only = (await w2[Symbol.asyncIterator]().next()).value!;
     assert.equal(only.data, "new-job");
