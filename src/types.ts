@@ -52,8 +52,8 @@ export interface TopicConfig {
   archiveRetentionMs?: number;
   /**
    * Encryption at rest (docs/security.md): records are stored AES-256-GCM encrypted per batch
-   * with the broker's active key (`encryptionKeys`). Needs a keyring; not with `compact` or an
-   * `archive`; cannot be changed on an existing topic. Default false.
+   * with the broker's active key (`encryptionKeys`). Needs a keyring; not with `compact`
+   * (archived segments stay encrypted); cannot be changed on an existing topic. Default false.
    */
   encrypted?: boolean;
 }

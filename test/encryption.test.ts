@@ -111,7 +111,7 @@ test("batch cipher: header stays clear, AAD binds offset and log, tampering is r
   assert.throws(() => new BatchCipher(null, "topic:id-1/0", "t/0").open(sealed, 0, h), EncryptionKeyMissingError);
 });
 
-test("config: encrypted needs keys, refuses compaction and archives, cannot change; unencrypted topics unchanged", async () => {
+test("config: encrypted needs keys, refuses compaction, cannot change; unencrypted topics unchanged", async () => {
   using d = tempDir("sluice-enc-");
   const plain = await openBroker({ dataDir: join(d.dir, "a"), retentionCheckIntervalMs: 0 });
   try {
@@ -123,7 +123,6 @@ test("config: encrypted needs keys, refuses compaction and archives, cannot chan
   const b = await openBroker({ dataDir: join(d.dir, "b"), retentionCheckIntervalMs: 0, encryptionKeys: { active: "k1", keys: { k1: k() } } });
   try {
     await assert.rejects(b.createTopic("c", { encrypted: true, cleanupPolicy: "compact" }), ValidationError);
-    await assert.rejects(b.createTopic("a", { encrypted: true, archive: { dir: join(d.dir, "arch") } }), ValidationError);
     await assert.rejects(b.createTopic("x", { encrypted: "yes" as unknown as boolean }), ValidationError);
     await b.queue("q", { encrypted: true }).enqueue("x");
     await assert.rejects(b.queue("q", { encrypted: false }).enqueue("y"), ValidationError);
@@ -383,4 +382,38 @@ test("topology files declare encrypted topics and queues; re-applying plans noth
   } finally {
     await b.close();
   }
+});
+
+test("archive: encrypted segments are archived as stored (ciphertext) and read back decrypted, by fetch, time and raw reads", async () => {
+  using d = tempDir("sluice-enc-");
+  const dataDir = join(d.dir, "data");
+  const archiveDir = join(d.dir, "archive");
+  const keys = { active: "k1", keys: { k1: k() } };
+  let b = await openBroker({ dataDir, retentionCheckIntervalMs: 0, encryptionKeys: keys });
+  try {
+    await b.createTopic("t", { encrypted: true, segmentBytes: 4096, retentionBytes: 2 * 4096, archive: { dir: archiveDir } });
+    for (let i = 0; i < 300; i++) await b.publishBatch("t", [{ value: `${SECRET}-${i}`, timestamp: 1_000_000 + i }]);
+    await b.enforceRetention(Date.now());
+    const p = (await b.describeTopic("t")).partitions[0];
+    assert.equal(p.logStartOffset, 0);
+    assert.ok((p.archivedSegments ?? 0) > 0, "segments were archived");
+    assert.deepEqual(filesWith(archiveDir, SECRET), []);
+    await b.close();
+    b = await openBroker({ dataDir, retentionCheckIntervalMs: 0, encryptionKeys: keys });
+    const all = await drain(b, "t");
+    assert.equal(all.length, 300);
+    assert.equal(all[0], `${SECRET}-0`);
+    assert.equal(await b.offsetForTimestamp("t", 0, 1_000_000 + 3), 3);
+    // The subscription's raw reads (the server's push path) start in the archive.
+    const sub = b.subscribe("t", { group: "g", start: "earliest" });
+    const seen: string[] = [];
+    for await (const m of sub) {
+      seen.push(String(m.value));
+      if (seen.length === 300) break;
+    }
+    assert.equal(seen[5], `${SECRET}-5`);
+  } finally {
+    await b.close();
+  }
+  assert.deepEqual(filesWith(dataDir, SECRET), []);
 });

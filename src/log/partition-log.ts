@@ -244,9 +244,11 @@ export class PartitionLog {
 
   /** See LogReader.readRaw. */
   readRaw(offset: number, maxBytes: number, maxRecords = Infinity): Promise<RawRead> {
-    if (this.archive !== null && Number.isSafeInteger(offset) && offset < this.st.logStart && Number.isSafeInteger(maxBytes) && maxBytes >= 1)
-      return this.archive.readRaw(offset, maxBytes, maxRecords, this.st.logStart, this.st.hwm);
     const cipher = this.st.ctx.cipher;
+    if (this.archive !== null && Number.isSafeInteger(offset) && offset < this.st.logStart && Number.isSafeInteger(maxBytes) && maxBytes >= 1) {
+      const a = this.archive.readRaw(offset, maxBytes, maxRecords, this.st.logStart, this.st.hwm);
+      return cipher === null ? a : a.then((r) => this.openRaw(cipher, r, offset));
+    }
     if (cipher !== null) return this.reader.readRaw(offset, maxBytes, maxRecords).then((r) => this.openRaw(cipher, r, offset));
     return this.reader.readRaw(offset, maxBytes, maxRecords);
   }

@@ -80,10 +80,9 @@ export function resolveTopicConfig(config: TopicConfig = {}): Required<TopicConf
   intIn("deleteRetentionMs", c.deleteRetentionMs, 0, Number.MAX_SAFE_INTEGER);
   if (typeof c.encrypted !== "boolean") throw new ValidationError(`encrypted must be true or false, got ${JSON.stringify(c.encrypted)}`);
   if (c.encrypted) {
-    // The cleaner reads record keys and rewrites batches; archived segments are read back
-    // outside the log. Neither decrypts (docs/security.md, "Encryption at rest").
+    // The cleaner reads record keys and rewrites batches without keys (docs/security.md,
+    // "Encryption at rest"). Archived segments stay encrypted and are decrypted when read.
     if (c.cleanupPolicy !== "delete") throw new ValidationError(`encrypted topics cannot use cleanupPolicy ${JSON.stringify(c.cleanupPolicy)} (the cleaner would need the keys)`);
-    if (c.archive !== null) throw new ValidationError("encrypted topics cannot have an archive");
   }
   return c;
 }

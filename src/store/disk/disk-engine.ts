@@ -215,9 +215,13 @@ export class DiskEngine implements StorageEngine {
       onFault: () => this.scheduleRecovery(t, p),
       archive: t.config.archive ? (logStart) => this.openArchive(t, p, logStart) : undefined,
       cleanerBudget: this.cleanerBudget,
-      // ENC-2: a batch is bound to its topic incarnation and partition.
-      cipher: t.config.encrypted ? new BatchCipher(this.keyring, `topic:${t.topicId}/${p}`, `${t.name}/${p}`) : undefined,
+      cipher: this.cipherOf(t, p),
     });
+  }
+
+  /** ENC-2: a topic's batches are bound to its incarnation and partition (online and archived alike). */
+  private cipherOf(t: Topic, p: number): BatchCipher | undefined {
+    return t.config.encrypted ? new BatchCipher(this.keyring, `topic:${t.topicId}/${p}`, `${t.name}/${p}`) : undefined;
   }
 
   /** The background cleaner: one run at a time, then the next after the interval (never overlapping). */
@@ -257,7 +261,7 @@ export class DiskEngine implements StorageEngine {
   private openArchive(t: Topic, p: number, logStart: number): Promise<PartitionArchive> {
     const store = new FsArchiveStore(this.fs, t.config.archive!.dir);
     const target = { topic: t.name, topicId: t.topicId, partition: p, prefix: partitionPrefix(t.name, t.topicId, p) };
-    return PartitionArchive.open({ fs: this.fs, store, target, logger: this.logger, retentionMs: () => t.config.archiveRetentionMs }, logStart);
+    return PartitionArchive.open({ fs: this.fs, store, target, logger: this.logger, retentionMs: () => t.config.archiveRetentionMs, cipher: this.cipherOf(t, p) }, logStart);
   }
 
   /**
