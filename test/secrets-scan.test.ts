@@ -121,6 +121,8 @@ test("no password, token, encryption key or encrypted payload in the data dir or
   }
   const log = server.stdout.join("\n") + "\n" + stderr;
   assert.ok(log.includes('"event":"listening"'), "the log was captured");
+  assert.ok(log.includes("encryption at rest: keyring loaded"), "the keyring's source is logged");
+  assert.ok(!log.includes("can be read by other users"), "a 0600 key file draws no warning");
   for (const [what, s] of secrets) {
     if (what === "key (raw)" || what === "record key") continue; // binary; keys of records may name things, see docs/security.md
     const line = log.split("\n").find((l) => l.includes(s.toString("utf8")));

@@ -18,7 +18,7 @@ process.env.UV_THREADPOOL_SIZE ??= "16";
 import { ENCRYPTION_KEY_FILE_ENV, ENCRYPTION_KEYS_ENV, Keyring } from "../log/keyring.js";
 import { pino } from "pino";
 import type { Logger } from "../observability/telemetry.js";
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { openBroker } from "../broker/broker.js";
 import { BrokerError, TlsConfigError, ValidationError } from "../errors.js";
@@ -223,6 +223,9 @@ export async function serveCommand(argv: string[]): Promise<void> {
   const encryptionKeys = cfg.encryptionKeyFile ?? Keyring.fromEnv() ?? undefined;
   const broker = await openBroker({ dataDir: cfg.data, logger, metrics: { registry }, encryptionKeys });
   if (encryptionKeys !== undefined) logger.info({ event: "encryption", source: typeof encryptionKeys === "string" ? encryptionKeys : ENCRYPTION_KEYS_ENV }, "encryption at rest: keyring loaded");
+  if (typeof encryptionKeys === "string" && (statSync(encryptionKeys).mode & 0o077) !== 0) {
+    logger.warn({ event: "encryption", file: encryptionKeys }, "the encryption key file can be read by other users: chmod 600 it");
+  }
   if (topology !== null) await applyAtStartup(broker, topology, cfg.topology!, logger);
   let server;
   try {
