@@ -126,7 +126,16 @@ test("config: encrypted needs keys, refuses compaction, cannot change; unencrypt
     await assert.rejects(b.createTopic("x", { encrypted: "yes" as unknown as boolean }), ValidationError);
     await b.queue("q", { encrypted: true }).enqueue("x");
     await assert.rejects(b.queue("q", { encrypted: false }).enqueue("y"), ValidationError);
-    await assert.rejects(b.queue("q").upsertSchedule("s", { every: "1m", data: SECRET } as never), ValidationError);
+    await assert.rejects(b.queue("q").upsertSchedule("s", { everyMs: 60_000, data: SECRET } as never), (e: unknown) => e instanceof ValidationError && /encrypted/.test((e as Error).message));
+    // An encrypted queue's jobs never land in an unencrypted dead-letter queue.
+    await b.queue("plain-dlq").enqueue("placeholder");
+    const src = b.queue("src", { encrypted: true, deadLetter: "plain-dlq" });
+    await src.enqueue(`${SECRET}-src`);
+    const w = src.work();
+    const job = (await w[Symbol.asyncIterator]().next()).value!;
+    await assert.rejects(job.nack({ requeue: false, reason: "x" }), (e: unknown) => e instanceof ValidationError && /not/.test((e as Error).message));
+    await w.close();
+    assert.equal((await b.queue("plain-dlq").stats()).waiting, 1);
     await b.createTopic("clear");
     await b.publish("clear", SECRET);
     // An unencrypted topic stores its payload as before (and is not touched by encryption).
@@ -134,6 +143,7 @@ test("config: encrypted needs keys, refuses compaction, cannot change; unencrypt
   } finally {
     await b.close();
   }
+  assert.deepEqual(filesWith(join(d.dir, "b", "queues"), `${SECRET}-src`), []);
 });
 
 test("embedded: publish, fetch, subscribe and queues round-trip; nothing in clear on disk; restart recovers", async () => {
