@@ -427,3 +427,36 @@ test("archive: encrypted segments are archived as stored (ciphertext) and read b
   }
   assert.deepEqual(filesWith(dataDir, SECRET), []);
 });
+
+test("a batch whose key is missing ends a read after the readable batches before it (fetch and raw reads)", async () => {
+  using d = tempDir("sluice-enc-");
+  const dataDir = join(d.dir, "data");
+  const k1 = k();
+  const k2 = k();
+  let b = await openBroker({ dataDir, retentionCheckIntervalMs: 0, encryptionKeys: { active: "k1", keys: { k1 } } });
+  await b.createTopic("t", { encrypted: true });
+  await b.publish("t", "a");
+  await b.close();
+  b = await openBroker({ dataDir, retentionCheckIntervalMs: 0, encryptionKeys: { active: "k2", keys: { k1, k2 } } });
+  await b.publish("t", "b");
+  await b.close();
+  b = await openBroker({ dataDir, retentionCheckIntervalMs: 0, encryptionKeys: { active: "k1", keys: { k1 } } });
+  try {
+    const r = await b.fetch("t", 0, 0);
+    assert.deepEqual(r.records.map((m) => String(m.value)), ["a"]);
+    assert.equal(r.nextOffset, 1);
+    await assert.rejects(b.fetch("t", 0, 1), (e: unknown) => e instanceof EncryptionKeyMissingError && e.keyId === "k2");
+    // The subscription path (raw reads): the readable record first, then the typed error.
+    const sub = b.subscribe("t", { group: "g", start: "earliest" });
+    const seen: string[] = [];
+    await assert.rejects(
+      (async () => {
+        for await (const m of sub) seen.push(String(m.value));
+      })(),
+      EncryptionKeyMissingError,
+    );
+    assert.deepEqual(seen, ["a"]);
+  } finally {
+    await b.close();
+  }
+});

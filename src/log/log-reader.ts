@@ -7,7 +7,7 @@
  * Every batch handed out went through BatchCursor (LOG-2). Readers never see offsets at or
  * above the high watermark (LOG-3).
  */
-import { CorruptRecordError, InvalidBatchError, OffsetOutOfRangeError, ValidationError } from "../errors.js";
+import { CorruptRecordError, EncryptionKeyMissingError, InvalidBatchError, OffsetOutOfRangeError, ValidationError } from "../errors.js";
 import { BatchCursor, locateIntact, MAX_CORRUPT_RANGES, readFully, type ReadAt } from "./batch-cursor.js";
 import type { FileHandle } from "./io.js";
 import type { LogState } from "./log-state.js";
@@ -314,6 +314,8 @@ export class LogReader {
               } else decodeRecords(step.buf, step.at, h, offset, out);
               bytes += h.length;
             } catch (e) {
+              // A batch whose key is missing (ENC-2): hand out what precedes it; the next read reports it.
+              if (e instanceof EncryptionKeyMissingError && before > 0) break;
               if (!(e instanceof InvalidBatchError)) throw e;
               out.length = before;
               detail = e.message;

@@ -17,7 +17,7 @@
  *        and readers never see past the durable end (highWatermark), so a record a consumer
  *        saw can never vanish in a crash and its offset is never reused.
  */
-import { AbortedError, CorruptRecordError, InvalidBatchError, RecordTooLargeError, ValidationError, type StorageError } from "../errors.js";
+import { AbortedError, CorruptRecordError, EncryptionKeyMissingError, InvalidBatchError, RecordTooLargeError, ValidationError, type StorageError } from "../errors.js";
 import { noopTelemetry, type Logger, type Telemetry } from "../observability/telemetry.js";
 import type { FileSystem } from "./io.js";
 import { LogWriter, type AppendResult } from "./group-commit.js";
@@ -265,9 +265,10 @@ export class PartitionLog {
       try {
         parts.push(cipher.openStamped(r.data, pos, h));
       } catch (e) {
-        if (!(e instanceof InvalidBatchError)) throw e;
+        if (!(e instanceof InvalidBatchError || e instanceof EncryptionKeyMissingError)) throw e;
         // Hand out what precedes it; a read that starts at it reports it (as LogReader.read).
         if (parts.length > 0) return { data: Buffer.concat(parts), nextOffset: h.baseOffset, records };
+        if (e instanceof EncryptionKeyMissingError) throw e;
         throw new CorruptRecordError(this.topic, this.partition, h.baseOffset, this.dir, -1, e.message, h.baseOffset + h.count);
       }
       records += h.baseOffset + h.count - Math.max(h.baseOffset, offset);
