@@ -4,8 +4,8 @@
  * docs/security.md, "Encryption at rest"). A log of an `encrypted` topic or queue has a
  * BatchCipher; every other log has none and pays nothing.
  *
- * An encrypted batch keeps its 56-byte header in clear (recovery, indexes, retention,
- * producer state and `sluice doctor` work without keys) and replaces the records section by
+ * An encrypted batch keeps its 56-byte header in clear (recovery, indexes, retention and
+ * producer state work without keys) and replaces the records section by
  *
  *   u8 keyIdLength | keyId (ASCII) | nonce (12 bytes) | AES-256-GCM(records) | tag (16 bytes)
  *
@@ -30,8 +30,6 @@ const NONCE_BYTES = 12;
 const TAG_BYTES = 16;
 const O_ATTR = 9;
 const O_BASE = 16;
-/** Largest envelope: key id length byte, a 32-byte id, nonce, tag. */
-export const MAX_ENCRYPTION_OVERHEAD = 1 + 32 + NONCE_BYTES + TAG_BYTES;
 
 /** Encrypts and decrypts the batches of one log (one topic partition, or one queue log). */
 export class BatchCipher {
