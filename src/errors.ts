@@ -533,6 +533,34 @@ export class TlsConfigError extends ValidationError {
 }
 
 /**
+ * Encryption at rest cannot be set up: a key file or `SLUICE_ENCRYPTION_KEYS` that is not a valid
+ * keyring (docs/security.md, "Encryption at rest"), or a topic or queue declared `encrypted`
+ * where no keyring is configured. Messages never include key material.
+ */
+export class EncryptionConfigError extends ValidationError {
+  static override readonly spec = spec("ENCRYPTION_CONFIG", false, 400, "broker", () => new EncryptionConfigError(""));
+}
+
+/**
+ * An encrypted batch (or queue snapshot) names a key id the configured keyring lacks, or an
+ * encrypted topic or queue is written without a keyring. Nothing is decrypted with a guess and
+ * nothing is served; restart the broker with the key added back.
+ */
+export class EncryptionKeyMissingError extends RegisteredError {
+  static override readonly spec = spec("ENCRYPTION_KEY_MISSING", false, 500, "broker", (d) => new EncryptionKeyMissingError(str(d.keyId), str(d.where)));
+  readonly keyId: string;
+  readonly where: string;
+  constructor(keyId: string, where: string) {
+    super(keyId === "" ? `no encryption keys are configured, and ${where} is encrypted` : `encryption key ${JSON.stringify(keyId)} is not in the keyring (needed by ${where}); add it back to the key file`);
+    this.keyId = keyId;
+    this.where = where;
+  }
+  override wireDetails(): WireDetails {
+    return { keyId: this.keyId, where: this.where };
+  }
+}
+
+/**
  * The TLS handshake with the server failed: its certificate is not trusted (unknown CA,
  * expired, wrong host name), no TLS version is shared (the server accepts TLS 1.2 and 1.3), or
  * the port does not speak TLS. Retrying does not help until the configuration changes.
@@ -600,6 +628,8 @@ export const errors = {
   ForbiddenError,
   TlsConfigError,
   TlsHandshakeError,
+  EncryptionConfigError,
+  EncryptionKeyMissingError,
   AuthenticationError,
 } as const;
 

@@ -4,6 +4,7 @@ export { connect, type ConnectOptions } from "./client/index.js";
 export type { ClientTlsOptions } from "./client/tls.js";
 export type { ClientAuth } from "./client/auth.js";
 export { CredentialStore, type UserInfo, type TokenInfo } from "./security/auth/credential-store.js";
+export { Keyring, type KeyringSpec, type EncryptionKeys } from "./log/keyring.js";
 export * from "./errors.js";
 export type * from "./types.js";
 export type { Logger, MetricsSink, Clock, Telemetry } from "./observability/telemetry.js";

@@ -50,6 +50,12 @@ export interface TopicConfig {
   archive?: ArchiveConfig | null;
   /** Delete archived segments whose newest record is older than this. -1 (default) = keep forever. */
   archiveRetentionMs?: number;
+  /**
+   * Encryption at rest (docs/security.md): records are stored AES-256-GCM encrypted per batch
+   * with the broker's active key (`encryptionKeys`). Needs a keyring; not with `compact`
+   * (archived segments stay encrypted); cannot be changed on an existing topic. Default false.
+   */
+  encrypted?: boolean;
 }
 
 /** Where a topic's archive lives: an absolute directory (a second disk, an NFS or object-store mount). */

@@ -368,6 +368,12 @@ const SCENARIOS: Record<string, Scenario> = {
     why: "the client's TLS handshake (test/tls.test.ts covers untrusted certificates and old versions)",
     remote: (e) => connect({ url: e.server.url.replace("sluice://", "sluice+tls://"), connectTimeoutMs: 5000 }),
   },
+  ENCRYPTION_CONFIG: {
+    why: "a keyring is checked when a broker opens; a topic declared encrypted needs one (test/encryption.test.ts covers queues and key files)",
+    embedded: (e) => openBroker({ dataDir: join(e.dataDir, "enc-config"), encryptionKeys: { active: "k1", keys: {} } }),
+    api: (b) => b.createTopic("enc-without-keys", { encrypted: true }),
+  },
+  ENCRYPTION_KEY_MISSING: { why: "needs encrypted data written with a key the broker's keyring no longer has: test/encryption.test.ts (rotation)" },
   AUTHENTICATION_FAILED: { why: "needs a server with users or tokens: test/auth-handshake.test.ts and test/auth-http.test.ts cover the handshake and HTTP" },
 };
 

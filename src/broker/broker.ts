@@ -4,6 +4,7 @@
  * (membership) + publishing/partitioning + subscriptions. Everything runs in this process;
  * `sluice serve` puts the same object behind the wire protocol.
  */
+import type { EncryptionKeys } from "../log/keyring.js";
 import { Buffer } from "node:buffer";
 import { AbortedError, BrokerClosedError, GroupActiveError, ValidationError, CorruptRecordError } from "../errors.js";
 import { NodeFileSystem, type FileSystem } from "../log/io.js";
@@ -100,6 +101,13 @@ export interface BrokerOptions {
    * Default true when `dataDir` is given; false turns it off.
    */
   audit?: boolean;
+  /**
+   * Keys for encryption at rest of `encrypted` topics and queues (docs/security.md,
+   * "Encryption at rest"): the path of a key file, or `{ active, keys: { id: base64 } }`, or a
+   * `Keyring`. Checked on open (`EncryptionConfigError`); never logged or stored. For the
+   * default disk engine only (give a custom engine its own).
+   */
+  encryptionKeys?: EncryptionKeys;
 }
 
 const MAX_FETCH_BYTES = 64 * 1024 * 1024;
@@ -133,7 +141,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     this.logger = this.telemetry.logger;
     this.dataDir = opts.dataDir ?? "";
     this.fs = opts.fs ?? new NodeFileSystem();
-    this.engine = opts.engine ?? new DiskEngine({ dataDir: this.dataDir, fs: this.fs, telemetry: this.telemetry });
+    this.engine = opts.engine ?? new DiskEngine({ dataDir: this.dataDir, fs: this.fs, telemetry: this.telemetry, encryptionKeys: opts.encryptionKeys });
     this.publisher = new Publisher(this.engine, () => this.closed);
     this.schemas = opts.schemas ?? null;
     this.onCommitFailure = commitFailureCounter(this.telemetry.metrics);
@@ -142,6 +150,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
   static async open(opts: BrokerOptions): Promise<EmbeddedBroker> {
     if (!opts || (opts.engine === undefined && (typeof opts.dataDir !== "string" || opts.dataDir.length === 0)))
       throw new ValidationError("openBroker needs a dataDir (or an engine)");
+    if (opts.engine !== undefined && opts.encryptionKeys !== undefined) throw new ValidationError("encryptionKeys is an option of the disk engine: give it to the engine you pass");
     await loadTracing(); // once per process: @opentelemetry/api when installed (tracing.ts)
     // prom-client is loaded only when metrics are asked for.
     const exporter = opts.metrics ? (await import("../observability/prometheus.js")).brokerExporter(opts.metrics, opts.telemetry?.metrics) : null;

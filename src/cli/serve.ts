@@ -15,9 +15,10 @@
 // commits' write-temp/fsync/rename steps; with a busy subscription a commit queued behind reads
 // took ~4x longer. More threads cost little memory. Must be set before the pool's first use.
 process.env.UV_THREADPOOL_SIZE ??= "16";
+import { ENCRYPTION_KEY_FILE_ENV, ENCRYPTION_KEYS_ENV, Keyring } from "../log/keyring.js";
 import { pino } from "pino";
 import type { Logger } from "../observability/telemetry.js";
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { openBroker } from "../broker/broker.js";
 import { BrokerError, TlsConfigError, ValidationError } from "../errors.js";
@@ -55,6 +56,8 @@ export interface ServeConfig {
   tlsCa?: string;
   /** Serve a non-loopback host without users or tokens (docs/security.md#authentication). */
   insecureNoAuth?: boolean;
+  /** Keyring file for encryption at rest (docs/security.md); else SLUICE_ENCRYPTION_KEYS, if set. */
+  encryptionKeyFile?: string;
 }
 
 const DEFAULTS: Omit<ServeConfig, "data"> = {
@@ -101,6 +104,7 @@ const FIELDS: { key: Key; flag: string; env: string; parse(v: unknown, src: stri
   { key: "tlsCert", flag: "tls-cert", env: "SLUICE_TLS_CERT", parse: str("TLS certificate file"), help: "PEM certificate: serve TLS on both ports (docs/security.md)" },
   { key: "tlsKey", flag: "tls-key", env: "SLUICE_TLS_KEY", parse: str("TLS key file"), help: "PEM private key of --tls-cert" },
   { key: "tlsCa", flag: "tls-ca", env: "SLUICE_TLS_CA", parse: str("TLS CA file"), help: "PEM CA bundle (completes the chain sent to clients)" },
+  { key: "encryptionKeyFile", flag: "encryption-key-file", env: ENCRYPTION_KEY_FILE_ENV, parse: str("encryption key file"), help: `keyring for encrypted topics/queues (or ${ENCRYPTION_KEYS_ENV} inline)` },
 ];
 
 function str(what: string) {
@@ -215,7 +219,13 @@ export async function serveCommand(argv: string[]): Promise<void> {
   const { Registry, collectDefaultMetrics } = await import("prom-client");
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
-  const broker = await openBroker({ dataDir: cfg.data, logger, metrics: { registry } });
+  // Key ids only are logged, never keys (ENC-3).
+  const encryptionKeys = cfg.encryptionKeyFile ?? Keyring.fromEnv() ?? undefined;
+  const broker = await openBroker({ dataDir: cfg.data, logger, metrics: { registry }, encryptionKeys });
+  if (encryptionKeys !== undefined) logger.info({ event: "encryption", source: typeof encryptionKeys === "string" ? encryptionKeys : ENCRYPTION_KEYS_ENV }, "encryption at rest: keyring loaded");
+  if (typeof encryptionKeys === "string" && (statSync(encryptionKeys).mode & 0o077) !== 0) {
+    logger.warn({ event: "encryption", file: encryptionKeys }, "the encryption key file can be read by other users: chmod 600 it");
+  }
   if (topology !== null) await applyAtStartup(broker, topology, cfg.topology!, logger);
   let server;
   try {

@@ -73,5 +73,6 @@ async function open(t: Target, readOnly: boolean): Promise<CliBroker> {
   if (readOnly && !existsSync(join(t.dir, "topics"))) throw new ValidationError(`${t.dir} is not a sluice data directory (no topics/ in it; this command creates nothing)`);
   const { openBroker } = await import("../broker/broker.js");
   // A short command does not fire the queues' schedules (the server holding the dir does).
-  return openBroker({ dataDir: t.dir, retentionCheckIntervalMs: 0, runSchedules: false });
+  const { encryptionKeysFromEnv } = await import("../log/keyring.js");
+  return openBroker({ dataDir: t.dir, retentionCheckIntervalMs: 0, runSchedules: false, encryptionKeys: encryptionKeysFromEnv() });
 }

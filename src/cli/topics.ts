@@ -12,7 +12,7 @@ Commands:
   describe NAME             configuration and partitions of one topic
   create NAME [--partitions N] [--retention-ms N] [--retention-bytes N]
               [--segment-bytes N] [--max-message-bytes N] [--durability always|interval|never]
-              [--cleanup-policy delete|compact|compact,delete]
+              [--cleanup-policy delete|compact|compact,delete] [--encrypted]
   alter NAME [--retention-ms N] [--retention-bytes N]
                             change a topic's retention (applies at the next retention check)
   delete NAME [--yes]       delete a topic and its data (asks on a terminal, else needs --yes)
@@ -47,6 +47,7 @@ Options:
                             serve reads below the online log start from there (tiered storage)
   --archive-retention-ms N  delete archived segments older than this (-1 = keep forever, default)
   --cleanup-policy P        delete (default) | compact | compact,delete (key compaction: docs/topics.md)
+  --encrypted               store records encrypted (needs the broker's keyring: docs/security.md)
   --json                    print the created topic as JSON
 
 ${TARGET_USAGE}`;
@@ -114,6 +115,7 @@ function printDescription(d: TopicDescription): void {
     ["max message", bytes(c.maxMessageBytes)],
     ["durability", c.durability === "interval" ? `interval (${c.flushIntervalMs} ms)` : c.durability],
     ["archive", c.archive ? `${c.archive.dir} (keep ${c.archiveRetentionMs < 0 ? "forever" : `${c.archiveRetentionMs} ms`})` : "none"],
+    ...(c.encrypted === true ? [["encrypted", "yes (AES-256-GCM at rest)"] as [string, string]] : []),
     ...(c.cleanupPolicy !== undefined && c.cleanupPolicy !== "delete" ? [["cleanup", `${c.cleanupPolicy} (lag ${c.minCompactionLagMs} ms, tombstones ${c.deleteRetentionMs} ms)`] as [string, string]] : []),
   ]);
   say("");
@@ -164,6 +166,7 @@ const CREATE_OPTS = {
   "archive-dir": { type: "string" },
   "archive-retention-ms": { type: "string" },
   "cleanup-policy": { type: "string" },
+  encrypted: { type: "boolean" },
 } as const;
 
 async function create(argv: string[]): Promise<void> {
@@ -183,6 +186,7 @@ async function create(argv: string[]): Promise<void> {
     archive: values["archive-dir"] === undefined ? undefined : { dir: values["archive-dir"] },
     archiveRetentionMs: optInt(values["archive-retention-ms"], "--archive-retention-ms", { min: -1 }),
     cleanupPolicy: values["cleanup-policy"] as TopicConfig["cleanupPolicy"],
+    encrypted: values.encrypted === true ? true : undefined,
   };
   for (const k of Object.keys(config) as (keyof TopicConfig)[]) if (config[k] === undefined) delete config[k];
   await withBroker(values, { readOnly: false }, async (b) => {

@@ -136,8 +136,11 @@ export class LogWriter {
    */
   enqueue(buf: Buffer, count: number, producer: ProducerInfo | null, crcValid: boolean): Promise<AppendResult> {
     const baseOffset = this.st.nextOffset;
-    // Invariant LOG-1: offsets are assigned in append order, here and nowhere else.
-    if (crcValid) restampBatch(buf, baseOffset);
+    // Invariant LOG-1: offsets are assigned in append order, here and nowhere else. ENC-1, ENC-2:
+    // an encrypted log's batch is encrypted here, its offset bound into the authentication.
+    const cipher = this.st.ctx.cipher;
+    if (cipher !== null) buf = cipher.seal(buf, baseOffset);
+    else if (crcValid) restampBatch(buf, baseOffset);
     else stampBatch(buf, baseOffset);
     this.st.nextOffset += count;
     const maxTs = buf.readInt32BE(32) * 4294967296 + buf.readUInt32BE(36);

@@ -7,11 +7,11 @@
  * Every batch handed out went through BatchCursor (LOG-2). Readers never see offsets at or
  * above the high watermark (LOG-3).
  */
-import { CorruptRecordError, InvalidBatchError, OffsetOutOfRangeError, ValidationError } from "../errors.js";
+import { CorruptRecordError, EncryptionKeyMissingError, InvalidBatchError, OffsetOutOfRangeError, ValidationError } from "../errors.js";
 import { BatchCursor, locateIntact, MAX_CORRUPT_RANGES, readFully, type ReadAt } from "./batch-cursor.js";
 import type { FileHandle } from "./io.js";
 import type { LogState } from "./log-state.js";
-import { decodeRecords, HEADER_SIZE, MAX_BATCH_BYTES, type StoredRecord } from "./record-batch.js";
+import { BATCH_ATTR_ENCRYPTED, decodeRecords, HEADER_SIZE, MAX_BATCH_BYTES, type StoredRecord } from "./record-batch.js";
 import { Segment, SparseIndex } from "./segment.js";
 import { StorageError } from "../errors.js";
 
@@ -307,9 +307,15 @@ export class LogReader {
           let detail = "";
           if (h.baseOffset + h.count > offset) {
             try {
-              decodeRecords(step.buf, step.at, h, offset, out);
+              // ENC-1: an encrypted log's batches are decrypted (and authenticated, ENC-2) first.
+              if (this.st.ctx.cipher !== null && (h.attributes & BATCH_ATTR_ENCRYPTED) !== 0) {
+                const o = this.st.ctx.cipher.open(step.buf, step.at, h);
+                decodeRecords(o.buf, 0, o.h, offset, out);
+              } else decodeRecords(step.buf, step.at, h, offset, out);
               bytes += h.length;
             } catch (e) {
+              // A batch whose key is missing (ENC-2): hand out what precedes it; the next read reports it.
+              if (e instanceof EncryptionKeyMissingError && before > 0) break;
               if (!(e instanceof InvalidBatchError)) throw e;
               out.length = before;
               detail = e.message;

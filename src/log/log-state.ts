@@ -6,6 +6,7 @@
  * (log-reader.ts, retention.ts). Only the writer changes `nextOffset`, `hwm`,
  * `readableSize` and the active segment; only retention removes segments from the front.
  */
+import type { BatchCipher } from "./batch-crypto.js";
 import { StorageError, type StorageFullError } from "../errors.js";
 import type { FileSystem } from "./io.js";
 import type { Logger, Telemetry } from "../observability/telemetry.js";
@@ -40,6 +41,8 @@ export interface LogContext {
   readonly logger: Logger;
   /** Metrics and clock (the logger above is the telemetry's, or a test's own). */
   readonly telemetry: Telemetry;
+  /** Encryption at rest of this log's batches (batch-crypto.ts); null: not encrypted. */
+  readonly cipher: BatchCipher | null;
 }
 
 /** A reader waiting for `offset` to become readable (LogState.waitFor). */

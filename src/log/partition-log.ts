@@ -17,7 +17,7 @@
  *        and readers never see past the durable end (highWatermark), so a record a consumer
  *        saw can never vanish in a crash and its offset is never reused.
  */
-import { AbortedError, RecordTooLargeError, ValidationError, type StorageError } from "../errors.js";
+import { AbortedError, CorruptRecordError, EncryptionKeyMissingError, InvalidBatchError, RecordTooLargeError, ValidationError, type StorageError } from "../errors.js";
 import { noopTelemetry, type Logger, type Telemetry } from "../observability/telemetry.js";
 import type { FileSystem } from "./io.js";
 import { LogWriter, type AppendResult } from "./group-commit.js";
@@ -26,7 +26,7 @@ import { LogReader, type RawRead } from "./log-reader.js";
 import type { LogConfig, LogState } from "./log-state.js";
 import { Preallocator, type PreallocateMode } from "./preallocator.js";
 import { ProducerStateManager, type ProducerBatch } from "./producer-state.js";
-import { encodeBatch, HEADER_SIZE, MAX_BATCH_BYTES, recordSize, validateEncodedBatch, type BatchHeader, type PreparedRecord, type ProducerInfo, type StoredRecord } from "./record-batch.js";
+import { encodeBatch, HEADER_SIZE, readHeader, MAX_BATCH_BYTES, recordSize, validateEncodedBatch, type BatchHeader, type PreparedRecord, type ProducerInfo, type StoredRecord } from "./record-batch.js";
 import { Retention } from "./retention.js";
 import type { ArchiveStats, PartitionArchive } from "./archive/partition-archive.js";
 import type { LocalSegment } from "./archive/segment-archiver.js";
@@ -36,6 +36,7 @@ import { IoBudget } from "./io-budget.js";
 import { segmentFileName } from "./segment.js";
 import { writeFileAtomic } from "./io.js";
 import { join } from "node:path";
+import type { BatchCipher } from "./batch-crypto.js";
 
 export type { Durability, LogConfig } from "./log-state.js";
 export type { PreallocateMode } from "./preallocator.js";
@@ -70,6 +71,11 @@ export interface PartitionLogOptions {
   archive?: (logStart: number) => Promise<PartitionArchive>;
   /** The I/O budget of the cleaner, shared by an engine's partitions (default: unthrottled). */
   cleanerBudget?: IoBudget;
+  /**
+   * Encryption at rest (an `encrypted` topic or queue): appends are encrypted, reads decrypted
+   * (batch-crypto.ts, ENC-1, ENC-2). Absent: batches are stored in clear.
+   */
+  cipher?: BatchCipher;
 }
 
 export class PartitionLog {
@@ -94,7 +100,7 @@ export class PartitionLog {
 
   static async open(opts: PartitionLogOptions): Promise<PartitionLog> {
     const telemetry = opts.telemetry ?? noopTelemetry;
-    const ctx = { fs: opts.fs, dir: opts.dir, topic: opts.topic, partition: opts.partition, config: opts.config, logger: opts.logger ?? telemetry.logger, telemetry };
+    const ctx = { fs: opts.fs, dir: opts.dir, topic: opts.topic, partition: opts.partition, config: opts.config, logger: opts.logger ?? telemetry.logger, telemetry, cipher: opts.cipher ?? null };
     const st = await loadLog(ctx, opts.onFault ?? null);
     const reader = new LogReader(st);
     const prealloc = new Preallocator(st, opts.preallocate ?? "auto");
@@ -183,6 +189,8 @@ export class PartitionLog {
   /** Common tail of both appends: idempotence check, memory bound, then offsets (enqueue). */
   private async appendBatch(buf: Buffer, count: number, producer: ProducerInfo | undefined, signal: AbortSignal | undefined, crcValid: boolean): Promise<AppendResult> {
     const producers = this.st.producers;
+    // ENC-1: an encrypted log stores nothing it cannot encrypt (no key, or no room for the envelope).
+    if (this.st.ctx.cipher !== null) this.st.ctx.cipher.checkWritable(buf.length);
     if (producer) {
       const c = producers.check(producer, count);
       if (c.duplicate) return this.duplicateOf(c.batch, signal);
@@ -236,9 +244,37 @@ export class PartitionLog {
 
   /** See LogReader.readRaw. */
   readRaw(offset: number, maxBytes: number, maxRecords = Infinity): Promise<RawRead> {
-    if (this.archive !== null && Number.isSafeInteger(offset) && offset < this.st.logStart && Number.isSafeInteger(maxBytes) && maxBytes >= 1)
-      return this.archive.readRaw(offset, maxBytes, maxRecords, this.st.logStart, this.st.hwm);
+    const cipher = this.st.ctx.cipher;
+    if (this.archive !== null && Number.isSafeInteger(offset) && offset < this.st.logStart && Number.isSafeInteger(maxBytes) && maxBytes >= 1) {
+      const a = this.archive.readRaw(offset, maxBytes, maxRecords, this.st.logStart, this.st.hwm);
+      return cipher === null ? a : a.then((r) => this.openRaw(cipher, r, offset));
+    }
+    if (cipher !== null) return this.reader.readRaw(offset, maxBytes, maxRecords).then((r) => this.openRaw(cipher, r, offset));
     return this.reader.readRaw(offset, maxBytes, maxRecords);
+  }
+
+  /**
+   * A raw read of an encrypted log in clear (ENC-1: the server pushes it to clients). A batch
+   * that fails authentication is reported like any damaged batch (LOG-2): CorruptRecordError.
+   */
+  private openRaw(cipher: BatchCipher, r: RawRead, offset: number): RawRead {
+    const parts: Buffer[] = [];
+    let records = 0;
+    for (let pos = 0; pos < r.data.length; ) {
+      const h = readHeader(r.data, pos);
+      try {
+        parts.push(cipher.openStamped(r.data, pos, h));
+      } catch (e) {
+        if (!(e instanceof InvalidBatchError || e instanceof EncryptionKeyMissingError)) throw e;
+        // Hand out what precedes it; a read that starts at it reports it (as LogReader.read).
+        if (parts.length > 0) return { data: Buffer.concat(parts), nextOffset: h.baseOffset, records };
+        if (e instanceof EncryptionKeyMissingError) throw e;
+        throw new CorruptRecordError(this.topic, this.partition, h.baseOffset, this.dir, -1, e.message, h.baseOffset + h.count);
+      }
+      records += h.baseOffset + h.count - Math.max(h.baseOffset, offset);
+      pos += h.length;
+    }
+    return { ...r, data: parts.length === 1 ? parts[0] : Buffer.concat(parts) };
   }
 
   /** Resolves true once a record at `offset` is readable, false on timeout. */

@@ -261,7 +261,13 @@ export const BATCH_ATTR_COMPACTED = 0x01;
  * and a kept record's bytes are copied as they were.
  */
 export const BATCH_ATTR_SPARSE = 0x02;
-const KNOWN_BATCH_ATTRS = BATCH_ATTR_COMPACTED | BATCH_ATTR_SPARSE;
+/**
+ * Header attribute bit set only by the log's append pipeline for an `encrypted` topic or queue:
+ * the records section is an AES-256-GCM envelope (batch-crypto.ts, ENC-1, ENC-2). Readers
+ * decrypt it before decodeRecords; clients can not set it (validateEncodedBatch).
+ */
+export const BATCH_ATTR_ENCRYPTED = 0x04;
+const KNOWN_BATCH_ATTRS = BATCH_ATTR_COMPACTED | BATCH_ATTR_SPARSE | BATCH_ATTR_ENCRYPTED;
 
 /** stampBatch for a batch written by the cleaner: marks it BATCH_ATTR_COMPACTED first (CMP-2). */
 export function stampCompactedBatch(buf: Buffer, baseOffset: number): void {
@@ -473,6 +479,8 @@ function readVarint(buf: Uint8Array, pos: number, end: number): [number, number]
  * `buf`; records with offset < `minOffset` are skipped.
  */
 export function decodeRecords(buf: Buffer, pos: number, h: BatchHeader, minOffset = 0, out: StoredRecord[] = []): StoredRecord[] {
+  // ENC-1: ciphertext is never parsed as records (BatchCipher.open first).
+  if ((h.attributes & BATCH_ATTR_ENCRYPTED) !== 0) throw new InvalidBatchError("encrypted batch read without its key");
   const end = pos + h.length;
   let p = pos + HEADER_SIZE;
   const runs = (h.attributes & BATCH_ATTR_SPARSE) !== 0 ? new SparseRuns(h) : null;

@@ -143,7 +143,14 @@ export function resolveQueueConfig(name: string, c: QueueConfig = {}): ResolvedQ
     rateLimit: rateLimitOption(c.rateLimit),
     groupConcurrency: strictInt(c.groupConcurrency, "groupConcurrency", 0, MAX_GROUP_CONCURRENCY, 0),
     groupRateLimit: rateLimitOption(c.groupRateLimit, "groupRateLimit"),
+    encrypted: boolOption(c.encrypted, "encrypted"),
   };
+}
+
+function boolOption(v: unknown, name: string): boolean {
+  if (v === undefined) return false;
+  if (typeof v !== "boolean") throw new ValidationError(`${name} must be true or false, got ${JSON.stringify(v)}`);
+  return v;
 }
 
 /** `rateLimit` (or `groupRateLimit`): `{ max, durationMs }` integers within bounds, or null (none). */

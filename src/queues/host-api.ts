@@ -81,6 +81,8 @@ export interface PushWorker {
   readonly visibilityTimeoutMs: number;
   /** Whether the queue keeps acks' results (`resultRetentionMs`); false until it is open. */
   readonly keepsResults: boolean;
+  /** Whether the queue is encrypted at rest: its failure reasons stay out of the server's log (ENC-3). */
+  readonly encrypted: boolean;
   /** Resolves once the queue is open (or failed to open: see `openError`). */
   whenOpen(): Promise<void>;
   /** Changes how many unsettled jobs it may hold (more: granted on the next round; 0: none). */

@@ -103,7 +103,7 @@ export class QueueManager implements QueueHostApi {
    * @internal The runtime of `name`'s current incarnation (opening, or creating, it). `actor`:
    * who is audited when this creates the queue or replaces its config.
    */
-  runtime(name: string, config?: QueueConfig, implicit = false, actor?: AuditActor): Promise<QueueRuntime> {
+  runtime(name: string, config?: QueueConfig, implicit = false, actor?: AuditActor, encrypted = false): Promise<QueueRuntime> {
     if (this.closed) return Promise.reject(new BrokerClosedError());
     const cached = this.runtimes.get(name);
     if (cached !== undefined && config === undefined) return cached;
@@ -112,6 +112,7 @@ export class QueueManager implements QueueHostApi {
       this.store.open(name, {
         config,
         implicit,
+        encrypted,
         settings: (c) => resolveQueueConfig(name, c),
         peer: (n) => this.peer(n),
         changed: (k) => (seen.change = k),
@@ -127,7 +128,8 @@ export class QueueManager implements QueueHostApi {
             // A queue's dead-letter queue exists with it: its stats (and alerts on its depth)
             // read 0 before the first failure instead of "not found".
             const dl = rt.settings.deadLetter;
-            if (!implicit && dl !== null) await this.runtime(dl, undefined, true, actor);
+            // ENC-1: an encrypted queue's dead letters go to an encrypted queue.
+            if (!implicit && dl !== null) await this.runtime(dl, undefined, true, actor, rt.settings.encrypted === true);
             return rt;
           });
     this.runtimes.set(name, p);
@@ -422,6 +424,8 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
     if (this.mgr.schemas !== null) this.mgr.schemas.validate("queue", this.name, opts?.data ?? null, opts?.headers);
     // A write: the queue is created (as by enqueue), and its maxMessageBytes bounds the jobs.
     const rt = await this.runtime();
+    // ENC-1: a schedule's job data lives in queues/schedules.json, which is not encrypted.
+    if (rt.settings.encrypted === true) throw new ValidationError(`queue ${JSON.stringify(this.name)} is encrypted: job schedules (stored with their data in clear) are not available on it`);
     return (await sched.upsert(this.name, name, opts, rt.settings.maxMessageBytes)) as ScheduleInfo<T>;
   }
 

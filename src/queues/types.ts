@@ -85,6 +85,13 @@ export interface QueueConfig {
    * Default none. Same bounds as `rateLimit`.
    */
   groupRateLimit?: RateLimitConfig | null;
+  /**
+   * Encryption at rest (docs/security.md): job payloads, headers, results, progress and
+   * failure records are stored AES-256-GCM encrypted (both logs and the snapshot) with the
+   * broker's active key. Needs a keyring; its dead-letter queue must be encrypted too (an
+   * implicit one is); no job schedules; cannot be changed on an existing queue. Default false.
+   */
+  encrypted?: boolean;
 }
 
 /** `QueueConfig.rateLimit`: at most `max` starts in any `durationMs` window (sliding). */

@@ -101,6 +101,11 @@ export class QueueWorker<T> implements Worker<T>, RuntimeWorker, PushWorker, Pro
     return this.runtime?.keepsResults ?? false;
   }
 
+  /** Whether the queue is encrypted at rest (known once it is open). */
+  get encrypted(): boolean {
+    return this.runtime?.settings.encrypted === true;
+  }
+
   /** Lease length of this worker's grants (its option, else the queue's visibilityTimeoutMs). */
   get leaseMs(): number {
     return this.leaseMsOption ?? this.runtime?.settings.visibilityTimeoutMs ?? 0;

@@ -347,7 +347,9 @@ export class RemoteWorker {
           o.error = e;
         }
         const p = job.nack(o);
-        this.opts.log.job(this.opts.queueName, this.consumer, job, o.requeue === false ? "dead-letter" : "nack", o.reason);
+        // ENC-3: a failure reason may quote the payload; an encrypted queue's stays out of the log.
+        const reason = this.worker.encrypted && o.reason !== undefined ? "(redacted: encrypted queue)" : o.reason;
+        this.opts.log.job(this.opts.queueName, this.consumer, job, o.requeue === false ? "dead-letter" : "nack", reason);
         // A nack refused for its options (ValidationError) leaves the lease in place; any
         // other outcome ends it (synchronously, so the slot is free for the next push now).
         if (!job.leaseHeld) {

@@ -106,6 +106,8 @@ export interface QueueSettings {
   groupConcurrency?: number;
   /** At most `max` leases per job group in any `durationMs` window (absent or null: no limit). */
   groupRateLimit?: { max: number; durationMs: number } | null;
+  /** Encryption at rest of both logs and the snapshot (absent: false; ENC-1). */
+  encrypted?: boolean;
 }
 
 /** Where a job came from when it is a copy made by the broker (a dead-letter move, a redrive). */
@@ -427,6 +429,8 @@ export interface OpenQueueRequest {
   config?: QueueConfig;
   /** Created by the broker itself (a dead-letter queue on first use). */
   implicit?: boolean;
+  /** With `implicit`: create it encrypted (the dead-letter queue of an encrypted queue, ENC-1). */
+  encrypted?: boolean;
   /** The policy's validation and defaults for a stored config (ValidationError when bad). */
   settings(config: QueueConfig): QueueSettings;
   /**

@@ -30,6 +30,7 @@ export const TOPIC_DEFAULTS: Required<TopicConfig> = {
   cleanupPolicy: "delete",
   minCompactionLagMs: 0,
   deleteRetentionMs: 86_400_000,
+  encrypted: false,
 };
 
 export const CLEANUP_POLICIES: readonly CleanupPolicy[] = ["delete", "compact", "compact,delete"];
@@ -77,6 +78,12 @@ export function resolveTopicConfig(config: TopicConfig = {}): Required<TopicConf
   if (!CLEANUP_POLICIES.includes(c.cleanupPolicy)) throw new ValidationError(`cleanupPolicy must be ${CLEANUP_POLICIES.join("|")}, got ${JSON.stringify(c.cleanupPolicy)}`);
   intIn("minCompactionLagMs", c.minCompactionLagMs, 0, Number.MAX_SAFE_INTEGER);
   intIn("deleteRetentionMs", c.deleteRetentionMs, 0, Number.MAX_SAFE_INTEGER);
+  if (typeof c.encrypted !== "boolean") throw new ValidationError(`encrypted must be true or false, got ${JSON.stringify(c.encrypted)}`);
+  if (c.encrypted) {
+    // The cleaner reads record keys and rewrites batches without keys (docs/security.md,
+    // "Encryption at rest"). Archived segments stay encrypted and are decrypted when read.
+    if (c.cleanupPolicy !== "delete") throw new ValidationError(`encrypted topics cannot use cleanupPolicy ${JSON.stringify(c.cleanupPolicy)} (the cleaner would need the keys)`);
+  }
   return c;
 }
 

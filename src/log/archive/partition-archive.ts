@@ -22,7 +22,8 @@
 import { CorruptRecordError, InvalidBatchError, OffsetOutOfRangeError, ArchiveCorruptError, StorageError } from "../../errors.js";
 import type { Logger } from "../../observability/telemetry.js";
 import type { FileSystem } from "../io.js";
-import { decodeRecords, HEADER_SIZE, MAX_BATCH_BYTES, readBatchLength, verifyBatch, type BatchHeader, type StoredRecord } from "../record-batch.js";
+import type { BatchCipher } from "../batch-crypto.js";
+import { BATCH_ATTR_ENCRYPTED, decodeRecords, HEADER_SIZE, MAX_BATCH_BYTES, readBatchLength, verifyBatch, type BatchHeader, type StoredRecord } from "../record-batch.js";
 import type { RawRead } from "../log-reader.js";
 import type { ArchiveStore } from "./archive-store.js";
 import { dataBase, manifestBase, objectKey, parseManifest, type SegmentManifest } from "./manifest.js";
@@ -52,6 +53,11 @@ export interface PartitionArchiveOptions {
   logger: Logger;
   /** Current `archiveRetentionMs` (read at each check: the topic config object is shared). */
   retentionMs: () => number;
+  /**
+   * An encrypted topic's cipher: archived segments are copied as stored (ciphertext, ENC-1)
+   * and their batches decrypted when read back, as the online log's (ENC-2).
+   */
+  cipher?: BatchCipher;
 }
 
 /** Figures of one partition's archive (describeTopic, metrics); counters since the partition opened. */
@@ -334,7 +340,7 @@ export class PartitionArchive {
     let bytes = 0;
     const m = await this.walk(offset, logStart, hwm, readWindow(maxBytes), false, (h, buf, pos) => {
       if (out.length > 0 && bytes >= maxBytes) return false;
-      decodeRecords(buf, pos, h, offset, out);
+      this.decode(buf, pos, h, offset, out);
       bytes += h.length;
       return true;
     });
@@ -342,7 +348,25 @@ export class PartitionArchive {
     return { records: out, nextOffset: out.length > 0 ? out[out.length - 1].offset + 1 : m.endOffset };
   }
 
-  /** Whole stored batches from `offset`, as LogReader.readRaw (ARC-2). */
+  /**
+   * decodeRecords of a verified archived batch, decrypted first when it is encrypted (ENC-1);
+   * one that fails authentication (ENC-2) is damage: CorruptRecordError, never served.
+   */
+  private decode(buf: Buffer, pos: number, h: BatchHeader, minOffset: number, out: StoredRecord[]): StoredRecord[] {
+    const cipher = this.o.cipher;
+    if (cipher === undefined || (h.attributes & BATCH_ATTR_ENCRYPTED) === 0) return decodeRecords(buf, pos, h, minOffset, out);
+    let o: { buf: Buffer; h: BatchHeader };
+    try {
+      o = cipher.open(buf, pos, h);
+    } catch (e) {
+      if (!(e instanceof InvalidBatchError)) throw e;
+      const { topic, partition, prefix } = this.o.target;
+      throw new CorruptRecordError(topic, partition, h.baseOffset, prefix, -1, e.message, h.baseOffset + h.count);
+    }
+    return decodeRecords(o.buf, 0, o.h, minOffset, out);
+  }
+
+  /** Whole stored batches from `offset`, as LogReader.readRaw (ARC-2; PartitionLog.readRaw decrypts them). */
   async readRaw(offset: number, maxBytes: number, maxRecords: number, logStart: number, hwm: number): Promise<RawRead> {
     let data: Buffer = EMPTY;
     let first = -1;
@@ -376,7 +400,7 @@ export class PartitionArchive {
       let found: number | null = null;
       await this.walk(m.baseOffset, logStart, hwm, readWindow(256 * 1024), false, (h, buf, pos) => {
         if (h.maxTimestamp < ts) return true;
-        for (const r of decodeRecords(buf, pos, h)) {
+        for (const r of this.decode(buf, pos, h, 0, [])) {
           if (r.timestamp >= ts) {
             found = r.offset;
             return false;

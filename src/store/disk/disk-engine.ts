@@ -18,7 +18,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { join, resolve, sep } from "node:path";
-import { OffsetOutOfRangeError, PartitionNotFoundError, ProducerFencedError, TopicExistsError, TopicNotFoundError, ValidationError, BrokerClosedError, InvalidBatchError } from "../../errors.js";
+import { OffsetOutOfRangeError, PartitionNotFoundError, ProducerFencedError, TopicExistsError, TopicNotFoundError, ValidationError, BrokerClosedError, InvalidBatchError, EncryptionConfigError } from "../../errors.js";
 import { readJsonFile, writeFileAtomic, type DirLock, type FileSystem } from "../../log/io.js";
 import { noopTelemetry, type Logger, type Telemetry } from "../../observability/telemetry.js";
 import { METRICS } from "../../observability/metrics.js";
@@ -38,6 +38,8 @@ import { CLEANER_IO_BYTES_PER_SEC, IoBudget } from "../../log/io-budget.js";
 import { isCompacted } from "../../log/compaction-policy.js";
 import { MIN_CLEANABLE_DIRTY_RATIO } from "../../log/cleaner.js";
 import { DEFAULT_CLEANER_MAP_BYTES, MAX_CLEANER_MAP_BYTES } from "../../log/offset-map.js";
+import { BatchCipher } from "../../log/batch-crypto.js";
+import { ENCRYPTION_KEYS_ENV, resolveKeyring, type EncryptionKeys, type Keyring } from "../../log/keyring.js";
 
 type CleanerFigures = Required<Pick<PartitionDescription, "cleanerDirtyRatio" | "bytesReclaimed" | "lastCleanedAt" | "cleanerPasses" | "cleanerPassProgress">>;
 type ArchiveFigures = Required<Pick<PartitionDescription, "archivedBytes" | "archivedSegments" | "archiveStartOffset" | "archiveLagBytes" | "archiveReadBytes">>;
@@ -82,6 +84,12 @@ export interface DiskEngineOptions {
    * compacted in several passes. Default DEFAULT_CLEANER_MAP_BYTES (64 MiB, 3.1 M keys).
    */
   cleanerMapBytes?: number;
+  /**
+   * Keys for encryption at rest (docs/security.md, "Encryption at rest"): a Keyring, its JSON
+   * spec, or the path of a key file (read on open). Needed to create, write and read
+   * `encrypted` topics and queues; never written into the data dir (ENC-3).
+   */
+  encryptionKeys?: EncryptionKeys | null;
 }
 
 /** Default period of the background cleaner (key compaction, src/log/cleaner.ts). */
@@ -118,6 +126,9 @@ export class DiskEngine implements StorageEngine {
   private readonly cleanerIntervalMs: number;
   private cleanerTimer: NodeJS.Timeout | null = null;
   private cleaning: Promise<void> = Promise.resolve();
+  private readonly encryptionKeys: EncryptionKeys | null;
+  /** Resolved from `encryptionKeys` on open; null: no encryption at rest. */
+  private keyring: Keyring | null = null;
 
   constructor(opts: DiskEngineOptions) {
     this.dataDir = resolve(opts.dataDir);
@@ -133,7 +144,8 @@ export class DiskEngine implements StorageEngine {
     if (!(Number.isSafeInteger(this.cleanerMapBytes) && this.cleanerMapBytes >= 1024 * 1024 && this.cleanerMapBytes <= MAX_CLEANER_MAP_BYTES)) {
       throw new ValidationError(`cleanerMapBytes must be an integer from 1 MiB to ${MAX_CLEANER_MAP_BYTES} bytes, got ${this.cleanerMapBytes}`);
     }
-    this.queues = new DiskQueueStore({ dir: this.inside("queues"), fs: this.fs, telemetry: { ...this.telemetry, logger: this.logger } });
+    this.encryptionKeys = opts.encryptionKeys ?? null;
+    this.queues = new DiskQueueStore({ dir: this.inside("queues"), fs: this.fs, telemetry: { ...this.telemetry, logger: this.logger }, keyring: () => this.keyring });
   }
 
   /** FS-1: every path the engine touches stays inside the data dir. */
@@ -149,6 +161,8 @@ export class DiskEngine implements StorageEngine {
    */
   async open(): Promise<void> {
     const { fs } = this;
+    // A bad key file fails the open before anything is touched (EncryptionConfigError).
+    this.keyring = await resolveKeyring(this.encryptionKeys);
     await fs.mkdir(this.dataDir);
     this.dirLock = await fs.lock(this.dataDir);
     try {
@@ -201,7 +215,13 @@ export class DiskEngine implements StorageEngine {
       onFault: () => this.scheduleRecovery(t, p),
       archive: t.config.archive ? (logStart) => this.openArchive(t, p, logStart) : undefined,
       cleanerBudget: this.cleanerBudget,
+      cipher: this.cipherOf(t, p),
     });
+  }
+
+  /** ENC-2: a topic's batches are bound to its incarnation and partition (online and archived alike). */
+  private cipherOf(t: Topic, p: number): BatchCipher | undefined {
+    return t.config.encrypted ? new BatchCipher(this.keyring, `topic:${t.topicId}/${p}`, `${t.name}/${p}`) : undefined;
   }
 
   /** The background cleaner: one run at a time, then the next after the interval (never overlapping). */
@@ -241,7 +261,7 @@ export class DiskEngine implements StorageEngine {
   private openArchive(t: Topic, p: number, logStart: number): Promise<PartitionArchive> {
     const store = new FsArchiveStore(this.fs, t.config.archive!.dir);
     const target = { topic: t.name, topicId: t.topicId, partition: p, prefix: partitionPrefix(t.name, t.topicId, p) };
-    return PartitionArchive.open({ fs: this.fs, store, target, logger: this.logger, retentionMs: () => t.config.archiveRetentionMs }, logStart);
+    return PartitionArchive.open({ fs: this.fs, store, target, logger: this.logger, retentionMs: () => t.config.archiveRetentionMs, cipher: this.cipherOf(t, p) }, logStart);
   }
 
   /**
@@ -310,6 +330,7 @@ export class DiskEngine implements StorageEngine {
     return this.serial(async () => {
       this.check();
       if (this.topics.has(name)) throw new TopicExistsError(name);
+      if (config.encrypted && this.keyring === null) throw new EncryptionConfigError(`topic ${JSON.stringify(name)} cannot be encrypted: no encryption keys are configured (encryptionKeys, --encryption-key-file or ${ENCRYPTION_KEYS_ENV})`);
       const meta: EngineTopic = { name, topicId: randomUUID(), createdAt: this.telemetry.clock.now(), config };
       // Named by id alone: name + id could exceed the 255-byte file name limit.
       const staging = this.inside("tmp", meta.topicId);

@@ -120,6 +120,7 @@ export class Mover {
       const [r] = [...(await this.q.cache().fetch([off])).values()];
       if (r instanceof Error) throw r;
       const dlq = await this.q.peer(target);
+      this.checkEncrypted(dlq);
       await dlq.enqueue([this.deadLetterCopy(off, r, intent, resumed)]);
     }
     const st = this.q.state();
@@ -128,6 +129,12 @@ export class Mover {
       this.q.available();
       await this.q.journal().fixed(Ev.DEAD, off, 0, this.q.now());
     }
+  }
+
+  /** ENC-1: an encrypted queue's jobs are copied only into encrypted queues (never to disk in clear). */
+  private checkEncrypted(dest: StoredQueue): void {
+    if (this.q.settings().encrypted === true && dest.settings.encrypted !== true)
+      throw new ValidationError(`queue ${JSON.stringify(this.q.name)} is encrypted; its jobs cannot be copied into ${JSON.stringify(dest.name)}, which is not`);
   }
 
   /** The job as it lands in the dead-letter queue: payload, kept headers, the failure record. */
@@ -272,6 +279,7 @@ export class Mover {
     const t = st.table;
     // Through the policy layer even for this queue itself: every write goes through `StoredQueue`.
     const dest = await this.q.peer(target);
+    this.checkEncrypted(dest);
     // Not deliverable while in transit; the mark is in memory only (a crash leaves the entry,
     // and the dedupe id makes the retry idempotent).
     const prev = new Map<number, St>();

@@ -79,6 +79,7 @@ export class DiskQueue implements StoredQueue {
       settings: this._settings,
       telemetry: this.o.telemetry,
       peer: this.o.peer,
+      keyring: this.o.keyring,
       available: () => this.notify(),
       beforeWrite: () => {
         const ls = this.listeners;

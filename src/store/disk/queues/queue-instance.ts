@@ -13,7 +13,7 @@
  * ahead of disk, so the instance stops (every lease is lost, LEASE-2) and its owner
  * (disk-queue.ts) reopens the queue from disk (Q-7).
  */
-import { BrokerClosedError, LeaseExpiredError, StorageError } from "../../../errors.js";
+import { BrokerClosedError, EncryptionKeyMissingError, LeaseExpiredError, StorageError } from "../../../errors.js";
 import type { FileSystem } from "../../../log/io.js";
 import type { PartitionLog } from "../../../log/partition-log.js";
 import type { Clock, Telemetry } from "../../../observability/telemetry.js";
@@ -31,6 +31,8 @@ import { JobState } from "./job-state.js";
 import type { DiskLease } from "./lease.js";
 import { Journal } from "./journal.js";
 import { openQueueLogs } from "./queue-logs.js";
+import { BlobSealer } from "../../../log/batch-crypto.js";
+import type { Keyring } from "../../../log/keyring.js";
 import { browseJobs } from "./browse.js";
 import { lookupJob, offsetOfId } from "./lookup.js";
 import { PayloadCache } from "./payload-cache.js";
@@ -42,6 +44,8 @@ import { EarliestTimer } from "./earliest-timer.js";
 import { queueStats } from "./stats.js";
 import { isTerminal, St } from "./table.js";
 
+/** A job whose encryption key is missing is tried again after this long (keyMissing). */
+const KEY_MISSING_RETRY_MS = 30_000;
 /** Snapshot after this many message-log bytes (or twice the last snapshot's size, whichever is larger). */
 const SNAPSHOT_EVERY_MSG_BYTES = 64 * 1024 * 1024;
 
@@ -55,6 +59,8 @@ export interface QueueFiles {
   telemetry: Telemetry;
   /** Other queues (dead-letter and redrive targets), through the policy layer. */
   peer(name: string): Promise<StoredQueue>;
+  /** The engine's keyring, for an encrypted queue's logs and snapshot (ENC-1); null: none. */
+  keyring: Keyring | null;
 }
 
 export interface InstanceOptions extends QueueFiles {  /** Grantable jobs may exist. */
@@ -172,11 +178,11 @@ export class QueueInstance {
 
   private async recover(): Promise<void> {
     const s = this.settings;
-    const logs = await openQueueLogs({ name: this.name, dir: this.o.dir, fs: this.o.fs, telemetry: this.o.telemetry, settings: s, onFault: (e) => this.failed(e) });
+    const logs = await openQueueLogs({ name: this.name, incarnation: this.incarnation, dir: this.o.dir, fs: this.o.fs, telemetry: this.o.telemetry, settings: s, keyring: this.o.keyring, onFault: (e) => this.failed(e) });
     this.msgs = logs.msgs;
     const journalLog = logs.journal;
     try {
-      const r = await recoverQueue({ fs: this.o.fs, dir: this.o.dir, queue: this.name, msgs: this.msgs, journal: journalLog, dedupeWindowMs: s.dedupeWindowMs, resultRetentionMs: s.resultRetentionMs, logger: this.logger, now: this.now(), monoNow: this.mono() });
+      const r = await recoverQueue({ fs: this.o.fs, dir: this.o.dir, queue: this.name, sealer: this.sealer(), msgs: this.msgs, journal: journalLog, dedupeWindowMs: s.dedupeWindowMs, resultRetentionMs: s.resultRetentionMs, logger: this.logger, now: this.now(), monoNow: this.mono() });
       this.st = r.state;
       this.st.configureGroups(groupLimits(s));
       this.progressOf = new JobProgress(r.progress);
@@ -370,6 +376,10 @@ export class QueueInstance {
         const r = recs.get(l.off);
         l.deadlineMono += handoff - l.startedMono;
         l.startedMono = handoff;
+        if (r instanceof EncryptionKeyMissingError) {
+          this.keyMissing(l, r, now);
+          continue;
+        }
         if (r === undefined || r instanceof Error) {
           this.unreadable(l, r, now);
           continue;
@@ -380,6 +390,18 @@ export class QueueInstance {
       }
       return out;
     });
+  }
+
+  /**
+   * ENC-1: a job encrypted with a key the keyring lacks is not damaged: it is given back
+   * without an attempt (RATE-2) and tried again later, so restoring the key serves it.
+   */
+  private keyMissing(l: DiskLease, err: EncryptionKeyMissingError, now: number): void {
+    this.logger.error({ err, queue: this.name, offset: l.off }, "job not delivered: its encryption key is missing from the keyring");
+    const visibleAt = now + KEY_MISSING_RETRY_MS;
+    this.st.giveBack(l, visibleAt, now);
+    this.afterVisible();
+    void this.journal.fixed(Ev.GIVE_BACK, l.off, l.attempt - 1, visibleAt).catch(() => {});
   }
 
   /**
@@ -619,6 +641,11 @@ export class QueueInstance {
 
   // ─────────────────────────────── snapshots ───────────────────────────────
 
+  /** ENC-1: an encrypted queue's snapshot is sealed with its keyring; null: stored in clear. */
+  private sealer(): BlobSealer | null {
+    return this.settings.encrypted === true ? new BlobSealer(this.o.keyring, `queue-snapshot:${this.incarnation}`, `queue ${JSON.stringify(this.name)}`) : null;
+  }
+
   /**
    * Writes the state at the journal's end (JRN-3), then deletes what it covers: the journal
    * below that offset and the message log below the table floor (Q-6).
@@ -639,7 +666,7 @@ export class QueueInstance {
     this.journal.snapshotTaken();
     this.msgBytesSinceSnapshot = 0;
     this.lastSnapshotBytes = body.length;
-    await writeSnapshot(this.o.fs, this.o.dir, body);
+    await writeSnapshot(this.o.fs, this.o.dir, body, this.sealer());
     // The snapshot is durable: what it covers may go (storage proportional to backlog), except
     // the newest journal segments, which `queue.events()` readers read (EVT-2).
     const jl = this.journal.log;

@@ -7,6 +7,8 @@
 import { join } from "node:path";
 import type { FileSystem } from "../../../log/io.js";
 import { PartitionLog, type LogConfig } from "../../../log/partition-log.js";
+import { BatchCipher } from "../../../log/batch-crypto.js";
+import type { Keyring } from "../../../log/keyring.js";
 import type { Telemetry } from "../../../observability/telemetry.js";
 import type { QueueSettings } from "../../queue-store.js";
 import { MAX_JOURNAL_RECORD_BYTES } from "./journal.js";
@@ -20,6 +22,10 @@ const MAX_JOURNAL_SEGMENT = 16 * 1024 * 1024;
 
 export interface QueueLogsOptions {
   name: string;
+  /** Bound into each encrypted batch's authentication with the log's name (ENC-2). */
+  incarnation: string;
+  /** Used when `settings.encrypted` (ENC-1). */
+  keyring: Keyring | null;
   dir: string;
   fs: FileSystem;
   telemetry: Telemetry;
@@ -39,8 +45,12 @@ export async function openQueueLogs(o: QueueLogsOptions): Promise<{ msgs: Partit
     retentionMs: -1,
     retentionBytes: -1,
   });
+  // ENC-1: an encrypted queue encrypts both logs: payloads and headers in `msgs/`, results,
+  // progress and failure records in `journal/`.
+  const cipher = (sub: string): BatchCipher | undefined =>
+    s.encrypted === true ? new BatchCipher(o.keyring, `queue:${o.incarnation}/${sub}`, `queue ${JSON.stringify(o.name)} (${sub})`) : undefined;
   const open = (sub: string, topic: string, c: LogConfig): Promise<PartitionLog> =>
-    PartitionLog.open({ fs: o.fs, dir: join(o.dir, sub), topic, partition: 0, config: c, telemetry: o.telemetry, onFault: (e) => o.onFault(e) });
+    PartitionLog.open({ fs: o.fs, dir: join(o.dir, sub), topic, partition: 0, config: c, telemetry: o.telemetry, onFault: (e) => o.onFault(e), cipher: cipher(sub) });
   await o.fs.mkdir(o.dir);
   const msgs = await open("msgs", `queue:${o.name}`, config(s.maxMessageBytes + RESERVED_HEADER_ROOM, s.segmentBytes));
   const journalSegment = Math.max(MIN_JOURNAL_SEGMENT, Math.min(MAX_JOURNAL_SEGMENT, s.segmentBytes / 4));

@@ -25,6 +25,7 @@ import { decodeIdemHeader, EnqueueProducers, H_IDEMPOTENCE } from "./producers.j
 import { Flows } from "./flows.js";
 import { dedupeIdOf, deliverAtOf, expiresAtOf, flowOf, getHeader, groupOf, priorityOf, singletonOf, storedSize } from "./records.js";
 import { readSnapshot } from "./snapshot.js";
+import type { BlobSealer } from "../../../log/batch-crypto.js";
 import { isTerminal, JobTable, St } from "./table.js";
 
 /** Bytes per read while scanning the logs on recovery. */
@@ -42,6 +43,8 @@ export interface RecoveryContext {
   logger: Logger;
   now: number;
   monoNow: number;
+  /** An encrypted queue's snapshot sealer (ENC-1); null: the snapshot is in clear. */
+  sealer: BlobSealer | null;
 }
 
 export interface Recovered {
@@ -60,7 +63,7 @@ export async function recoverQueue(c: RecoveryContext): Promise<Recovered> {
   const progress = new Map<number, string>();
   let journalFrom = c.journal.logStartOffset;
   let state: JobState;
-  const snap = await readSnapshot(c.fs, c.dir, c.queue);
+  const snap = await readSnapshot(c.fs, c.dir, c.queue, c.sealer);
   if (snap !== null) {
     const { meta } = snap;
     state = new JobState(snap.table);

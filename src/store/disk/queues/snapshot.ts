@@ -22,6 +22,7 @@ import type { IdemSnapshot } from "./producers.js";
 import type { RetainedRow } from "./retained.js";
 import type { SingletonRow } from "./singletons.js";
 import { JobTable } from "./table.js";
+import type { BlobSealer } from "../../../log/batch-crypto.js";
 
 const SNAP_MAGIC = Buffer.from("SLQSNAP1");
 export const SNAPSHOT_FILE = "snapshot.bin";
@@ -106,14 +107,16 @@ export function encodeSnapshot(st: JobState, x: SnapshotExtras): { body: Buffer;
   return { body: Buffer.concat([head, json, t.encode()]), meta };
 }
 
-export async function writeSnapshot(fs: FileSystem, dir: string, body: Buffer): Promise<void> {
-  await writeFileAtomic(fs, join(dir, SNAPSHOT_FILE), body);
+/** Writes the snapshot; an encrypted queue's is sealed whole first (ENC-1: retained results, progress, dedupe ids). */
+export async function writeSnapshot(fs: FileSystem, dir: string, body: Buffer, sealer: BlobSealer | null): Promise<void> {
+  await writeFileAtomic(fs, join(dir, SNAPSHOT_FILE), sealer === null ? body : sealer.seal(body));
 }
 
-export async function readSnapshot(fs: FileSystem, dir: string, queue: string): Promise<{ meta: SnapshotMeta; table: JobTable } | null> {
+export async function readSnapshot(fs: FileSystem, dir: string, queue: string, sealer: BlobSealer | null): Promise<{ meta: SnapshotMeta; table: JobTable } | null> {
   const path = join(dir, SNAPSHOT_FILE);
   if ((await fs.stat(path)) === null) return null;
-  const buf = await fs.readFile(path);
+  let buf = await fs.readFile(path);
+  if (sealer !== null) buf = sealer.open(buf, path);
   if (buf.length < 12 || !buf.subarray(0, 8).equals(SNAP_MAGIC)) throw new StorageError(`queue ${queue}: bad snapshot ${path}`);
   const jl = buf.readUInt32LE(8);
   if (jl > buf.length - 12) throw new StorageError(`queue ${queue}: truncated snapshot ${path}`);

@@ -10,7 +10,8 @@
  */
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
-import { BrokerClosedError, QueueNotFoundError } from "../../../errors.js";
+import { BrokerClosedError, EncryptionConfigError, EncryptionKeyMissingError, QueueNotFoundError, ValidationError } from "../../../errors.js";
+import { ENCRYPTION_KEYS_ENV, type Keyring } from "../../../log/keyring.js";
 import { readJsonFile, writeFileAtomic, type FileSystem } from "../../../log/io.js";
 import type { Telemetry } from "../../../observability/telemetry.js";
 import type { QueueConfig } from "../../../queues/types.js";
@@ -36,6 +37,15 @@ export interface DiskQueueStoreOptions {
   dir: string;
   fs: FileSystem;
   telemetry: Telemetry;
+  /** The engine's keyring (encryption at rest), null without one. */
+  keyring(): Keyring | null;
+}
+
+/** ENC-1: `encrypted` needs a keyring, and never changes on an existing queue (its files say which). */
+function checkEncryption(name: string, wanted: boolean, stored: boolean | null, haveKeys: boolean): void {
+  if (stored !== null && stored !== wanted) throw new ValidationError(`queue ${JSON.stringify(name)}: encrypted cannot be changed on an existing queue (it is ${stored})`);
+  if (wanted && !haveKeys && stored !== null) throw new EncryptionKeyMissingError("", `queue ${JSON.stringify(name)}`);
+  if (wanted && !haveKeys) throw new EncryptionConfigError(`queue ${JSON.stringify(name)} is encrypted, but no encryption keys are configured (encryptionKeys, --encryption-key-file or ${ENCRYPTION_KEYS_ENV})`);
 }
 
 export class DiskQueueStore implements QueueStore {
@@ -82,10 +92,11 @@ export class DiskQueueStore implements QueueStore {
       if (this.closed) throw new BrokerClosedError();
       const entry = this.manifest.queues[name];
       // Dead-letter queues created implicitly do not dead-letter further.
-      let config = entry?.config ?? req.config ?? (req.implicit ? { deadLetter: null } : {});
+      let config = entry?.config ?? req.config ?? (req.implicit ? { deadLetter: null, ...(req.encrypted === true ? { encrypted: true } : {}) } : {});
       if (entry !== undefined && req.config !== undefined && JSON.stringify(req.config) !== JSON.stringify(entry.config)) config = req.config;
       // Validated before anything is stored (ValidationError).
       const settings = req.settings(config);
+      checkEncryption(name, settings.encrypted === true, entry === undefined ? null : req.settings(entry.config).encrypted === true, this.o.keyring() !== null);
       if (entry === undefined) {
         const now = this.o.telemetry.clock.now();
         this.manifest.queues[name] = { incarnation: `${name}.${now.toString(36)}${randomBytes(4).toString("hex")}`, config, createdAt: now };
@@ -110,6 +121,7 @@ export class DiskQueueStore implements QueueStore {
         settings,
         telemetry: this.o.telemetry,
         peer: req.peer,
+        keyring: this.o.keyring(),
       });
     });
     this.open_.set(name, p);
