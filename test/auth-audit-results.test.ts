@@ -22,6 +22,7 @@ import { CredentialStore } from "../src/security/auth/credential-store.js";
 import { startServer } from "../src/server/index.js";
 import { tempDir } from "../src/testing/helpers.js";
 import { wrapHost } from "./fixtures/host-wrapper.js";
+import { grantAdmin } from "./fixtures/acl.js";
 
 const CLI = join(fileURLToPath(new URL(".", import.meta.url)), "..", "src", "cli", "main.js");
 const PASSWORD = "audit-results-pw";
@@ -49,6 +50,7 @@ test("logins that succeed and fail over the protocol and HTTP are audited, failu
   const store = await CredentialStore.open(data);
   await store.addUser("alice", PASSWORD, 4096);
   const { token } = await store.createToken("ci-bot");
+  await grantAdmin(data, "alice", "ci-bot");
   const broker = await openBroker({ dataDir: data, retentionCheckIntervalMs: 0 });
   const srv = await startServer({ broker, port: 0, httpPort: 0, dataDir: data, auth: { failureLimit: { burst: 1000 } } });
   const base = `http://127.0.0.1:${srv.httpPort}`;

@@ -10,12 +10,14 @@ import { listAuditRecords } from "../src/security/audit/reader.js";
 import { CredentialStore } from "../src/security/auth/credential-store.js";
 import { startServer } from "../src/server/index.js";
 import { tempDir } from "../src/testing/helpers.js";
+import { grantAdmin } from "./fixtures/acl.js";
 
 test("audit records name the user or token principal that logged in", async () => {
   using dir = tempDir("sluice-auth-audit-");
   const store = await CredentialStore.open(dir.dir);
   await store.addUser("alice", "alice-password", 4096);
   const { token } = await store.createToken("ci-bot");
+  await grantAdmin(dir.dir, "alice", "ci-bot");
   const broker = await openBroker({ dataDir: dir.dir, retentionCheckIntervalMs: 0 });
   const srv = await startServer({ broker, port: 0, httpPort: 0, dataDir: dir.dir });
   try {

@@ -44,6 +44,7 @@ test("users and tokens from the CLI: logins over the protocol and HTTP, and no s
   const { token, id } = JSON.parse(created.stdout) as { token: string; id: string };
   const tokenFile = join(dir.dir, "token");
   writeFileSync(tokenFile, token + "\n");
+  for (const who of ["alice", "ci-bot"]) assert.equal(cli(["acl", "add", "--allow", who, "--op", "admin", "--cluster", "--data", data]).status, 0);
   assert.match(cli(["users", "list", "--data", data]).stdout, /alice/);
   assert.match(cli(["tokens", "list", "--data", data]).stdout, new RegExp(`${id}\\s+ci-bot`));
 

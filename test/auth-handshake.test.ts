@@ -14,6 +14,7 @@ import { CredentialStore } from "../src/security/auth/credential-store.js";
 import { AuthenticationError, ValidationError, type BrokerError } from "../src/errors.js";
 import { FrameReader, Op, decodeFrame, encodeFrame, encodePreamble, wireToError, type WireError } from "../src/wire/index.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";
+import { grantAdmin } from "./fixtures/acl.js";
 
 let dir: ReturnType<typeof tempDir>;
 let broker: EmbeddedBroker;
@@ -28,6 +29,7 @@ before(async () => {
   const store = await CredentialStore.open(dataDir);
   await store.addUser("alice", PASSWORD, 4096);
   token = (await store.createToken("ci-bot", { ttlMs: 3_600_000 })).token;
+  await grantAdmin(dataDir, "alice", "ci-bot");
   server = await startServer({ broker, port: 0, httpPort: null, dataDir, limits: { handshakeTimeoutMs: 400 }, auth: { failureLimit: { burst: 1000 } } });
 });
 

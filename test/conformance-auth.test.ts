@@ -9,6 +9,7 @@ import { startServer, type ServerHandle } from "../src/server/index.js";
 import { CredentialStore } from "../src/security/auth/credential-store.js";
 import { defineConformanceSuite } from "../src/testing/conformance.js";
 import { tempDir } from "../src/testing/helpers.js";
+import { grantAdmin } from "./fixtures/acl.js";
 
 let dir: ReturnType<typeof tempDir>;
 let broker: EmbeddedBroker;
@@ -19,6 +20,7 @@ before(async () => {
   const dataDir = join(dir.dir, "data");
   broker = await openBroker({ dataDir });
   await (await CredentialStore.open(dataDir)).addUser("conformance", "conformance-password", 4096);
+  await grantAdmin(dataDir, "conformance");
   server = await startServer({ broker, port: 0, httpPort: null, dataDir });
 });
 

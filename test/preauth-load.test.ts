@@ -13,6 +13,7 @@ import { fileURLToPath } from "node:url";
 import { connect, type RemoteBrokerHandle as Client } from "../src/client/index.js";
 import { CredentialStore } from "../src/security/auth/credential-store.js";
 import { tempDir, waitUntil, withTimeout } from "../src/testing/helpers.js";
+import { grantAdmin } from "./fixtures/acl.js";
 
 const here = fileURLToPath(new URL(".", import.meta.url));
 const CLI = join(here, "..", "src", "cli", "main.js");
@@ -112,6 +113,7 @@ test("1,000 unauthenticated connections declaring huge frames or dribbling bytes
   const data = join(dir.dir, "data");
   const store = await CredentialStore.open(data);
   await store.addUser("alice", PASSWORD, 4096);
+  await grantAdmin(data, "alice");
   const srv = await serve(data);
   const port = Number(new URL(srv.url).port);
   const pid = srv.proc.pid!;

@@ -43,6 +43,8 @@ test("no password, token, encryption key or encrypted payload in the data dir or
   writeFileSync(pwFile, password, { mode: 0o600 });
   cli(["users", "add", "alice", "--data", data, "--password-file", pwFile]);
   const token = (JSON.parse(cli(["tokens", "create", "ci-bot", "--data", data, "--json"])) as { token: string }).token;
+  cli(["acl", "add", "--allow", "alice", "--op", "admin", "--cluster", "--data", data]);
+  cli(["acl", "add", "--allow", "ci-bot", "--op", "admin", "--cluster", "--data", data]);
   assert.ok(token.length > 16);
 
   const server = await spawnServer(["--data", data, "--port", "0", "--http-port", "0", "--log-level", "debug", "--encryption-key-file", keyFile]);
