@@ -519,12 +519,12 @@ export class Connection implements Session {
       if (this.authz.allows(p, { op: "consume", type: "topic", name: m.topic }) && this.authz.allows(p, { op: "consume", type: "group", name: m.group })) continue;
       this.members.delete(id);
       this.rememberEnded(id, "forbidden");
-      m.end("forbidden", denied(`consume ${m.topic} in group ${m.group}`));
+      m.end("error", denied(`consume ${m.topic} in group ${m.group}`));
     }
     for (const [id, w] of [...this.workers]) {
       if (this.authz.allows(p, { op: "consume", type: "queue", name: w.queueName })) continue;
       this.workers.delete(id);
-      w.end("forbidden", denied(`consume queue ${w.queueName}`));
+      w.end("error", denied(`consume queue ${w.queueName}`));
     }
   }
 

@@ -131,7 +131,16 @@ export class PolicyStore {
     });
   }
 
-  private async change(fn: (p: AclPolicy) => void): Promise<void> {
+  /** Changes run one at a time (each re-reads, edits and replaces the file). */
+  private changing: Promise<void> = Promise.resolve();
+
+  private change(fn: (p: AclPolicy) => void): Promise<void> {
+    const run = this.changing.then(() => this.applyChange(fn));
+    this.changing = run.catch(() => {});
+    return run;
+  }
+
+  private async applyChange(fn: (p: AclPolicy) => void): Promise<void> {
     this.seen = "";
     await this.refresh();
     if (this.error !== null) throw new ValidationError(`${this.path} is damaged (${this.error}); fix or remove it first`);
