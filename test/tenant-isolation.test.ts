@@ -109,6 +109,15 @@ test("tenants: nothing of one tenant is reachable from another, however names ar
     assert.equal((await http(bob, "GET", "/v1/audit")).status, 404);
     const listed = (await (await http(bob, "GET", "/v1/topics")).json()) as { topics: string[] };
     assert.deepEqual(listed.topics.filter((t) => !t.startsWith("bob.")), []);
+    // Denied requests are audited (in the background: wait for them), one record per
+    // (principal, address, operation, resource) per minute with a count.
+    const deadline = Date.now() + 5000;
+    let denied: Awaited<ReturnType<typeof broker.listAudit>> = [];
+    while (Date.now() < deadline && !denied.some((r) => r.resource === "acme.orders" && r.details.operation === "describe")) {
+      denied = (await broker.listAudit({ limit: 10_000 })).filter((r) => r.op === "acl.denied" && r.principal === "bob");
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.ok(denied.some((r) => r.resource === "acme.orders" && r.details.operation === "describe" && r.result === "TOPIC_NOT_FOUND"), "bob's denied describe is audited");
     // Alice's data is untouched.
     const r = await a.fetch("acme.orders", 0, 0);
     assert.equal(r.records.length, 1);

@@ -11,11 +11,20 @@ import { Authorizer, type Need, type ResourceType } from "../security/acl/model.
 import { POLICY_POLL_MS, type PolicyStore } from "../security/acl/policy-store.js";
 import type { Logger } from "../observability/telemetry.js";
 import { deniedError, firstDenied } from "./permissions.js";
+import type { AuditActor } from "../security/audit/record.js";
+import type { AuditTarget } from "../security/audit/auditor.js";
+
+/** Writes one audit record (the broker's `recordAudit`). */
+export type RecordAudit = (actor: AuditActor, target: AuditTarget, error?: unknown) => Promise<void>;
+
+/** A denied request is audited once per (principal, source, operation, resource) per window, with a count. */
+const DENIED_WINDOW_MS = 60_000;
+const MAX_DENIED_KEYS = 10_000;
 
 /** What a connection or HTTP request is checked as. */
 export interface Gate {
   /** Throws the request's error (ACL-4) when `principal` may not do every one of `needs`. */
-  check(principal: string | null, needs: readonly Need[]): void;
+  check(principal: string | null, needs: readonly Need[], actor?: AuditActor): void;
   /** Keeps the names `principal` may see (ACL-4: the others are not listed). */
   visible<T>(principal: string | null, type: ResourceType, items: readonly T[], name: (item: T) => string): T[];
   /** Whether `principal` may do `need` (null: the server runs without credentials). */
@@ -29,10 +38,13 @@ export class ServerAuthorization implements Gate {
   private timer: NodeJS.Timeout | null = null;
   private polling = false;
   private readonly listeners = new Set<Reauthorize>();
+  /** Denials audited in the current window: key -> [window start, denials since the record]. */
+  private readonly denied = new Map<string, [number, number]>();
 
   constructor(
     private readonly store: PolicyStore | null,
     private readonly logger: Logger,
+    private readonly audit: RecordAudit | null = null,
   ) {}
 
   /** The decisions in force. Without a policy store (no data dir) nothing is allowed. */
@@ -75,11 +87,39 @@ export class ServerAuthorization implements Gate {
     }
   }
 
-  check(principal: string | null, needs: readonly Need[]): void {
+  check(principal: string | null, needs: readonly Need[], actor?: AuditActor): void {
     if (principal === null || needs.length === 0) return;
     const authz = this.authorizer;
     const denied = firstDenied(authz, principal, needs);
-    if (denied !== null) throw deniedError(authz, principal, denied);
+    if (denied === null) return;
+    const err = deniedError(authz, principal, denied);
+    this.recordDenied(actor ?? { principal, source: "unknown" }, denied, err);
+    throw err;
+  }
+
+  /**
+   * Every denied request is audited (docs/security.md "Audit log"), but a client retrying in a
+   * loop must not grow the audit log without bound: the first denial of a (principal, source
+   * address, operation, resource) is written at once, later ones in the same minute are
+   * counted into the next record of that key. Written in the background: a refused request
+   * never waits on the disk.
+   */
+  private recordDenied(actor: AuditActor, need: Need, err: Error): void {
+    if (this.audit === null) return;
+    const now = Date.now();
+    const host = actor.source.replace(/:\d+$/, "");
+    const key = `${actor.principal}\u0000${host}\u0000${need.op}\u0000${need.type}\u0000${need.name}`;
+    const seen = this.denied.get(key);
+    if (seen !== undefined && now - seen[0] < DENIED_WINDOW_MS) {
+      seen[1]++;
+      return;
+    }
+    if (this.denied.size >= MAX_DENIED_KEYS) this.denied.clear();
+    const count = (seen?.[1] ?? 0) + 1;
+    this.denied.set(key, [now, 0]);
+    const resourceType = need.type === "dlq" ? "queue" : need.type === "cluster" ? "server" : need.type;
+    const details = { operation: need.op, kind: need.type, count };
+    this.audit(actor, { op: "acl.denied", resourceType, resource: need.name, details }, err).catch((e: unknown) => this.logger.error({ err: e }, "audit record of a denied request not written"));
   }
 
   visible<T>(principal: string | null, type: ResourceType, items: readonly T[], name: (item: T) => string): T[] {

@@ -365,7 +365,7 @@ export class Connection implements Session {
       if (handler === undefined) throw new ProtocolError(`unknown opcode ${frame.op}`);
       // ACL-1: checked against the policy in force before the handler starts (synchronously,
       // so pipelined requests keep their order).
-      if (this.principal !== null) this.authz.check(this.principal, needsOf(this, frame));
+      if (this.principal !== null) this.authz.check(this.principal, needsOf(this, frame), this.actor);
       // The handler starts its broker call synchronously, so pipelined publishes reach the
       // broker in arrival order.
       p = handler(this, frame);

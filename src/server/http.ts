@@ -470,7 +470,7 @@ export function createHttpServer(opts: HttpOptions): Server {
         url,
         params: found.params,
         principal,
-        check: (needs) => gate?.check(principal, needs),
+        check: (needs) => gate?.check(principal, needs, { principal: principal ?? "anonymous", source: `${req.socket.remoteAddress}:${req.socket.remotePort}` }),
         visible: (type, items, name) => (gate ? gate.visible(principal, type, items, name) : [...items]),
       };
       ctx.check(found.route.needs(ctx));

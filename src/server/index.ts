@@ -134,7 +134,7 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
   const auth = store ? new ServerAuth(store, logger, opts.auth, authAudit) : null;
   const authRequired = auth ? await auth.required() : false;
   const policy = opts.acl?.store ?? (opts.dataDir ? await PolicyStore.open(opts.dataDir) : null);
-  const authz = new ServerAuthorization(policy, logger);
+  const authz = new ServerAuthorization(policy, logger, (actor, target, error) => opts.broker.recordAudit(actor, target, error));
   authz.start();
   if (!authRequired && !opts.allowUnauthenticated && !isLoopback(host)) {
     throw new ValidationError(
