@@ -7,6 +7,7 @@
 import { ValidationError } from "../errors.js";
 import { OPERATIONS, RESOURCE_TYPES, type Effect, type Operation, type ResourceType } from "../security/acl/model.js";
 import { PolicyStore } from "../security/acl/policy-store.js";
+import type { QuotaSpec } from "../security/acl/quotas.js";
 import { UsageError, need, parse, subcommand } from "./args.js";
 import { printJson, printTable, say } from "./output.js";
 
@@ -15,6 +16,8 @@ export const ACL_USAGE = `Usage: sluice acl add (--allow | --deny) PRINCIPAL --o
        sluice acl list --data DIR [--json]
        sluice acl group NAME [MEMBER...] --data DIR       (no members: removes the group)
        sluice acl tenant NAME [PRINCIPAL...] --data DIR   (no principals: removes the tenant)
+       sluice acl quota (PRINCIPAL | tenant:NAME) [--publish-bytes-per-sec N] [--consume-bytes-per-sec N]
+                  [--requests-per-sec N] [--connections N] --data DIR   (no limits: removes the quota)
 
 PRINCIPAL: a user or token principal, group:NAME, or * (every logged-in principal).
 OP: ${OPERATIONS.join(", ")} (admin: every operation).
@@ -36,6 +39,10 @@ const OPTIONS = {
   cluster: { type: "boolean" },
   prefix: { type: "boolean" },
   json: { type: "boolean" },
+  "publish-bytes-per-sec": { type: "string" },
+  "consume-bytes-per-sec": { type: "string" },
+  "requests-per-sec": { type: "string" },
+  connections: { type: "string" },
 } as const;
 
 type Values = { [K in keyof typeof OPTIONS]?: (typeof OPTIONS)[K]["type"] extends "boolean" ? boolean : string };
@@ -48,8 +55,8 @@ function resourceOf(v: Values): { resourceType: ResourceType; name: string } {
 }
 
 export async function aclCommand(argv: string[]): Promise<void> {
-  const { verb, rest } = subcommand(argv, "acl", ["add", "remove", "list", "group", "tenant"], ACL_USAGE);
-  const { values, positionals } = parse(rest, { usage: ACL_USAGE, options: OPTIONS, maxPositionals: verb === "group" || verb === "tenant" ? 1000 : verb === "remove" ? 1 : 0 });
+  const { verb, rest } = subcommand(argv, "acl", ["add", "remove", "list", "group", "tenant", "quota"], ACL_USAGE);
+  const { values, positionals } = parse(rest, { usage: ACL_USAGE, options: OPTIONS, maxPositionals: verb === "group" || verb === "tenant" ? 1000 : verb === "remove" || verb === "quota" ? 1 : 0 });
   const dir = values.data ?? process.env.SLUICE_DATA;
   if (!dir) throw new UsageError("give the data directory: --data DIR (or env SLUICE_DATA)");
   const store = await PolicyStore.open(dir);
@@ -58,6 +65,18 @@ export async function aclCommand(argv: string[]): Promise<void> {
     const id = need(positionals, 0, "rule id", ACL_USAGE);
     if (!(await store.removeRule(id))) throw new ValidationError(`no rule ${JSON.stringify(id)} (sluice acl list shows the ids)`);
     return say(`rule ${id} removed`);
+  }
+  if (verb === "quota") {
+    const key = need(positionals, 0, "principal or tenant:NAME", ACL_USAGE);
+    const spec: QuotaSpec = {};
+    const num = (flag: string): number | undefined => (values[flag as keyof Values] === undefined ? undefined : Number(values[flag as keyof Values]));
+    const fields: [keyof QuotaSpec, string][] = [["publishBytesPerSec", "publish-bytes-per-sec"], ["consumeBytesPerSec", "consume-bytes-per-sec"], ["requestsPerSec", "requests-per-sec"], ["connections", "connections"]];
+    for (const [field, flag] of fields) {
+      const v = num(flag);
+      if (v !== undefined) spec[field] = v;
+    }
+    await store.setQuota(key, spec);
+    return say(Object.keys(spec).length === 0 ? `quota of ${key} removed` : `quota of ${key}: ${JSON.stringify(spec)}`);
   }
   if (verb === "group" || verb === "tenant") {
     const name = need(positionals, 0, `${verb} name`, ACL_USAGE);
@@ -84,5 +103,6 @@ function listPolicy(store: PolicyStore, json: boolean): void {
     p.rules.map((r) => [r.id, r.principal, r.effect, r.operation, r.resourceType, r.resourceType === "cluster" ? "-" : r.pattern, r.resourceType === "cluster" ? "-" : r.name]),
   );
   for (const [g, members] of Object.entries(p.groups)) say(`group ${g}: ${members.join(", ")}`);
+  for (const [k, q] of Object.entries(p.quotas)) say(`quota ${k}: ${JSON.stringify(q)}`);
   for (const [t, v] of Object.entries(p.tenants)) say(`tenant ${t}: ${v.principals.join(", ")} (names starting with "${t}.")`);
 }

@@ -7,11 +7,12 @@
  * Only authenticated connections are checked: a server without credentials has no principals,
  * so it runs open (and only on loopback unless told otherwise, AUTH-3).
  */
-import { Authorizer, type Need, type ResourceType } from "../security/acl/model.js";
+import { Authorizer, emptyPolicy, type Need, type ResourceType } from "../security/acl/model.js";
 import { POLICY_POLL_MS, type PolicyStore } from "../security/acl/policy-store.js";
 import type { Logger } from "../observability/telemetry.js";
 import { deniedError, firstDenied } from "./permissions.js";
 import type { AuditActor } from "../security/audit/record.js";
+import { QuotaTracker, type QuotaKind } from "../security/acl/quotas.js";
 import type { AuditTarget } from "../security/audit/auditor.js";
 
 /** Writes one audit record (the broker's `recordAudit`). */
@@ -38,6 +39,7 @@ export class ServerAuthorization implements Gate {
   private timer: NodeJS.Timeout | null = null;
   private polling = false;
   private readonly listeners = new Set<Reauthorize>();
+  private readonly quotas = new QuotaTracker();
   /** Denials audited in the current window: key -> [window start, denials since the record]. */
   private readonly denied = new Map<string, [number, number]>();
 
@@ -87,6 +89,28 @@ export class ServerAuthorization implements Gate {
     }
   }
 
+  /** QUO-1: charges `n` of `kind` to the principal's quotas; how long to hold its connection (0: not at all). */
+  throttle(principal: string, kind: QuotaKind, n: number): number {
+    let ms = 0;
+    for (const { entity, spec } of this.authorizer.quotasOf(principal)) ms = Math.max(ms, this.quotas.charge(entity, spec, kind, n));
+    return ms;
+  }
+
+  /** Counts a connection of `principal` against its connection quotas; its release, or null when one is full. */
+  admitConnection(principal: string): (() => void) | null {
+    const taken: string[] = [];
+    for (const { entity, spec } of this.authorizer.quotasOf(principal)) {
+      if (!this.quotas.openConnection(entity, spec)) {
+        for (const e of taken) this.quotas.closeConnection(e);
+        return null;
+      }
+      taken.push(entity);
+    }
+    return () => {
+      for (const e of taken) this.quotas.closeConnection(e);
+    };
+  }
+
   check(principal: string | null, needs: readonly Need[], actor?: AuditActor): void {
     if (principal === null || needs.length === 0) return;
     const authz = this.authorizer;
@@ -133,4 +157,4 @@ export class ServerAuthorization implements Gate {
   }
 }
 
-const DENY_ALL = new Authorizer({ rules: [], groups: {}, tenants: {} });
+const DENY_ALL = new Authorizer(emptyPolicy());

@@ -17,7 +17,7 @@
  */
 import { ProcessingLog } from "./processing-log.js";
 import type { Socket } from "node:net";
-import { BadMagicError, ConnectionClosedError, ForbiddenError, ProtocolError, UnsupportedVersionError, ValidationError } from "../errors.js";
+import { BadMagicError, ConnectionClosedError, ForbiddenError, RateLimitedError, ProtocolError, UnsupportedVersionError, ValidationError } from "../errors.js";
 import type { BrokerHost } from "../broker/host.js";
 import type { QueueConfig } from "../queues/types.js";
 import type { HostQueue } from "../queues/host-api.js";
@@ -99,6 +99,11 @@ export class Connection implements Session {
    */
   principal: string | null = null;
   private login: HandshakeAuth | null = null;
+  /** QUO-1: reading stops until then (performance.now() ms) while this principal pays a quota debt. */
+  private throttledUntil = 0;
+  private throttleTimer: NodeJS.Timeout | null = null;
+  /** Gives back this connection's place in its connection quotas. */
+  private releaseQuota: (() => void) | null = null;
   /** Removes this connection's policy-change listener (ACL-3). */
   private unlisten: (() => void) | null = null;
 
@@ -243,6 +248,8 @@ export class Connection implements Session {
     if (principal !== null) {
       this.logger.info({ conn: this.id, remote: this.remote, principal }, "authenticated");
       this.unlisten = this.authz.onChange(() => this.reauthorize());
+      this.releaseQuota = this.authz.admitConnection(principal);
+      if (this.releaseQuota === null) throw new RateLimitedError(1000, `too many connections for ${principal}: its connection quota is full`);
     }
     this.send(
       encodeFrame(Op.Hello, FLAG_RESPONSE, frame.correlationId, {
@@ -299,7 +306,10 @@ export class Connection implements Session {
     this.send(head);
     // Written in the same corked turn as the head: one writev, and never a partial frame.
     this.socket.write(body);
-    const ok = this.socket.writableLength < this.limits.maxOutputBytes;
+    // Pushed records count against the consume quota: a held connection reports "not
+    // writable", so its members wait (waitWritable) until the debt is paid (QUO-1).
+    if (this.principal !== null) this.hold(this.authz.throttle(this.principal, "consumeBytesPerSec", body.length));
+    const ok = this.socket.writableLength < this.limits.maxOutputBytes && performance.now() >= this.throttledUntil;
     if (!ok && !this.paused) {
       this.paused = true;
       this.socket.pause();
@@ -308,15 +318,50 @@ export class Connection implements Session {
   }
 
   private onDrain(): void {
-    if (this.socket.writableLength >= this.limits.maxOutputBytes) return;
+    if (this.socket.writableLength >= this.limits.maxOutputBytes || performance.now() < this.throttledUntil) return;
     const ws = this.writableWaiters;
     this.writableWaiters = [];
     for (const w of ws) w();
     this.maybeResume();
   }
 
+  /** QUO-1: charges a request to the rate quotas (requests, publish bytes) and holds the connection for its debt. */
+  private chargeRequest(op: number, size: number): void {
+    const p = this.principal!;
+    let ms = this.authz.throttle(p, "requestsPerSec", 1);
+    if (op === Op.Publish || op === Op.PublishEncoded || op === Op.QueueEnqueue) ms = Math.max(ms, this.authz.throttle(p, "publishBytesPerSec", size));
+    this.hold(ms);
+  }
+
+  /**
+   * Stops reading this connection for `ms` (as Kafka mutes a throttled channel): the client's
+   * requests wait in its socket, its rate falls to the quota, nobody else is slowed, and nothing
+   * is refused or disconnected (QUO-1).
+   */
+  private hold(ms: number): void {
+    if (ms <= 0 || this.state === "closed") return;
+    this.throttledUntil = Math.max(this.throttledUntil, performance.now() + ms);
+    if (!this.paused) {
+      this.paused = true;
+      this.socket.pause();
+    }
+    if (this.throttleTimer !== null) return;
+    const wake = (): void => {
+      const left = this.throttledUntil - performance.now();
+      if (left > 0) {
+        this.throttleTimer = setTimeout(wake, Math.ceil(left));
+        return;
+      }
+      this.throttleTimer = null;
+      this.onDrain();
+      this.maybeResume();
+    };
+    this.throttleTimer = setTimeout(wake, ms);
+  }
+
   maybeResume(): void {
     if (!this.paused || this.state !== "ready") return;
+    if (performance.now() < this.throttledUntil) return;
     if (this.overBudget()) {
       if (this.shared.inFlightBytes >= this.limits.maxInFlightBytesTotal) this.shared.paused.add(this);
       return;
@@ -333,7 +378,8 @@ export class Connection implements Session {
   }
 
   waitWritable(): Promise<void> {
-    if (this.socket.writableLength < this.limits.maxOutputBytes || this.state === "closed") return Promise.resolve();
+    const held = performance.now() < this.throttledUntil;
+    if ((!held && this.socket.writableLength < this.limits.maxOutputBytes) || this.state === "closed") return Promise.resolve();
     return new Promise((resolve) => this.writableWaiters.push(resolve));
   }
 
@@ -365,7 +411,10 @@ export class Connection implements Session {
       if (handler === undefined) throw new ProtocolError(`unknown opcode ${frame.op}`);
       // ACL-1: checked against the policy in force before the handler starts (synchronously,
       // so pipelined requests keep their order).
-      if (this.principal !== null) this.authz.check(this.principal, needsOf(this, frame), this.actor);
+      if (this.principal !== null) {
+        this.authz.check(this.principal, needsOf(this, frame), this.actor);
+        this.chargeRequest(frame.op, size);
+      }
       // The handler starts its broker call synchronously, so pipelined publishes reach the
       // broker in arrival order.
       p = handler(this, frame);
@@ -374,6 +423,7 @@ export class Connection implements Session {
     }
     Promise.resolve(p).then(
       (reply) => {
+        if (this.principal !== null && frame.op === Op.Fetch && reply.body) this.hold(this.authz.throttle(this.principal, "consumeBytesPerSec", reply.body.length));
         this.send(encodeFrame(frame.op, FLAG_RESPONSE, frame.correlationId, reply.meta, reply.body ?? null));
         this.requestDone(size);
       },
@@ -538,6 +588,9 @@ export class Connection implements Session {
     this.state = "closed";
     this.unlisten?.();
     this.unlisten = null;
+    this.releaseQuota?.();
+    this.releaseQuota = null;
+    if (this.throttleTimer !== null) clearTimeout(this.throttleTimer);
     this.shared.paused.delete(this);
     if (this.handshakeTimer) clearTimeout(this.handshakeTimer);
     if (this.livenessTimer) clearTimeout(this.livenessTimer);

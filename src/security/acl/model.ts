@@ -17,6 +17,7 @@
  *   tenant's prefix.
  */
 import { ValidationError } from "../../errors.js";
+import type { QuotaSpec } from "./quotas.js";
 
 export const OPERATIONS = ["publish", "consume", "commit", "ack", "describe", "create", "alter", "delete", "reset-offsets", "purge", "redrive", "admin"] as const;
 export type Operation = (typeof OPERATIONS)[number];
@@ -60,9 +61,11 @@ export interface AclPolicy {
   groups: Record<string, string[]>;
   /** Tenants: name -> members; a tenant's resources are the names starting with `<tenant>.`. */
   tenants: Record<string, Tenant>;
+  /** Quotas by principal or `tenant:NAME` (src/security/acl/quotas.ts). */
+  quotas: Record<string, QuotaSpec>;
 }
 
-export const emptyPolicy = (): AclPolicy => ({ rules: [], groups: {}, tenants: {} });
+export const emptyPolicy = (): AclPolicy => ({ rules: [], groups: {}, tenants: {}, quotas: {} });
 
 const TENANT_RE = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const PRINCIPAL_RE = /^(?:\*|group:[A-Za-z0-9._@-]{1,128}|[A-Za-z0-9._@-]{1,128})$/;
@@ -105,6 +108,18 @@ export class Authorizer {
   /** The tenant a principal belongs to, or null. */
   tenantOf(principal: string): string | null {
     return this.tenantByPrincipal.get(principal) ?? null;
+  }
+
+  /**
+   * The entities `principal` is counted under, itself and its tenant, with their quotas ({}
+   * for none): connections are counted even without a quota, so one set later bounds them
+   * from the first login on (QUO-1).
+   */
+  quotasOf(principal: string): { entity: string; spec: QuotaSpec }[] {
+    const q = this.policy.quotas;
+    const spec = (key: string): QuotaSpec => (Object.hasOwn(q, key) ? q[key] : {});
+    const tenant = this.tenantOf(principal);
+    return [{ entity: principal, spec: spec(principal) }, ...(tenant === null ? [] : [{ entity: `tenant:${tenant}`, spec: spec(`tenant:${tenant}`) }])];
   }
 
   /** Whether `principal` may do `need` (ACL-1, ACL-2). */

@@ -13,6 +13,7 @@ import { createHash } from "node:crypto";
 import { NodeFileSystem, join, readJsonFile, writeFileAtomic, type FileSystem } from "../../log/io.js";
 import { ValidationError } from "../../errors.js";
 import { SECURITY_DIR } from "../auth/credential-store.js";
+import { validateQuota, type QuotaSpec } from "./quotas.js";
 import { Authorizer, emptyPolicy, validateRule, validateTenantName, type AclPolicy, type AclRule } from "./model.js";
 
 export const ACL_FILE = "acl.json";
@@ -45,7 +46,9 @@ function validatePolicy(raw: unknown): AclPolicy {
       owner.set(p, t);
     }
   }
-  return { rules, groups, tenants };
+  const quotas = f.quotas ?? {};
+  for (const [k, q] of Object.entries(quotas)) validateQuota(k, q);
+  return { rules, groups, tenants, quotas };
 }
 
 export class PolicyStore {
@@ -128,6 +131,15 @@ export class PolicyStore {
     await this.change((p) => {
       if (principals.length === 0) delete p.tenants[name];
       else p.tenants[name] = { principals: [...new Set(principals)] };
+    });
+  }
+
+  /** Sets the quota of a principal or `tenant:NAME` (an empty spec removes it). */
+  async setQuota(key: string, spec: QuotaSpec): Promise<void> {
+    validateQuota(key, spec);
+    await this.change((p) => {
+      if (Object.keys(spec).length === 0) delete p.quotas[key];
+      else p.quotas[key] = spec;
     });
   }
 
