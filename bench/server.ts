@@ -55,9 +55,9 @@ interface Served {
 }
 
 /** Starts `sluice serve` on a free port and waits for its "listening" line. */
-export async function serve(dataDir: string): Promise<Served> {
+export async function serve(dataDir: string, extraArgs: string[] = []): Promise<Served> {
   const main = fileURLToPath(new URL("../src/cli/main.js", import.meta.url));
-  const child = spawn(process.execPath, [main, "serve", "--data", dataDir, "--port", "0", "--http-port", "off", "--log-level", "warn"], {
+  const child = spawn(process.execPath, [main, "serve", "--data", dataDir, "--port", "0", "--http-port", "off", "--log-level", "warn", ...extraArgs], {
     stdio: ["ignore", "pipe", "inherit"],
   });
   const url = await new Promise<string>((resolve, reject) => {

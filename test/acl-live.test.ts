@@ -54,6 +54,9 @@ test("a revoked permission applies to a live connection within a second", { time
     })();
     const how = await Promise.race([ended, new Promise<string>((r) => setTimeout(() => r("still running"), 1200).unref())]);
     assert.equal(how, "FORBIDDEN");
+    // The change is in the audit log once the server took it into force.
+    const changes = (await broker.listAudit({ limit: 1000 })).filter((r) => r.op === "acl.change");
+    assert.ok(changes.length >= 1 && changes.at(-1)!.details.rules === 1, JSON.stringify(changes.at(-1)));
   } finally {
     await c.close();
     await srv.close();

@@ -12,6 +12,8 @@ import { POLICY_POLL_MS, type PolicyStore } from "../security/acl/policy-store.j
 import type { Logger } from "../observability/telemetry.js";
 import { deniedError, firstDenied } from "./permissions.js";
 import type { AuditActor } from "../security/audit/record.js";
+import { createHash } from "node:crypto";
+import { ValidationError } from "../errors.js";
 import { QuotaTracker, type QuotaKind } from "../security/acl/quotas.js";
 import type { AuditTarget } from "../security/audit/auditor.js";
 
@@ -81,6 +83,7 @@ export class ServerAuthorization implements Gate {
       if (!(await this.store.refresh())) return;
       if (this.store.error !== null) this.logger.error({ err: this.store.error }, "authorization policy refused: every request of a logged-in principal is denied until it is fixed");
       else this.logger.info({ rules: this.store.policy.rules.length, tenants: Object.keys(this.store.policy.tenants).length }, "authorization policy reloaded");
+      this.recordPolicyChange();
       for (const fn of this.listeners) fn();
     } catch (err) {
       this.logger.error({ err }, "authorization policy could not be re-read");
@@ -109,6 +112,27 @@ export class ServerAuthorization implements Gate {
     return () => {
       for (const e of taken) this.quotas.closeConnection(e);
     };
+  }
+
+  /**
+   * A changed policy file is audited when the server takes it into force (`acl.change`, with
+   * its size and a hash of its contents). `sluice acl` edits the file directly, so the record
+   * names the data directory as its source, not a logged-in principal.
+   */
+  private recordPolicyChange(): void {
+    if (this.audit === null || this.store === null) return;
+    const p = this.store.policy;
+    const details = {
+      rules: p.rules.length,
+      groups: Object.keys(p.groups).length,
+      tenants: Object.keys(p.tenants).length,
+      quotas: Object.keys(p.quotas).length,
+      sha256: createHash("sha256").update(JSON.stringify(p)).digest("hex").slice(0, 16),
+    };
+    const err = this.store.error === null ? undefined : new ValidationError(this.store.error);
+    this.audit({ principal: "data-dir", source: "acl.json" }, { op: "acl.change", resourceType: "server", resource: "acl.json", details }, err).catch((e: unknown) =>
+      this.logger.error({ err: e }, "audit record of a policy change not written"),
+    );
   }
 
   check(principal: string | null, needs: readonly Need[], actor?: AuditActor): void {
