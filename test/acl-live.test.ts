@@ -57,6 +57,17 @@ test("a revoked permission applies to a live connection within a second", { time
     // The change is in the audit log once the server took it into force.
     const changes = (await broker.listAudit({ limit: 1000 })).filter((r) => r.op === "acl.change");
     assert.ok(changes.length >= 1 && changes.at(-1)!.details.rules === 1, JSON.stringify(changes.at(-1)));
+    // So is a new token (its id, never the token).
+    const { info, token: second } = await (await CredentialStore.open(data)).createToken("second");
+    const deadline = Date.now() + 3000;
+    let cred: Awaited<ReturnType<typeof broker.listAudit>> = [];
+    while (Date.now() < deadline && cred.length === 0) {
+      cred = (await broker.listAudit({ limit: 1000 })).filter((r) => r.op === "credentials.change");
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.equal(cred.length, 1);
+    assert.match(String(cred[0].details.added), new RegExp(`token:${info.id}\\(second\\)`));
+    assert.doesNotMatch(JSON.stringify(cred), new RegExp(second));
   } finally {
     await c.close();
     await srv.close();

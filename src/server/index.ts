@@ -20,7 +20,8 @@ import { CredentialStore } from "../security/auth/credential-store.js";
 import { AuthAudit, type AuthAuditOptions } from "../security/audit/auth-results.js";
 import { ValidationError } from "../errors.js";
 import { PolicyStore } from "../security/acl/policy-store.js";
-import { ServerAuthorization } from "./authorization.js";
+import { ServerAuthorization, type RecordAudit } from "./authorization.js";
+import { watchCredentials } from "./credential-watch.js";
 
 export { DEFAULT_LIMITS } from "./limits.js";
 export type { Logger } from "../observability/telemetry.js";
@@ -134,8 +135,10 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
   const auth = store ? new ServerAuth(store, logger, opts.auth, authAudit) : null;
   const authRequired = auth ? await auth.required() : false;
   const policy = opts.acl?.store ?? (opts.dataDir ? await PolicyStore.open(opts.dataDir) : null);
-  const authz = new ServerAuthorization(policy, logger, (actor, target, error) => opts.broker.recordAudit(actor, target, error));
+  const recordAudit: RecordAudit = (actor, target, error) => opts.broker.recordAudit(actor, target, error);
+  const authz = new ServerAuthorization(policy, logger, recordAudit);
   authz.start();
+  const credWatch = store ? watchCredentials(store, recordAudit, logger) : null;
   if (!authRequired && !opts.allowUnauthenticated && !isLoopback(host)) {
     throw new ValidationError(
       `refusing to listen on ${host} without authentication: add a user or token (sluice users add / sluice tokens create) or pass --insecure-no-auth (allowUnauthenticated: true) to serve it open`,
@@ -167,6 +170,7 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
   } catch (err) {
     tls?.stop();
     authz.stop();
+    credWatch?.stop();
     throw err;
   }
 
@@ -190,6 +194,7 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
     } catch (err) {
       tls?.stop();
       authz.stop();
+      credWatch?.stop();
       tcp.close();
       throw err;
     }
@@ -202,6 +207,7 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
     closing = true;
     tls?.stop();
     authz.stop();
+    credWatch?.stop();
     const graceMs = o.graceMs ?? 5000;
     closed = (async () => {
       const tcpClosed = new Promise<void>((resolve) => tcp.close(() => resolve()));
