@@ -17,6 +17,7 @@ import { serve, SERVER } from "./server.js";
 import { consumeBatches, publishPerMessage, SLUICE_DURABILITY, type SluiceTarget } from "./sluice-topics.js";
 import { fmt } from "./shapes.js";
 import { publishBatches } from "./sluice-topics.js";
+import { quotaRows } from "./quota.js";
 
 export const SECURE = "sluice-server tls+auth+acl";
 
@@ -51,7 +52,9 @@ export async function runSecurityBench(opts: { tmpDir: string; run: RunGroupOpti
       { id: "security-publish-batch", table: "batch", metrics: [{ key: "rate", name: "publish 1,000 x 8 in flight, acked: security on vs off", unit: "msg/s" }], cases: [publishBatches(plainT, 1000, 8), publishBatches(secureT, 1000, 8)], ratios: ratio, alternate: true },
       { id: "security-consume-batch", table: "batch", metrics: [{ key: "rate", name: "consume from backlog, commit per batch: security on vs off", unit: "msg/s" }], cases: [consumeBatches(plainT), consumeBatches(secureT)], ratios: ratio, alternate: true },
     ];
-    return await runGroups(groups, { ...opts.run, only: opts.only });
+    const rows = await runGroups(groups, { ...opts.run, only: opts.only });
+    if (!opts.only || opts.only.has("security-quota")) rows.push(...(await quotaRows(opts.tmpDir)));
+    return rows;
   } finally {
     await plain.stop().catch(() => {});
     await secure.stop().catch(() => {});
