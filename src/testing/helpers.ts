@@ -10,13 +10,13 @@ export function tempDir(prefix = "sluice-test-"): { dir: string; cleanup(): void
   return { dir, cleanup, [Symbol.dispose]: cleanup };
 }
 
-/** Polls `cond` until it returns a truthy value or the deadline passes (then throws with `what`). */
-export async function waitUntil<T>(cond: () => T | Promise<T>, what: string, timeoutMs = 10_000, intervalMs = 5): Promise<NonNullable<T>> {
+/** Polls `cond` until it returns a truthy value or the deadline passes (then throws with `what`, computed then if a function). */
+export async function waitUntil<T>(cond: () => T | Promise<T>, what: string | (() => string), timeoutMs = 10_000, intervalMs = 5): Promise<NonNullable<T>> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await cond();
     if (v) return v as NonNullable<T>;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${typeof what === "function" ? what() : what}`);
     await new Promise((r) => setTimeout(r, intervalMs));
   }
 }
