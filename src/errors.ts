@@ -517,6 +517,27 @@ export class ForbiddenError extends RegisteredError {
   static override readonly spec = spec("FORBIDDEN", false, 403, "server", () => new ForbiddenError(""));
 }
 
+/**
+ * A tenant is at its storage quota (docs/security.md#quotas): the publish or enqueue was
+ * refused before anything was written. Retriable: space comes back as retention deletes
+ * segments and consumers settle jobs.
+ */
+export class QuotaExceededError extends RegisteredError {
+  static override readonly spec = spec("QUOTA_EXCEEDED", true, 429, "server", (d) => new QuotaExceededError(str(d.entity), num(d.usedBytes), num(d.limitBytes)));
+  readonly entity: string;
+  readonly usedBytes: number;
+  readonly limitBytes: number;
+  constructor(entity: string, usedBytes: number, limitBytes: number) {
+    super(`${entity} is at its storage quota (${usedBytes} of ${limitBytes} bytes stored): nothing was written`);
+    this.entity = entity;
+    this.usedBytes = usedBytes;
+    this.limitBytes = limitBytes;
+  }
+  override wireDetails(): WireDetails {
+    return { entity: this.entity, usedBytes: this.usedBytes, limitBytes: this.limitBytes };
+  }
+}
+
 /** An HTTP request body exceeded the server's `maxBodyBytes`. */
 export class BodyTooLargeError extends RegisteredError {
   static override readonly spec = spec("BODY_TOO_LARGE", false, 413, "server", () => new BodyTooLargeError(""));
@@ -626,6 +647,7 @@ export const errors = {
   InternalError,
   BodyTooLargeError,
   ForbiddenError,
+  QuotaExceededError,
   TlsConfigError,
   TlsHandshakeError,
   EncryptionConfigError,

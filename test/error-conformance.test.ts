@@ -374,6 +374,7 @@ const SCENARIOS: Record<string, Scenario> = {
     api: (b) => b.createTopic("enc-without-keys", { encrypted: true }),
   },
   ENCRYPTION_KEY_MISSING: { why: "needs encrypted data written with a key the broker's keyring no longer has: test/encryption.test.ts (rotation)" },
+  QUOTA_EXCEEDED: { why: "needs a server with tenants and a storage quota: test/quota-storage.test.ts covers the protocol and HTTP" },
   AUTHENTICATION_FAILED: { why: "needs a server with users or tokens: test/auth-handshake.test.ts and test/auth-http.test.ts cover the handshake and HTTP" },
 };
 

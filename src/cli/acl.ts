@@ -17,7 +17,8 @@ export const ACL_USAGE = `Usage: sluice acl add (--allow | --deny) PRINCIPAL --o
        sluice acl group NAME [MEMBER...] --data DIR       (no members: removes the group)
        sluice acl tenant NAME [PRINCIPAL...] --data DIR   (no principals: removes the tenant)
        sluice acl quota (PRINCIPAL | tenant:NAME) [--publish-bytes-per-sec N] [--consume-bytes-per-sec N]
-                  [--requests-per-sec N] [--connections N] --data DIR   (no limits: removes the quota)
+                  [--requests-per-sec N] [--connections N] [--storage-bytes N (tenants only)]
+                  --data DIR   (no limits: removes the quota)
 
 PRINCIPAL: a user or token principal, group:NAME, or * (every logged-in principal).
 OP: ${OPERATIONS.join(", ")} (admin: every operation).
@@ -43,6 +44,7 @@ const OPTIONS = {
   "consume-bytes-per-sec": { type: "string" },
   "requests-per-sec": { type: "string" },
   connections: { type: "string" },
+  "storage-bytes": { type: "string" },
 } as const;
 
 type Values = { [K in keyof typeof OPTIONS]?: (typeof OPTIONS)[K]["type"] extends "boolean" ? boolean : string };
@@ -70,7 +72,7 @@ export async function aclCommand(argv: string[]): Promise<void> {
     const key = need(positionals, 0, "principal or tenant:NAME", ACL_USAGE);
     const spec: QuotaSpec = {};
     const num = (flag: string): number | undefined => (values[flag as keyof Values] === undefined ? undefined : Number(values[flag as keyof Values]));
-    const fields: [keyof QuotaSpec, string][] = [["publishBytesPerSec", "publish-bytes-per-sec"], ["consumeBytesPerSec", "consume-bytes-per-sec"], ["requestsPerSec", "requests-per-sec"], ["connections", "connections"]];
+    const fields: [keyof QuotaSpec, string][] = [["publishBytesPerSec", "publish-bytes-per-sec"], ["consumeBytesPerSec", "consume-bytes-per-sec"], ["requestsPerSec", "requests-per-sec"], ["connections", "connections"], ["storageBytes", "storage-bytes"]];
     for (const [field, flag] of fields) {
       const v = num(flag);
       if (v !== undefined) spec[field] = v;

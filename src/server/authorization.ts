@@ -16,6 +16,7 @@ import { createHash } from "node:crypto";
 import { ValidationError } from "../errors.js";
 import { QuotaTracker, type QuotaKind } from "../security/acl/quotas.js";
 import type { AuditTarget } from "../security/audit/auditor.js";
+import { StorageUsage, type UsageSource } from "../security/acl/storage-usage.js";
 
 /** Writes one audit record (the broker's `recordAudit`). */
 export type RecordAudit = (actor: AuditActor, target: AuditTarget, error?: unknown) => Promise<void>;
@@ -32,6 +33,12 @@ export interface Gate {
   visible<T>(principal: string | null, type: ResourceType, items: readonly T[], name: (item: T) => string): T[];
   /** Whether `principal` may do `need` (null: the server runs without credentials). */
   allows(principal: string | null, need: Need): boolean;
+  /**
+   * An HTTP request's quotas (QUO-1, QUO-2): charges one request, and `bytes` of publishing or
+   * consuming when `needs` says it does either; throws QuotaExceededError for a write of a
+   * tenant at its storage quota. Returns how long to delay the request (0: not at all).
+   */
+  chargeHttp(principal: string | null, needs: readonly Need[], kind: "request" | "reply", bytes: number): number;
 }
 
 /** Called for every live connection when the policy changes, to end what is no longer allowed. */
@@ -44,12 +51,17 @@ export class ServerAuthorization implements Gate {
   private readonly quotas = new QuotaTracker();
   /** Denials audited in the current window: key -> [window start, denials since the record]. */
   private readonly denied = new Map<string, [number, number]>();
+  /** Tenants' stored bytes (QUO-2); null without a broker to measure. */
+  readonly storage: StorageUsage | null;
 
   constructor(
     private readonly store: PolicyStore | null,
     private readonly logger: Logger,
     private readonly audit: RecordAudit | null = null,
-  ) {}
+    usage: UsageSource | null = null,
+  ) {
+    this.storage = usage === null ? null : new StorageUsage(usage, () => this.authorizer.policy.quotas, logger);
+  }
 
   /** The decisions in force. Without a policy store (no data dir) nothing is allowed. */
   get authorizer(): Authorizer {
@@ -62,11 +74,13 @@ export class ServerAuthorization implements Gate {
     if (this.store.error !== null) this.logger.error({ err: this.store.error }, "authorization policy refused: every request of a logged-in principal is denied until it is fixed");
     this.timer = setInterval(() => void this.poll(), POLICY_POLL_MS);
     this.timer.unref();
+    this.storage?.start();
   }
 
   stop(): void {
     if (this.timer !== null) clearInterval(this.timer);
     this.timer = null;
+    this.storage?.stop();
   }
 
   /** Registers a live connection's re-check; returns its removal. */
@@ -97,6 +111,12 @@ export class ServerAuthorization implements Gate {
     let ms = 0;
     for (const { entity, spec } of this.authorizer.quotasOf(principal)) ms = Math.max(ms, this.quotas.charge(entity, spec, kind, n));
     return ms;
+  }
+
+  /** QUO-2: throws QuotaExceededError when a tenant of `principal` is at its storage quota (before a write of `bytes` is let through). */
+  checkStorage(principal: string, bytes: number): void {
+    if (this.storage === null) return;
+    for (const { entity, spec } of this.authorizer.quotasOf(principal)) this.storage.check(entity, spec, bytes);
   }
 
   /** Counts a connection of `principal` against its connection quotas; its release, or null when one is full. */
@@ -178,6 +198,17 @@ export class ServerAuthorization implements Gate {
 
   allows(principal: string | null, need: Need): boolean {
     return principal === null || this.authorizer.allows(principal, need);
+  }
+
+  chargeHttp(principal: string | null, needs: readonly Need[], kind: "request" | "reply", bytes: number): number {
+    if (principal === null) return 0;
+    if (kind === "reply") return needs.some((n) => n.op === "consume") ? this.throttle(principal, "consumeBytesPerSec", bytes) : 0;
+    let ms = this.throttle(principal, "requestsPerSec", 1);
+    if (needs.some((n) => n.op === "publish")) {
+      this.checkStorage(principal, bytes);
+      ms = Math.max(ms, this.throttle(principal, "publishBytesPerSec", bytes));
+    }
+    return ms;
   }
 }
 

@@ -325,11 +325,14 @@ export class Connection implements Session {
     this.maybeResume();
   }
 
-  /** QUO-1: charges a request to the rate quotas (requests, publish bytes) and holds the connection for its debt. */
+  /** QUO-1: charges a request to the rate quotas (requests, publish bytes) and holds the connection for its debt; QUO-2 for writes. */
   private chargeRequest(op: number, size: number): void {
     const p = this.principal!;
     let ms = this.authz.throttle(p, "requestsPerSec", 1);
-    if (op === Op.Publish || op === Op.PublishEncoded || op === Op.QueueEnqueue) ms = Math.max(ms, this.authz.throttle(p, "publishBytesPerSec", size));
+    if (op === Op.Publish || op === Op.PublishEncoded || op === Op.QueueEnqueue) {
+      this.authz.checkStorage(p, size); // QUO-2: refused before anything is written
+      ms = Math.max(ms, this.authz.throttle(p, "publishBytesPerSec", size));
+    }
     this.hold(ms);
   }
 

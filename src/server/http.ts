@@ -105,6 +105,11 @@ function readBody(req: IncomingMessage, maxBytes: number): Promise<unknown> {
   });
 }
 
+/** Delays an HTTP request by its quota debt (QUO-1). */
+function holdFor(ms: number): Promise<void> {
+  return ms > 0 ? new Promise((r) => setTimeout(r, ms)) : Promise.resolve();
+}
+
 function send(res: ServerResponse, status: number, body: unknown): void {
   const text = JSON.stringify(body);
   res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
@@ -473,8 +478,14 @@ export function createHttpServer(opts: HttpOptions): Server {
         check: (needs) => gate?.check(principal, needs, { principal: principal ?? "anonymous", source: `${req.socket.remoteAddress}:${req.socket.remotePort}` }),
         visible: (type, items, name) => (gate ? gate.visible(principal, type, items, name) : [...items]),
       };
-      ctx.check(found.route.needs(ctx));
+      const needs = found.route.needs(ctx);
+      ctx.check(needs);
+      // QUO-1: HTTP requests count against the same quotas, delayed rather than refused.
+      await holdFor(gate?.chargeHttp(principal, needs, "request", Number(req.headers["content-length"]) || 0) ?? 0);
       const [status, reply] = await found.route.handler(ctx);
+      if (gate && principal !== null && needs.some((n) => n.op === "consume")) {
+        await holdFor(gate.chargeHttp(principal, needs, "reply", Buffer.byteLength(reply instanceof TextReply ? reply.text : JSON.stringify(reply))));
+      }
       if (reply instanceof TextReply) {
         res.writeHead(status, { ...reply.headers, "content-type": reply.contentType, "content-length": Buffer.byteLength(reply.text) });
         res.end(reply.text);

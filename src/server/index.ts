@@ -136,7 +136,8 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
   const authRequired = auth ? await auth.required() : false;
   const policy = opts.acl?.store ?? (opts.dataDir ? await PolicyStore.open(opts.dataDir) : null);
   const recordAudit: RecordAudit = (actor, target, error) => opts.broker.recordAudit(actor, target, error);
-  const authz = new ServerAuthorization(policy, logger, recordAudit);
+  // Tenants' storage quotas are measured from the broker's own listings (QUO-2).
+  const authz = new ServerAuthorization(policy, logger, recordAudit, opts.broker);
   authz.start();
   const credWatch = store ? watchCredentials(store, recordAudit, logger) : null;
   if (!authRequired && !opts.allowUnauthenticated && !isLoopback(host)) {

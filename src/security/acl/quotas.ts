@@ -3,7 +3,8 @@
  * Quotas per tenant or principal (docs/security.md#quotas): publish and consume bytes per
  * second and requests per second, enforced by delaying (as Kafka does: the connection stops
  * being read until the debt is paid), never by disconnecting; and a bound on connections,
- * refused at login. QUO-1 in docs/ARCHITECTURE.md.
+ * refused at login; and a bound on a tenant's stored bytes, refused at publish (QUO-2,
+ * src/security/acl/storage-usage.ts). QUO-1 in docs/ARCHITECTURE.md.
  *
  * A rate is a token bucket holding at most one second of its rate. A request is never refused
  * for its size: it takes what it needs, the bucket goes into debt, and the connection waits
@@ -17,10 +18,13 @@ export interface QuotaSpec {
   consumeBytesPerSec?: number;
   requestsPerSec?: number;
   connections?: number;
+  /** Tenants only: bytes of retained records in the tenant's topics and of live jobs in its queues. */
+  storageBytes?: number;
 }
 
 export type QuotaKind = "publishBytesPerSec" | "consumeBytesPerSec" | "requestsPerSec";
-export const QUOTA_FIELDS = ["publishBytesPerSec", "consumeBytesPerSec", "requestsPerSec", "connections"] as const;
+export const QUOTA_FIELDS = ["publishBytesPerSec", "consumeBytesPerSec", "requestsPerSec", "connections", "storageBytes"] as const;
+export const TENANT_PREFIX = "tenant:";
 const KEY_RE = /^(?:tenant:[a-z0-9][a-z0-9-]{0,62}|[A-Za-z0-9._@-]{1,128})$/;
 /** Longest a connection is held for one request's debt: a huge request on a tiny quota waits at most this at a time. */
 export const MAX_THROTTLE_MS = 30_000;
@@ -32,6 +36,8 @@ export function validateQuota(key: string, q: QuotaSpec): void {
     if (!(QUOTA_FIELDS as readonly string[]).includes(k)) throw new ValidationError(`quota ${key}: unknown field ${k} (one of ${QUOTA_FIELDS.join(", ")})`);
     if (!Number.isSafeInteger(v) || (v as number) < 1) throw new ValidationError(`quota ${key}: ${k} must be a positive integer`);
   }
+  // Storage belongs to names, and names to tenants: a principal has no storage of its own.
+  if (q.storageBytes !== undefined && !key.startsWith(TENANT_PREFIX)) throw new ValidationError(`quota ${key}: storageBytes applies to tenants only (tenant:NAME)`);
 }
 
 class Bucket {
