@@ -32,6 +32,8 @@ export interface Gate {
   visible<T>(principal: string | null, type: ResourceType, items: readonly T[], name: (item: T) => string): T[];
   /** Whether `principal` may do `need` (null: the server runs without credentials). */
   allows(principal: string | null, need: Need): boolean;
+  /** The tenant `principal` belongs to (ACL-2), or null. */
+  tenantOf(principal: string): string | null;
 }
 
 /** Called for every live connection when the policy changes, to end what is no longer allowed. */
@@ -178,6 +180,10 @@ export class ServerAuthorization implements Gate {
 
   allows(principal: string | null, need: Need): boolean {
     return principal === null || this.authorizer.allows(principal, need);
+  }
+
+  tenantOf(principal: string): string | null {
+    return this.authorizer.tenantOf(principal);
   }
 }
 
