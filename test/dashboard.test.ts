@@ -23,6 +23,7 @@ import { startServer as startInProcess } from "../src/server/index.js";
 import { DiskEngine } from "../src/store/disk/disk-engine.js";
 import type { Message } from "../src/types.js";
 import { spawnServer, type SpawnedServer } from "./fixtures/server-spawn.js";
+import { chromiumPath } from "./fixtures/chromium.js";
 
 /** The repository (or installed package) root: this file runs as dist/test/dashboard.test.js. */
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -116,12 +117,6 @@ test("the package ships the dashboard's files (npm pack lists them)", () => {
   assert.ok(files.has("dist/src/server/dashboard/static.js"));
 });
 
-/** Chromium from the system (Debian's package), installed when missing. */
-function chromiumPath(): string {
-  const out = execFileSync("bash", [join(ROOT, "scripts/ensure-tool.sh"), "chromium", "chromium"], { encoding: "utf8" });
-  return out.trim().split("\n").pop()!;
-}
-
 async function take<T>(it: AsyncIterator<Message<T>>, n: number): Promise<Message<T>[]> {
   const out: Message<T>[] = [];
   while (out.length < n) {
@@ -150,6 +145,9 @@ test("in a browser: a group's lag shows, a dead-lettered job is redriven to its 
     await page.goto(`http://127.0.0.1:${server.http}/dashboard#groups`);
     // An empty broker: the page says what to do instead of showing an empty table.
     await page.getByText("No consumer groups yet.").waitFor({ timeout: WAIT_MS });
+    // A server without users or tokens: no login form, nobody named as logged in.
+    assert.equal(await page.locator("#login").isVisible(), false, "no login on an open server");
+    assert.equal(await page.locator("#who").isVisible(), false);
     await groupLagShows(page, client);
     await deadLetterRedriven(page, client, server.http);
     await schedulesShow(page, client);

@@ -39,6 +39,8 @@ export interface Gate {
    * tenant at its storage quota. Returns how long to delay the request (0: not at all).
    */
   chargeHttp(principal: string | null, needs: readonly Need[], kind: "request" | "reply", bytes: number): number;
+  /** The tenant `principal` belongs to (ACL-2), or null. */
+  tenantOf(principal: string): string | null;
 }
 
 /** Called for every live connection when the policy changes, to end what is no longer allowed. */
@@ -209,6 +211,10 @@ export class ServerAuthorization implements Gate {
       ms = Math.max(ms, this.throttle(principal, "publishBytesPerSec", bytes));
     }
     return ms;
+  }
+
+  tenantOf(principal: string): string | null {
+    return this.authorizer.tenantOf(principal);
   }
 }
 

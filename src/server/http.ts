@@ -19,7 +19,7 @@ import { HTTP_DEFAULT_FETCH_BYTES, HTTP_MAX_FETCH_BYTES, MAX_HTTP_ITEMS_PER_REQU
 import { DASHBOARD_PATHS, dashboardAsset } from "./dashboard/static.js";
 import type { ServerAuth } from "./auth.js";
 import type { AuditActor } from "../security/audit/record.js";
-import type { Need, Operation, ResourceType } from "../security/acl/model.js";
+import { OPERATIONS, type Need, type Operation, type ResourceType } from "../security/acl/model.js";
 import type { Gate } from "./authorization.js";
 import { clusterNeed, groupNeed, queueNeed, topicNeed } from "./permissions.js";
 
@@ -40,8 +40,13 @@ export interface HttpOptions {
   authz?: Gate;
 }
 
-/** Paths answered without credentials: load balancers and orchestrators probe these. */
-const OPEN_PATHS = new Set(["/healthz", "/readyz"]);
+/**
+ * Paths answered without credentials (AUTH-3): the probes, which load balancers and
+ * orchestrators call, and the dashboard's static files, the same for everyone and shipped in
+ * the package: the page must load to show its own login form, and every API call it then makes
+ * carries the credential typed there.
+ */
+const OPEN_PATHS = new Set(["/healthz", "/readyz", ...DASHBOARD_PATHS]);
 const CHALLENGE = ['Basic realm="sluice", charset="UTF-8"', 'Bearer realm="sluice"'];
 
 /** The part of a prom-client Registry the `/metrics` route needs. */
@@ -182,6 +187,10 @@ interface RouteContext {
   check(needs: readonly Need[]): void;
   /** Keeps what the caller may see (ACL-4). */
   visible<T>(type: ResourceType, items: readonly T[], name: (item: T) => string): T[];
+  /** Whether the caller may do `need` (always, on a server without credentials). */
+  allows(need: Need): boolean;
+  /** The caller's tenant (ACL-2), or null. */
+  tenant(): string | null;
 }
 
 /** Who an HTTP request's administrative operation is audited as: its authenticated principal
@@ -214,6 +223,8 @@ const ROUTES: Route[] = [
   // Metrics name every topic, queue and group: only for those who may describe the cluster.
   { method: "*", path: "/metrics", needs: clusterP("describe"), handler: metricsText },
   { method: "*", path: "/v1/stats", needs: clusterP("describe"), handler: (c) => [200, c.opts.stats()] },
+  // Only the caller's own identity: any logged-in principal may ask (the dashboard's header).
+  { method: "GET", path: "/v1/whoami", needs: NONE, handler: whoami },
   // Lists show only what the caller may see (ACL-4).
   { method: "GET", path: "/v1/topics", needs: NONE, handler: async (c) => [200, { topics: c.visible("topic", await c.broker.listTopics(), (t) => t) }] },
   { method: "POST", path: "/v1/topics", needs: NONE, handler: createTopic }, // the name is in the body: checked there
@@ -248,6 +259,17 @@ async function dashboardFile(c: RouteContext): Promise<Reply> {
   const asset = method === "GET" || method === "HEAD" ? await dashboardAsset(c.url.pathname) : null;
   if (asset === null) throw new NotFoundError(`no route for ${method} ${c.url.pathname}`);
   return [200, new TextReply(asset.contentType, asset.body, asset.headers)];
+}
+
+/**
+ * The caller as the server sees it: `principal` (null on a server without credentials, where
+ * nothing is checked), its `tenant`, the operations it may do on the cluster, and `superuser`
+ * (admin on the cluster: every operation everywhere). Computed by the same Authorizer as every
+ * check, so a page can leave out what would be refused without guessing.
+ */
+function whoami(c: RouteContext): Reply {
+  const cluster = OPERATIONS.filter((op) => c.allows(clusterNeed(op)));
+  return [200, { principal: c.principal, tenant: c.tenant(), superuser: cluster.includes("admin"), cluster }];
 }
 
 async function metricsText(c: RouteContext): Promise<Reply> {
@@ -477,6 +499,8 @@ export function createHttpServer(opts: HttpOptions): Server {
         principal,
         check: (needs) => gate?.check(principal, needs, { principal: principal ?? "anonymous", source: `${req.socket.remoteAddress}:${req.socket.remotePort}` }),
         visible: (type, items, name) => (gate ? gate.visible(principal, type, items, name) : [...items]),
+        allows: (need) => gate?.allows(principal, need) ?? true,
+        tenant: () => (principal !== null && gate ? gate.tenantOf(principal) : null),
       };
       const needs = found.route.needs(ctx);
       ctx.check(needs);

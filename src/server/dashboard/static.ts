@@ -24,7 +24,7 @@ const HTML = "text/html; charset=utf-8";
 const ASSETS = new Map<string, { file: () => string; type: string }>();
 const page = { file: () => join(PUBLIC_DIR, "index.html"), type: HTML };
 for (const p of ["/", "/dashboard", "/dashboard/", "/dashboard/index.html"]) ASSETS.set(p, page);
-for (const f of ["app.js", "api.js", "format.js", "history.js", "charts.js", "poll.js", "overview.js", "topics.js", "storage.js", "groups.js", "queues.js", "schedules.js", "dlq.js", "alerts.js"]) {
+for (const f of ["app.js", "api.js", "login.js", "format.js", "history.js", "charts.js", "poll.js", "overview.js", "topics.js", "storage.js", "groups.js", "queues.js", "schedules.js", "dlq.js", "alerts.js"]) {
   ASSETS.set(`/dashboard/${f}`, { file: () => join(PUBLIC_DIR, f), type: JS });
 }
 ASSETS.set("/dashboard/style.css", { file: () => join(PUBLIC_DIR, "style.css"), type: CSS });

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// The dashboard's shell: tabs, the poll loop (every 2 s), the error line and admin actions.
+// The dashboard's shell: the login when the server asks for one, tabs, the poll loop (every
+// 2 s), the error line and admin actions.
 import { h, fill, time, seconds } from "./format.js";
-import { errorLine } from "./api.js";
+import { credential, errorLine, whenRefused } from "./api.js";
+import { createLogin, endLogin, showWho, takeNotice, whoami } from "./login.js";
 import { poll } from "./poll.js";
 import { createOverviewPage } from "./overview.js";
 import { createTopicsPage } from "./topics.js";
@@ -29,8 +31,12 @@ const main = document.getElementById("main");
 const status = document.getElementById("status");
 const errorBar = document.getElementById("error");
 const notice = document.getElementById("notice");
+const who = document.getElementById("who");
+const footer = document.querySelector("footer");
 
 let state = null;
+/** GET /v1/whoami of the login in use (what the server says it may do on the cluster). */
+let identity = null;
 let current = "overview";
 let busy = false;
 
@@ -100,7 +106,7 @@ async function refresh() {
   if (busy) return;
   busy = true;
   try {
-    state = await poll();
+    state = await poll(identity);
   } catch (e) {
     errorBar.hidden = false;
     fill(errorBar, errorLine(e));
@@ -116,7 +122,52 @@ async function loop() {
   setTimeout(loop, Math.max(200, POLL_MS - (performance.now() - started)));
 }
 
-window.addEventListener("hashchange", () => select(location.hash.slice(1)));
-window.addEventListener("resize", () => render());
-select(location.hash.slice(1) || "overview");
-void loop();
+const refusedLine = (e) => `The server no longer accepts this login (${errorLine(e)}): log in again.`;
+
+/** Logged in (or an open server): the pages show and the poll loop runs. */
+function start(me) {
+  identity = me;
+  login.hide();
+  showWho(who, me);
+  if (me.principal === null) footer.append(" This server has no users or tokens: anyone who can reach this port can read everything and act, so keep it on a trusted network.");
+  // A 401 from now on: the credential no longer works (user removed, token revoked or expired).
+  whenRefused((e) => endLogin(refusedLine(e), true));
+  nav.hidden = false;
+  main.hidden = false;
+  window.addEventListener("hashchange", () => select(location.hash.slice(1)));
+  window.addEventListener("resize", () => render());
+  select(location.hash.slice(1) || "overview");
+  void loop();
+}
+
+const login = createLogin(document.getElementById("login"), start);
+
+function needLogin(line) {
+  fill(status, "not logged in");
+  login.show(line);
+}
+
+/**
+ * Whether a login is needed is the server's answer to GET /v1/whoami: 401 shows the form (an
+ * open server answers at once). After a log out the page knows without asking: a request
+ * without credentials counts as a failed login against this address (AUTH-4).
+ */
+async function boot() {
+  const left = takeNotice();
+  if (left !== null && credential.get() === null) return needLogin(left);
+  try {
+    start(await whoami(credential.get()));
+  } catch (e) {
+    if (e.status === 401) {
+      const stored = credential.get() !== null;
+      credential.forget();
+      return needLogin(stored ? { text: refusedLine(e), error: true } : null);
+    }
+    // Unreachable or failing: say so and ask again.
+    errorBar.hidden = false;
+    fill(errorBar, errorLine(e));
+    setTimeout(boot, POLL_MS);
+  }
+}
+
+void boot();

@@ -35,8 +35,9 @@ export const hist = {
 let polls = 0;
 let disk = { unavailable: "not read yet" };
 
-/** Reads everything the pages show; a failing part is reported in `errors`, the rest still shows. */
-export async function poll() {
+/** Reads everything the pages show; a failing part is reported in `errors`, the rest still shows.
+ * `identity`: GET /v1/whoami of the login in use (null: not known). */
+export async function poll(identity = null) {
   const errors = [];
   const guard = async (what, p) => {
     try {
@@ -62,7 +63,7 @@ export async function poll() {
   const topics = topicRes.filter((r) => r.ok).map((r) => r.value);
   const queues = queueRes.filter((r) => r.ok).map((r) => r.value);
   for (const r of [...topicRes, ...queueRes]) if (!r.ok && r.error?.status !== 404) errors.push(errorLine(r.error));
-  if (polls++ % METRICS_EVERY === 0) disk = await readDisk();
+  if (polls++ % METRICS_EVERY === 0) disk = await readDisk(identity);
   const state = {
     at: Date.now() / 1000,
     health,
@@ -78,7 +79,10 @@ export async function poll() {
   return state;
 }
 
-async function readDisk() {
+async function readDisk(identity) {
+  // /metrics names every resource: only for a login that may describe the cluster. Not asked
+  // at all otherwise, as the server says (a refused read would be audited every time).
+  if (identity !== null && !identity.cluster.includes("describe")) return { unavailable: `reading it (GET /metrics) needs describe on the cluster, which ${identity.principal} may not do` };
   try {
     const text = await apiText("/metrics");
     if (text === null) return { unavailable: "this server does not export /metrics" };
