@@ -23,6 +23,8 @@ import { CredentialStore } from "../src/security/auth/credential-store.js";
 import { startServer, type ServerHandle, type ServerTlsOptions } from "../src/server/index.js";
 import { tempDir, withTimeout } from "../src/testing/helpers.js";
 import { makeCa, makeLeaf, type CertFiles } from "./fixtures/tls-certs.js";
+import { grantAdmin } from "./fixtures/acl.js";
+import { spawnServer } from "./fixtures/server-spawn.js";
 
 const CLI = join(fileURLToPath(new URL(".", import.meta.url)), "..", "src", "cli", "main.js");
 const PASSWORD = "carol-password";
@@ -226,15 +228,20 @@ test("bad rules, or rules without a required client certificate, stop the start 
   }
 });
 
+function cli(args: string[]): { status: number | null; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, [CLI, ...args], {
+    encoding: "utf8",
+    timeout: 30_000,
+    env: { ...process.env, SLUICE_URL: "", SLUICE_DATA: "", SLUICE_TLS_CA: "", SLUICE_TLS_CLIENT_CERT: "", SLUICE_TLS_CLIENT_KEY: "", SLUICE_USER: "", SLUICE_TOKEN: "" },
+  });
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
 test("sluice serve refuses a bad rule in one line, before opening anything", () => {
-  const r = spawnSync(
-    process.execPath,
-    [CLI, "serve", "--data", join(dir.dir, "never"), "--tls-cert", serverFiles.cert, "--tls-key", serverFiles.key, "--tls-ca", ca.cert, "--tls-client-auth", "required", "--tls-principal-rules", "RULE:^CN=(.*)$/$2/"],
-    { encoding: "utf8", timeout: 30_000, env: { ...process.env, SLUICE_DATA: "" } },
-  );
+  const r = cli(["serve", "--data", join(dir.dir, "never"), "--tls-cert", serverFiles.cert, "--tls-key", serverFiles.key, "--tls-ca", ca.cert, "--tls-client-auth", "required", "--tls-principal-rules", "RULE:^CN=(.*)$/$2/"]);
   assert.equal(r.status, 1, r.stderr);
   assert.equal(r.stderr.trim(), 'error [TLS_CONFIG]: tls principal rules: "RULE:^CN=(.*)$/$2/": the replacement names $2 but the regex has 1 group(s) (from --tls-principal-rules)');
-  const noClientAuth = spawnSync(process.execPath, [CLI, "serve", "--data", join(dir.dir, "never"), "--tls-principal-rules", "CN"], { encoding: "utf8", timeout: 30_000, env: { ...process.env, SLUICE_DATA: "" } });
+  const noClientAuth = cli(["serve", "--data", join(dir.dir, "never"), "--tls-principal-rules", "CN"]);
   assert.equal(noClientAuth.status, 1);
   assert.match(noClientAuth.stderr, /--tls-principal-rules needs --tls-client-auth required/);
 });
@@ -255,5 +262,41 @@ test("mapped client certificates count as principals for the loopback rule", asy
     await assert.rejects(connect({ url: `sluice+tls://127.0.0.1:${mapped.port}`, tls: withCert(certs.stranger) }), AuthenticationError);
   } finally {
     await mapped.close();
+  }
+});
+
+test("sluice serve --tls-client-auth required --tls-principal-rules: CLI commands log in with --tls-client-cert", { timeout: 90_000 }, async () => {
+  using own = tempDir("sluice-mtls-cli-");
+  const ownData = join(own.dir, "data");
+  await grantAdmin(ownData, "alice");
+  const srv = await spawnServer([
+    "--data", ownData, "--port", "0", "--http-port", "off", "--log-level", "info",
+    "--tls-cert", serverFiles.cert, "--tls-key", serverFiles.key, "--tls-ca", ca.cert,
+    "--tls-client-auth", "required", "--tls-principal-rules", "RULE:^CN=([^,]+),OU=svc$/$1/L,CN",
+  ]);
+  try {
+    assert.ok(srv.stdout.some((l) => l.includes('"authRequired":true')), srv.stdout.join("\n"));
+    const as = (c: CertFiles): string[] => ["--url", srv.url, "--tls-ca", ca.cert, "--tls-client-cert", c.cert, "--tls-client-key", c.key];
+    const created = cli(["topics", "create", "by-cert", ...as(certs.svcAlice)]);
+    assert.equal(created.status, 0, created.stderr);
+    const listed = cli(["topics", "list", "--json", ...as(certs.alice)]);
+    assert.equal(listed.status, 0, listed.stderr);
+    assert.match(listed.stdout, /by-cert/);
+    const stranger = cli(["topics", "list", ...as(certs.stranger)]);
+    assert.equal(stranger.status, 1);
+    assert.equal(stranger.stderr.trim(), "error [AUTHENTICATION_FAILED]: authentication failed");
+    // The first rule does not apply to OU=ops; CN gives "bob", who has no rule: logged in, but denied.
+    const bob = cli(["topics", "create", "by-bob", ...as(certs.opsBob)]);
+    assert.equal(bob.status, 1);
+    assert.match(bob.stderr, /^error \[FORBIDDEN\]/);
+    const noCert = cli(["topics", "list", "--url", srv.url, "--tls-ca", ca.cert]);
+    assert.equal(noCert.status, 1);
+    assert.match(noCert.stderr, /client certificate/);
+    const half = cli(["topics", "list", "--url", srv.url, "--tls-ca", ca.cert, "--tls-client-cert", certs.alice.cert]);
+    assert.equal(half.status, 2);
+    assert.match(half.stderr, /--tls-client-cert and --tls-client-key go together/);
+  } finally {
+    srv.proc.kill("SIGTERM");
+    await srv.exited;
   }
 });
