@@ -90,6 +90,11 @@ test("a certificate no rule applies to, or mapped to an invalid name, has no pri
   // The first rule that applies decides, even when its name is unusable: no fallback (AUTH-5).
   const spaced = cert("/CN=Eve Smith").x509;
   assert.equal(map(["CN", "RULE:.*/eve/"], spaced), null);
+  // A control character (written "\\01" in the DN) is not turned into the letters "01".
+  const control = cert("/CN=ali\x01ce").x509;
+  assert.equal(control.subject, "CN=ali\\01ce");
+  assert.equal(map(["CN"], control), null);
+  assert.equal(map(["RULE:^CN=(.*)$/$1/"], control), null);
 });
 
 test("a rule that cannot be used is a TlsConfigError naming it", () => {

@@ -8,7 +8,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { request as httpsRequest } from "node:https";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -21,6 +21,7 @@ import { listAuditRecords } from "../src/security/audit/reader.js";
 import type { AuditRecord } from "../src/security/audit/record.js";
 import { CredentialStore } from "../src/security/auth/credential-store.js";
 import { startServer, type ServerHandle, type ServerTlsOptions } from "../src/server/index.js";
+import { resolveServeConfig } from "../src/cli/serve.js";
 import { tempDir, withTimeout } from "../src/testing/helpers.js";
 import { makeCa, makeLeaf, type CertFiles } from "./fixtures/tls-certs.js";
 import { grantAdmin } from "./fixtures/acl.js";
@@ -299,4 +300,20 @@ test("sluice serve --tls-client-auth required --tls-principal-rules: CLI command
     srv.proc.kill("SIGTERM");
     await srv.exited;
   }
+});
+
+test("serve config: the rules from a flag, SLUICE_TLS_PRINCIPAL_RULES or a config file array; checked at once", () => {
+  const tls = ["--data", "d", "--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-ca", "ca.pem", "--tls-client-auth", "required"];
+  assert.deepEqual(resolveServeConfig([...tls, "--tls-principal-rules", "SAN:email,CN"], {}).tlsPrincipalRules, ["SAN:email,CN"]);
+  const fromEnv = resolveServeConfig(tls, { SLUICE_TLS_PRINCIPAL_RULES: "RULE:^CN=([^,]+),OU=svc$/$1/L,CN" });
+  assert.deepEqual(fromEnv.tlsPrincipalRules, ["RULE:^CN=([^,]+),OU=svc$/$1/L,CN"]);
+  assert.equal(fromEnv.tlsClientAuth, "required");
+  const file = join(dir.dir, "serve.json");
+  writeFileSync(file, JSON.stringify({ tlsPrincipalRules: ["RULE:^CN=([^,]+),OU=svc$/$1/L", "CN"] }));
+  assert.deepEqual(resolveServeConfig([...tls, "--config", file], {}).tlsPrincipalRules, ["RULE:^CN=([^,]+),OU=svc$/$1/L", "CN"]);
+  writeFileSync(file, JSON.stringify({ tlsPrincipalRules: ["CN", 7] }));
+  assert.throws(() => resolveServeConfig([...tls, "--config", file], {}), (e: unknown) => e instanceof ValidationError && /expected a string or an array of strings/.test(e.message));
+  assert.throws(() => resolveServeConfig(tls, { SLUICE_TLS_PRINCIPAL_RULES: "SAN:ip" }), (e: unknown) => e instanceof TlsConfigError && /\(from SLUICE_TLS_PRINCIPAL_RULES\)$/.test(e.message));
+  assert.throws(() => resolveServeConfig([...tls, "--tls-client-auth", "maybe"], {}), (e: unknown) => e instanceof ValidationError && /expected required or none/.test(e.message));
+  assert.throws(() => resolveServeConfig(["--data", "d", "--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-client-auth", "required"], {}), (e: unknown) => e instanceof ValidationError && /needs --tls-ca/.test(e.message));
 });

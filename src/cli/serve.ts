@@ -131,7 +131,7 @@ function str(what: string) {
 }
 /** A comma-separated list (flag, variable) or an array of them (config file), checked now: a bad rule stops the start. */
 function principalRules(v: unknown, src: string): string[] {
-  const lists = typeof v === "string" ? [v] : Array.isArray(v) && v.every((x) => typeof x === "string") ? (v as string[]) : null;
+  const lists = typeof v === "string" ? [v] : Array.isArray(v) && v.every((x): x is string => typeof x === "string") ? v : null;
   if (lists === null) throw new ValidationError(`invalid TLS principal rules ${JSON.stringify(v)} (from ${src}): expected a string or an array of strings`);
   try {
     CertPrincipalMapper.parse(lists);

@@ -77,7 +77,7 @@ function parseList(list: string, into: Rule[]): void {
       throw bad("DEFAULT (the whole DN as the principal) is not supported: a DN is not a principal name authorization rules can name; use CN or e.g. RULE:^CN=([^,]+),.*$/$1/");
     }
     if (m[2] !== undefined) into.push({ kind: "cn", text });
-    else if (m[3] !== undefined) into.push({ kind: "san", text, san: m[3] as SanKind });
+    else if (m[3] === "email" || m[3] === "uri" || m[3] === "dns") into.push({ kind: "san", text, san: m[3] });
     else into.push(regexRule(text, m[4], m[5], m[6]));
     rest = rest.slice(m[0].length).trimStart();
   }
@@ -97,12 +97,20 @@ export function rfc2253(subject: string): string {
     .join(",");
 }
 
+/**
+ * An RFC 2253 value without its escapes: `\,` is ",", and `\01` the byte 0x01 (OpenSSL writes
+ * control characters so), which must not become the letters "01" of a valid name.
+ */
+function unescapeRfc2253(v: string): string {
+  return v.replace(/\\([0-9A-Fa-f]{2}|.)/g, (_, e: string) => (e.length === 2 ? String.fromCharCode(parseInt(e, 16)) : e));
+}
+
 /** The value of the most specific CN of a subject (first in RFC 2253 order), RFC 2253 escapes removed. */
 function commonName(subject: string): string | null {
   const lines = subject.split("\n").reverse();
   for (const line of lines) {
     for (const ava of line.split(" + ").reverse()) {
-      if (ava.startsWith("CN=")) return ava.slice(3).replace(/\\(.)/g, "$1");
+      if (ava.startsWith("CN=")) return unescapeRfc2253(ava.slice(3));
     }
   }
   return null;
@@ -117,18 +125,19 @@ export function subjectAltNames(san: string | undefined): { type: string; value:
   const entry = /\s*([A-Za-z ]+):("(?:[^"\\]|\\.)*"|[^,]*)(?:,|$)/y;
   let m: RegExpExecArray | null;
   while (san !== undefined && entry.lastIndex < san.length && (m = entry.exec(san)) !== null) {
-    let value = m[2];
-    if (value.startsWith('"')) {
-      try {
-        value = JSON.parse(value) as string;
-      } catch {
-        continue;
-      }
-    }
-    out.push({ type: m[1], value });
-    if (m[0].length === 0) break;
+    const value = m[2].startsWith('"') ? jsonString(m[2]) : m[2];
+    if (value !== null) out.push({ type: m[1], value });
   }
   return out;
+}
+
+function jsonString(literal: string): string | null {
+  try {
+    const v: unknown = JSON.parse(literal);
+    return typeof v === "string" ? v : null;
+  } catch {
+    return null;
+  }
 }
 
 export class CertPrincipalMapper {
