@@ -59,6 +59,8 @@ export const TARGET_OPTIONS = {
   url: { type: "string" },
   data: { type: "string" },
   "tls-ca": { type: "string" },
+  "tls-client-cert": { type: "string" },
+  "tls-client-key": { type: "string" },
   user: { type: "string" },
   "password-file": { type: "string" },
   "token-file": { type: "string" },
@@ -69,6 +71,9 @@ export const TARGET_USAGE = `Target (one of):
   --data DIR                 a data directory no server holds (or env SLUICE_DATA)
   --tls-ca FILE              with a sluice+tls:// url: the CA that signed the server's certificate
                              (or env SLUICE_TLS_CA; default: the system's CAs)
+  --tls-client-cert FILE --tls-client-key FILE   with a sluice+tls:// url: a client
+                             certificate, for a server that requires one (or env
+                             SLUICE_TLS_CLIENT_CERT, SLUICE_TLS_CLIENT_KEY)
   --user NAME --password-file FILE   log in to a server with users (or env SLUICE_USER,
                              SLUICE_PASSWORD)
   --token-file FILE          log in with a token (or env SLUICE_TOKEN)`;

@@ -25,6 +25,7 @@ import { BrokerError, TlsConfigError, ValidationError } from "../errors.js";
 import { applyTopology, formatPlan, loadTopology, planTopology, type Topology } from "../topology/index.js";
 import type { Broker } from "../types.js";
 import { startServer } from "../server/index.js";
+import { CertPrincipalMapper } from "../security/auth/cert-principal.js";
 import {
   DEFAULT_HOST,
   DEFAULT_HTTP_PORT,
@@ -52,8 +53,12 @@ export interface ServeConfig {
   /** TLS on both ports (docs/security.md): certificate and key files, both or neither. */
   tlsCert?: string;
   tlsKey?: string;
-  /** CA bundle: completes the certificate chain sent to clients. */
+  /** CA bundle: completes the certificate chain sent to clients (and checks client certificates). */
   tlsCa?: string;
+  /** "required": refuse clients without a certificate signed by `tlsCa` (mutual TLS). */
+  tlsClientAuth?: "required" | "none";
+  /** Client certificate → principal rules (docs/security.md); needs `tlsClientAuth: "required"`. */
+  tlsPrincipalRules?: string[];
   /** Serve a non-loopback host without users or tokens (docs/security.md#authentication). */
   insecureNoAuth?: boolean;
   /** Keyring file for encryption at rest (docs/security.md); else SLUICE_ENCRYPTION_KEYS, if set. */
@@ -103,7 +108,18 @@ const FIELDS: { key: Key; flag: string; env: string; parse(v: unknown, src: stri
   { key: "topology", flag: "topology", env: "SLUICE_TOPOLOGY", parse: str("topology"), help: "topology file (YAML) applied at startup (docs/topology.md)" },
   { key: "tlsCert", flag: "tls-cert", env: "SLUICE_TLS_CERT", parse: str("TLS certificate file"), help: "PEM certificate: serve TLS on both ports (docs/security.md)" },
   { key: "tlsKey", flag: "tls-key", env: "SLUICE_TLS_KEY", parse: str("TLS key file"), help: "PEM private key of --tls-cert" },
-  { key: "tlsCa", flag: "tls-ca", env: "SLUICE_TLS_CA", parse: str("TLS CA file"), help: "PEM CA bundle (completes the chain sent to clients)" },
+  { key: "tlsCa", flag: "tls-ca", env: "SLUICE_TLS_CA", parse: str("TLS CA file"), help: "PEM CA bundle (completes the chain sent to clients; checks client certificates)" },
+  {
+    key: "tlsClientAuth",
+    flag: "tls-client-auth",
+    env: "SLUICE_TLS_CLIENT_AUTH",
+    parse: (v, src) => {
+      if (v === "required" || v === "none") return v;
+      throw new ValidationError(`invalid TLS client auth ${JSON.stringify(v)} (from ${src}): expected required or none`);
+    },
+    help: "required: clients need a certificate signed by --tls-ca (mutual TLS)",
+  },
+  { key: "tlsPrincipalRules", flag: "tls-principal-rules", env: "SLUICE_TLS_PRINCIPAL_RULES", parse: principalRules, help: "client certificate -> principal, e.g. CN or RULE:^CN=([^,]+),.*$/$1/L" },
   { key: "encryptionKeyFile", flag: "encryption-key-file", env: ENCRYPTION_KEY_FILE_ENV, parse: str("encryption key file"), help: `keyring for encrypted topics/queues (or ${ENCRYPTION_KEYS_ENV} inline)` },
 ];
 
@@ -112,6 +128,18 @@ function str(what: string) {
     if (typeof v !== "string" || v.length === 0) throw new ValidationError(`invalid ${what} ${JSON.stringify(v)} (from ${src}): expected a non-empty string`);
     return v;
   };
+}
+/** A comma-separated list (flag, variable) or an array of them (config file), checked now: a bad rule stops the start. */
+function principalRules(v: unknown, src: string): string[] {
+  const lists = typeof v === "string" ? [v] : Array.isArray(v) && v.every((x): x is string => typeof x === "string") ? v : null;
+  if (lists === null) throw new ValidationError(`invalid TLS principal rules ${JSON.stringify(v)} (from ${src}): expected a string or an array of strings`);
+  try {
+    CertPrincipalMapper.parse(lists);
+  } catch (err) {
+    if (err instanceof TlsConfigError) throw new TlsConfigError(`${err.message} (from ${src})`);
+    throw err;
+  }
+  return lists;
 }
 function intIn(what: string, min: number, max: number) {
   return (v: unknown, src: string): number => {
@@ -178,6 +206,8 @@ export function resolveServeConfig(argv: string[], env: NodeJS.ProcessEnv = proc
   if (out.data === undefined) throw new ValidationError(`--data DIR is required (or SLUICE_DATA, or "data" in the config file)\n\n${SERVE_HELP}`);
   if ((out.tlsCert === undefined) !== (out.tlsKey === undefined)) throw new ValidationError("TLS needs both --tls-cert and --tls-key");
   if (out.tlsCa !== undefined && out.tlsCert === undefined) throw new ValidationError("--tls-ca needs --tls-cert and --tls-key");
+  if (out.tlsClientAuth === "required" && out.tlsCa === undefined) throw new ValidationError("--tls-client-auth required needs --tls-ca: the CA that client certificates are checked against");
+  if (out.tlsPrincipalRules !== undefined && out.tlsClientAuth !== "required") throw new ValidationError("--tls-principal-rules needs --tls-client-auth required: only a verified client certificate can name a principal");
   if (out.httpPort !== null && out.httpPort !== 0 && out.httpPort === out.port) {
     throw new ValidationError(`the HTTP port and the protocol port must differ (both ${out.port})`);
   }
@@ -241,7 +271,10 @@ export async function serveCommand(argv: string[]): Promise<void> {
       metrics: registry,
       dataDir: cfg.data,
       allowUnauthenticated: cfg.insecureNoAuth === true,
-      tls: cfg.tlsCert === undefined ? undefined : { certFile: cfg.tlsCert, keyFile: cfg.tlsKey!, caFile: cfg.tlsCa },
+      tls:
+        cfg.tlsCert === undefined
+          ? undefined
+          : { certFile: cfg.tlsCert, keyFile: cfg.tlsKey!, caFile: cfg.tlsCa, requestClientCert: cfg.tlsClientAuth === "required", principalRules: cfg.tlsPrincipalRules },
     });
   } catch (err) {
     await broker.close();

@@ -21,9 +21,30 @@ export interface TargetValues extends CredentialValues {
   data?: string;
   /** CA file for a `sluice+tls://` url (docs/security.md). */
   "tls-ca"?: string;
+  /** Client certificate and key files, for a server that requires one (mutual TLS). */
+  "tls-client-cert"?: string;
+  "tls-client-key"?: string;
 }
 
-export type Target = { kind: "url"; url: string; tlsCa?: string; auth?: ClientAuth } | { kind: "data"; dir: string };
+/** A client certificate and its key (`--tls-client-cert`, `--tls-client-key`). */
+export interface ClientCertFiles {
+  certFile: string;
+  keyFile: string;
+}
+
+export type Target = { kind: "url"; url: string; tlsCa?: string; clientCert?: ClientCertFiles; auth?: ClientAuth } | { kind: "data"; dir: string };
+
+/**
+ * The client certificate for `url`: flags always (connect() refuses them with a plain url),
+ * the environment only for sluice+tls:// urls, like SLUICE_TLS_CA. Both files or neither.
+ */
+function clientCert(v: TargetValues, env: NodeJS.ProcessEnv, u: string): ClientCertFiles | undefined {
+  const tlsUrl = u.startsWith("sluice+tls:");
+  const certFile = v["tls-client-cert"] ?? (tlsUrl ? env.SLUICE_TLS_CLIENT_CERT || undefined : undefined);
+  const keyFile = v["tls-client-key"] ?? (tlsUrl ? env.SLUICE_TLS_CLIENT_KEY || undefined : undefined);
+  if ((certFile === undefined) !== (keyFile === undefined)) throw new UsageError("--tls-client-cert and --tls-client-key go together");
+  return certFile === undefined || keyFile === undefined ? undefined : { certFile, keyFile };
+}
 
 export function resolveTarget(v: TargetValues, env: NodeJS.ProcessEnv = process.env): Target {
   if (v.url !== undefined && v.data !== undefined) throw new UsageError("give either --url or --data, not both");
@@ -32,7 +53,8 @@ export function resolveTarget(v: TargetValues, env: NodeJS.ProcessEnv = process.
   // only for sluice+tls:// urls, so a shell that sets it can still reach plain servers.
   const url = (u: string): Target => {
     const tlsCa = v["tls-ca"] ?? (u.startsWith("sluice+tls:") ? env.SLUICE_TLS_CA || undefined : undefined);
-    return tlsCa === undefined ? { kind: "url", url: u } : { kind: "url", url: u, tlsCa };
+    const cert = clientCert(v, env, u);
+    return { kind: "url", url: u, ...(tlsCa === undefined ? {} : { tlsCa }), ...(cert === undefined ? {} : { clientCert: cert }) };
   };
   const withAuth = (t: Target): Target => {
     const auth = resolveCredentials(v, env);
@@ -63,7 +85,7 @@ async function open(t: Target, readOnly: boolean): Promise<CliBroker> {
   if (t.kind === "url") {
     const { connect } = await import("../client/index.js");
     // A CLI run is short: fail fast on a wrong URL or a server that went away.
-    const tls = t.tlsCa === undefined ? undefined : { caFile: t.tlsCa };
+    const tls = t.tlsCa === undefined && t.clientCert === undefined ? undefined : { ...(t.tlsCa === undefined ? {} : { caFile: t.tlsCa }), ...t.clientCert };
     return connect({ url: t.url, tls, auth: t.auth, connectTimeoutMs: 5000, reconnectTimeoutMs: 10_000, requestTimeoutMs: 30_000 });
   }
   if (readOnly && !existsSync(t.dir)) throw new ValidationError(`data directory ${t.dir} does not exist (nothing to read; this command creates nothing)`);

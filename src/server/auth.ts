@@ -9,7 +9,9 @@
  * An unknown user gets a server-first message with a salt derived from a per-server secret,
  * so the exchange looks the same as for a real user and fails only at the proof.
  */
-import { createHmac, randomBytes } from "node:crypto";
+import { createHmac, randomBytes, type X509Certificate } from "node:crypto";
+import type { Socket } from "node:net";
+import { TLSSocket } from "node:tls";
 import { AuthenticationError } from "../errors.js";
 import type { CredentialStore } from "../security/auth/credential-store.js";
 import { FailureLimiter, type FailureLimitOptions } from "../security/auth/rate-limit.js";
@@ -29,10 +31,22 @@ import {
 } from "../security/auth/scram.js";
 import type { Logger } from "../observability/telemetry.js";
 import type { AuthAudit, AuthAttempt } from "../security/audit/auth-results.js";
+import { rfc2253, type CertPrincipalMapper } from "../security/auth/cert-principal.js";
 
 export const BEARER_MECHANISM = "BEARER";
 /** HTTP Basic: the mechanism name recorded in the audit log. */
 const BASIC_MECHANISM = "BASIC";
+/** A verified client certificate mapped to a principal: the mechanism name recorded in the audit log. */
+export const TLS_MECHANISM = "TLS";
+
+/**
+ * The client certificate of a TLS connection, only when the handshake verified it against the
+ * CA (AUTH-6): a plain socket, or one whose certificate was not verified, has none.
+ */
+function verifiedPeerCertificate(socket: Socket | undefined): X509Certificate | null {
+  if (!(socket instanceof TLSSocket) || !socket.authorized) return null;
+  return socket.getPeerX509Certificate() ?? null;
+}
 
 export interface AuthOptions {
   failureLimit?: FailureLimitOptions;
@@ -63,33 +77,63 @@ export class ServerAuth {
     opts: AuthOptions = {},
     /** Where login results are recorded (AUD-4); null: nowhere (no audit log). */
     private readonly audit: AuthAudit | null = null,
+    /** Client certificates to principals (`tls.principalRules`); null: certificates log nobody in. */
+    private readonly certs: CertPrincipalMapper | null = null,
   ) {
     this.limiter = new FailureLimiter(opts.failureLimit, opts.now);
   }
 
-  /** True when the store has users or tokens (re-read if it changed): then HELLO must authenticate (AUTH-3). */
+  /**
+   * True when the store has users or tokens (re-read if it changed), or client certificates
+   * are mapped to principals: then HELLO must authenticate (AUTH-3).
+   */
   async required(): Promise<boolean> {
-    if (!this.store) return false;
-    await this.store.refresh();
-    // Once on, on until restart: removing the last user and token must not open a running
-    // server (perhaps on a public address) to everyone; it then refuses every login (AUTH-3).
-    this.on ||= this.store.configured();
-    return this.on;
+    if (this.store) {
+      await this.store.refresh();
+      // Once on, on until restart: removing the last user and token must not open a running
+      // server (perhaps on a public address) to everyone; it then refuses every login (AUTH-3).
+      this.on ||= this.store.configured();
+    }
+    return this.on || this.certs !== null;
   }
 
-  /** A fresh exchange for one connection from `source` (its address, without the port; `remote` with it). */
-  begin(source: string, remote = source): HandshakeAuth {
-    return new HandshakeAuth(this, { via: "protocol", source, remote });
+  /**
+   * A fresh exchange for one connection from `source` (its address, without the port; `remote`
+   * with it); `socket` is where its client certificate, if any, is read.
+   */
+  begin(source: string, remote = source, socket?: Socket): HandshakeAuth {
+    return new HandshakeAuth(this, { via: "protocol", source, remote }, socket);
+  }
+
+  /**
+   * @internal The principal of the verified client certificate of `socket` (AUTH-5, AUTH-6),
+   * audited as a `TLS` login; null when mapping is off or there is no verified certificate.
+   * A certificate that maps to no principal is a failed login (AuthenticationError).
+   */ async certificateLogin(at: Peer, socket: Socket | undefined): Promise<string | null> {
+    if (this.certs === null) return null;
+    const cert = verifiedPeerCertificate(socket);
+    if (cert === null) return null;
+    const mapped = this.certs.map(cert);
+    // The subject is who tried (not a secret), so an operator can see which certificate it was.
+    if (mapped.principal === null) throw this.refuse(at, mapped.reason, rfc2253(cert.subject).slice(0, 256), TLS_MECHANISM);
+    await this.succeeded(at, mapped.principal, TLS_MECHANISM);
+    return mapped.principal;
   }
 
   /**
    * The principal for an HTTP `Authorization` header (Bearer token or Basic user:password),
+   * else for the request's verified client certificate (`socket`, with `tls.principalRules`),
    * or null when the server runs without credentials. Throws AuthenticationError otherwise.
    */
-  async httpPrincipal(header: string | undefined, source: string, remote = source): Promise<string | null> {
+  async httpPrincipal(header: string | undefined, source: string, remote = source, socket?: Socket): Promise<string | null> {
     if (!(await this.required())) return null;
     const at: Peer = { via: "http", source, remote };
     if (!this.limiter.allowed(source)) throw this.refuse(at, "too many failed attempts from this source");
+    // AUTH-7: explicit credentials win; without them, the certificate is the credential.
+    if (!header) {
+      const principal = await this.certificateLogin(at, socket);
+      if (principal !== null) return principal;
+    }
     const m = /^(Bearer|Basic) +(\S{1,2048})$/i.exec(header ?? "");
     if (!m) throw this.refuse(at, header ? "unsupported Authorization scheme" : "no credentials");
     if (m[1].toLowerCase() === "bearer") {
@@ -156,6 +200,7 @@ export class HandshakeAuth {
   constructor(
     private readonly auth: ServerAuth,
     private readonly at: Peer,
+    private readonly socket?: Socket,
   ) {}
 
   /**
@@ -164,6 +209,12 @@ export class HandshakeAuth {
    */
   async step(field: unknown): Promise<AuthStep> {
     if (!this.auth.limiter.allowed(this.at.source)) throw this.auth.refuse(this.at, "too many failed attempts from this source", this.scram?.user);
+    // AUTH-7: a HELLO without `auth` logs in with the connection's client certificate, if
+    // mapping is on; credentials sent explicitly are checked instead, and win.
+    if ((field === undefined || field === null) && this.scram === null) {
+      const principal = await this.auth.certificateLogin(this.at, this.socket);
+      if (principal !== null) return { kind: "done", principal };
+    }
     if (typeof field !== "object" || field === null) throw this.auth.refuse(this.at, "no credentials", this.scram?.user);
     const { mechanism, message, token } = field as Record<string, unknown>;
     if (this.scram) {

@@ -227,7 +227,7 @@ export class Connection implements Session {
     // A client that sends credentials gets them checked even where they are optional: it
     // expects the server's SCRAM signature (src/client/auth.ts).
     if (second || (this.auth && (frame.meta.auth !== undefined || (await this.auth.required())))) {
-      this.login ??= this.auth!.begin(this.source, this.remote);
+      this.login ??= this.auth!.begin(this.source, this.remote, this.socket);
       const step = await this.login.step(frame.meta.auth);
       if (this.state !== "authenticating") return;
       if (step.kind === "challenge") {

@@ -485,7 +485,7 @@ export function createHttpServer(opts: HttpOptions): Server {
       const url = new URL(req.url ?? "/", "http://localhost");
       const method = req.method ?? "GET";
       // Before routing: without credentials not even which paths exist is revealed.
-      const principal = opts.auth && !OPEN_PATHS.has(url.pathname) ? await opts.auth.httpPrincipal(req.headers.authorization, req.socket.remoteAddress ?? "unknown", `${req.socket.remoteAddress}:${req.socket.remotePort}`) : null;
+      const principal = opts.auth && !OPEN_PATHS.has(url.pathname) ? await opts.auth.httpPrincipal(req.headers.authorization, req.socket.remoteAddress ?? "unknown", `${req.socket.remoteAddress}:${req.socket.remotePort}`, req.socket) : null;
       const found = findRoute(method, url);
       if (found === null) throw new NotFoundError(`no route for ${method} ${url.pathname}`);
       if (method !== "GET" && method !== "HEAD" && method !== "OPTIONS") refuseCrossSite(req);

@@ -89,7 +89,10 @@ export interface ServerHandle {
   readonly url: string;
   /** True when the listeners serve TLS (`tls` was given). */
   readonly tls: boolean;
-  /** True when clients must authenticate (the credential store had users or tokens at start). */
+  /**
+   * True when clients must authenticate (the credential store had users or tokens at start,
+   * or `tls.principalRules` maps client certificates to principals).
+   */
   readonly authRequired: boolean;
   /**
    * Re-reads the TLS certificate, key and CA files and uses them for new handshakes;
@@ -129,10 +132,17 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
   const shared: SharedBudget = { inFlightBytes: 0, paused: new Set() };
   let closing = false;
 
+  // Reads and checks the files (and the principal rules) before anything listens or is
+  // started: bad TLS config fails startup.
+  const tls = opts.tls ? new ServerTls(opts.tls, logger) : null;
+  const certs = tls?.principals ?? null;
+  if (certs) logger.info({ rules: certs.describe() }, "client certificates log in as the principal they map to");
   const store = opts.auth?.store ?? (opts.dataDir ? await CredentialStore.open(opts.dataDir) : null);
   // Login results go to the broker's audit log (AUD-4), failures aggregated per source.
   const authAudit = new AuthAudit((actor, target, error) => opts.broker.recordAudit(actor, target, error), logger, opts.auth?.audit);
-  const auth = store ? new ServerAuth(store, logger, opts.auth, authAudit) : null;
+  // Mapped client certificates are principals too: they need the login check and count for
+  // the loopback rule (AUTH-3) even without a credential store.
+  const auth = store || certs ? new ServerAuth(store, logger, opts.auth, authAudit, certs) : null;
   const authRequired = auth ? await auth.required() : false;
   const policy = opts.acl?.store ?? (opts.dataDir ? await PolicyStore.open(opts.dataDir) : null);
   const recordAudit: RecordAudit = (actor, target, error) => opts.broker.recordAudit(actor, target, error);
@@ -146,8 +156,6 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
     );
   }
 
-  // Reads and checks the files before anything listens: bad TLS config fails startup.
-  const tls = opts.tls ? new ServerTls(opts.tls, logger) : null;
   const onSocket = (socket: Socket): void => {
     if (closing || connections.size >= maxConnections) {
       logger.warn({ remote: socket.remoteAddress, connections: connections.size }, "refusing connection");

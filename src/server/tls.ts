@@ -15,6 +15,7 @@ import { createSecureContext, type SecureContextOptions, type Server as TlsServe
 import { X509Certificate } from "node:crypto";
 import { TlsConfigError } from "../errors.js";
 import type { Logger } from "../observability/telemetry.js";
+import { CertPrincipalMapper } from "../security/auth/cert-principal.js";
 
 /** TLS for both listeners (`startServer({ tls })`). */
 export interface ServerTlsOptions {
@@ -29,6 +30,13 @@ export interface ServerTlsOptions {
    * (mutual TLS). Default false. Needs `caFile`.
    */
   requestClientCert?: boolean;
+  /**
+   * Log clients in as the principal their certificate maps to (docs/security.md "Client
+   * certificates (mutual TLS)"): rules in order, each `RULE:<regex>/<replacement>/[L|U]`,
+   * `CN`, `SAN:email`, `SAN:uri` or `SAN:dns` (an element may hold several, comma-separated).
+   * Needs `requestClientCert`. A rule that cannot be used is a `TlsConfigError` at startup.
+   */
+  principalRules?: readonly string[];
   /**
    * How often the files are polled for changes (then reloaded as by `reloadTls()`), in ms.
    * Default 60 000; 0 turns polling off (reload with `reloadTls()` or SIGHUP to `sluice serve`).
@@ -79,6 +87,8 @@ function fingerprint(pem: SecureContextOptions["cert"]): string | null {
 }
 
 export class ServerTls {
+  /** Client certificates to principals (`principalRules`), parsed once at startup; null: off. */
+  readonly principals: CertPrincipalMapper | null;
   private current: SecureContextOptions;
   private readonly servers: TlsServer[] = [];
   private watching = false;
@@ -96,6 +106,9 @@ export class ServerTls {
     private readonly logger: Logger,
   ) {
     this.current = loadServerTls(opts);
+    // Only a certificate the handshake verified can name a principal (AUTH-6).
+    if (opts.principalRules !== undefined && opts.requestClientCert !== true) throw new TlsConfigError("tls.principalRules needs tls.requestClientCert (and tls.caFile): only a verified client certificate can name a principal");
+    this.principals = opts.principalRules === undefined ? null : CertPrincipalMapper.parse(opts.principalRules);
   }
 
   /** Options for `tls.createServer` / `https.createServer` with the current material. */

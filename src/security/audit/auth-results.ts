@@ -33,7 +33,7 @@ export interface AuthAttempt {
   remote: string;
   /** The authenticated principal, the user name tried, or "anonymous" when none was named. */
   principal: string;
-  /** "SCRAM-SHA-256", "BEARER", "BASIC", or "none" (no usable credentials). */
+  /** "SCRAM-SHA-256", "BEARER", "BASIC", "TLS" (a client certificate), or "none" (no usable credentials). */
   mechanism: string;
 }
 
