@@ -152,7 +152,7 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
   const credWatch = store ? watchCredentials(store, recordAudit, logger) : null;
   if (!authRequired && !opts.allowUnauthenticated && !isLoopback(host)) {
     throw new ValidationError(
-      `refusing to listen on ${host} without authentication: add a user or token (sluice users add / sluice tokens create) or pass --insecure-no-auth (allowUnauthenticated: true) to serve it open`,
+      `refusing to listen on ${host} without authentication: add a user or token (sluice users add / sluice tokens create), map client certificates to principals (--tls-client-auth required --tls-principal-rules), or pass --insecure-no-auth (allowUnauthenticated: true) to serve it open`,
     );
   }
 
