@@ -12,11 +12,11 @@ import { POLICY_POLL_MS, type PolicyStore } from "../security/acl/policy-store.j
 import type { Logger } from "../observability/telemetry.js";
 import { deniedError, firstDenied } from "./permissions.js";
 import type { AuditActor } from "../security/audit/record.js";
-import { createHash } from "node:crypto";
 import { ValidationError } from "../errors.js";
 import { QuotaTracker, type QuotaKind } from "../security/acl/quotas.js";
 import type { AuditTarget } from "../security/audit/auditor.js";
 import { StorageUsage, type UsageSource } from "../security/acl/storage-usage.js";
+import { policySha, type ChangeBaseline } from "../security/audit/change-baseline.js";
 
 /** Writes one audit record (the broker's `recordAudit`). */
 export type RecordAudit = (actor: AuditActor, target: AuditTarget, error?: unknown) => Promise<void>;
@@ -61,6 +61,8 @@ export class ServerAuthorization implements Gate {
     private readonly logger: Logger,
     private readonly audit: RecordAudit | null = null,
     usage: UsageSource | null = null,
+    /** What the audit log last recorded of the policy (AUD-5); null: changes are recorded as seen. */
+    private readonly baseline: ChangeBaseline | null = null,
   ) {
     this.storage = usage === null ? null : new StorageUsage(usage, () => this.authorizer.policy.quotas, logger);
   }
@@ -77,6 +79,8 @@ export class ServerAuthorization implements Gate {
     this.timer = setInterval(() => void this.poll(), POLICY_POLL_MS);
     this.timer.unref();
     this.storage?.start();
+    // AUD-5: a policy edited while no server ran is recorded by the next one to start.
+    if (this.baseline !== null && this.store.error === null && policySha(this.store.policy) !== this.baseline.state.policySha) this.recordPolicyChange();
   }
 
   stop(): void {
@@ -144,17 +148,13 @@ export class ServerAuthorization implements Gate {
   private recordPolicyChange(): void {
     if (this.audit === null || this.store === null) return;
     const p = this.store.policy;
-    const details = {
-      rules: p.rules.length,
-      groups: Object.keys(p.groups).length,
-      tenants: Object.keys(p.tenants).length,
-      quotas: Object.keys(p.quotas).length,
-      sha256: createHash("sha256").update(JSON.stringify(p)).digest("hex").slice(0, 16),
-    };
+    const sha = policySha(p);
+    const details = { rules: p.rules.length, groups: Object.keys(p.groups).length, tenants: Object.keys(p.tenants).length, quotas: Object.keys(p.quotas).length, sha256: sha };
     const err = this.store.error === null ? undefined : new ValidationError(this.store.error);
-    this.audit({ principal: "data-dir", source: "acl.json" }, { op: "acl.change", resourceType: "server", resource: "acl.json", details }, err).catch((e: unknown) =>
-      this.logger.error({ err: e }, "audit record of a policy change not written"),
-    );
+    this.audit({ principal: "data-dir", source: "acl.json" }, { op: "acl.change", resourceType: "server", resource: "acl.json", details }, err)
+      // AUD-5: the baseline moves only once the record is durable, and only to a policy in force.
+      .then(() => (err === undefined ? this.baseline?.save({ policySha: sha }) : undefined))
+      .catch((e: unknown) => this.logger.error({ err: e }, "audit record of a policy change not written"));
   }
 
   check(principal: string | null, needs: readonly Need[], actor?: AuditActor): void {

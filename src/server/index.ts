@@ -22,6 +22,7 @@ import { ValidationError } from "../errors.js";
 import { PolicyStore } from "../security/acl/policy-store.js";
 import { ServerAuthorization, type RecordAudit } from "./authorization.js";
 import { watchCredentials } from "./credential-watch.js";
+import { ChangeBaseline, credentialFingerprints, policySha } from "../security/audit/change-baseline.js";
 
 export { DEFAULT_LIMITS } from "./limits.js";
 export type { Logger } from "../observability/telemetry.js";
@@ -147,9 +148,14 @@ export async function startServer(opts: ServerOptions): Promise<ServerHandle> {
   const policy = opts.acl?.store ?? (opts.dataDir ? await PolicyStore.open(opts.dataDir) : null);
   const recordAudit: RecordAudit = (actor, target, error) => opts.broker.recordAudit(actor, target, error);
   // Tenants' storage quotas are measured from the broker's own listings (QUO-2).
-  const authz = new ServerAuthorization(policy, logger, recordAudit, opts.broker);
+  // AUD-5: what the audit log last recorded of users, tokens and the policy, so that changes
+  // made while no server ran are recorded now (without a data dir: from this start on).
+  const baseline = opts.dataDir
+    ? await ChangeBaseline.open(opts.dataDir)
+    : ChangeBaseline.inMemory({ credentials: store ? credentialFingerprints(store) : {}, policySha: policy ? policySha(policy.policy) : null });
+  const authz = new ServerAuthorization(policy, logger, recordAudit, opts.broker, baseline);
   authz.start();
-  const credWatch = store ? watchCredentials(store, recordAudit, logger) : null;
+  const credWatch = store ? await watchCredentials(store, recordAudit, logger, baseline) : null;
   if (!authRequired && !opts.allowUnauthenticated && !isLoopback(host)) {
     throw new ValidationError(
       `refusing to listen on ${host} without authentication: add a user or token (sluice users add / sluice tokens create), map client certificates to principals (--tls-client-auth required --tls-principal-rules), or pass --insecure-no-auth (allowUnauthenticated: true) to serve it open`,
