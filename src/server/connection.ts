@@ -46,6 +46,7 @@ import type { HandshakeAuth, ServerAuth } from "./auth.js";
 import type { AuditActor } from "../security/audit/record.js";
 import { ServerAuthorization, type Gate } from "./authorization.js";
 import { needsOf } from "./permissions.js";
+import { QuotaHold, chargeRequest } from "./quota-hold.js";
 
 export type { ConnectionLimits } from "./session.js";
 
@@ -99,9 +100,18 @@ export class Connection implements Session {
    */
   principal: string | null = null;
   private login: HandshakeAuth | null = null;
-  /** QUO-1: reading stops until then (performance.now() ms) while this principal pays a quota debt. */
-  private throttledUntil = 0;
-  private throttleTimer: NodeJS.Timeout | null = null;
+  /** QUO-1: reading stops while this principal pays a quota debt. */
+  private readonly quota = new QuotaHold(
+    () => {
+      if (this.state === "closed" || this.paused) return;
+      this.paused = true;
+      this.socket.pause();
+    },
+    () => {
+      this.onDrain();
+      this.maybeResume();
+    },
+  );
   /** Gives back this connection's place in its connection quotas. */
   private releaseQuota: (() => void) | null = null;
   /** Removes this connection's policy-change listener (ACL-3). */
@@ -308,8 +318,8 @@ export class Connection implements Session {
     this.socket.write(body);
     // Pushed records count against the consume quota: a held connection reports "not
     // writable", so its members wait (waitWritable) until the debt is paid (QUO-1).
-    if (this.principal !== null) this.hold(this.authz.throttle(this.principal, "consumeBytesPerSec", body.length));
-    const ok = this.socket.writableLength < this.limits.maxOutputBytes && performance.now() >= this.throttledUntil;
+    if (this.principal !== null) this.quota.hold(this.authz.throttle(this.principal, "consumeBytesPerSec", body.length));
+    const ok = this.socket.writableLength < this.limits.maxOutputBytes && !this.quota.held;
     if (!ok && !this.paused) {
       this.paused = true;
       this.socket.pause();
@@ -318,53 +328,16 @@ export class Connection implements Session {
   }
 
   private onDrain(): void {
-    if (this.socket.writableLength >= this.limits.maxOutputBytes || performance.now() < this.throttledUntil) return;
+    if (this.socket.writableLength >= this.limits.maxOutputBytes || this.quota.held) return;
     const ws = this.writableWaiters;
     this.writableWaiters = [];
     for (const w of ws) w();
     this.maybeResume();
   }
 
-  /** QUO-1: charges a request to the rate quotas (requests, publish bytes) and holds the connection for its debt; QUO-2 for writes. */
-  private chargeRequest(op: number, size: number): void {
-    const p = this.principal!;
-    let ms = this.authz.throttle(p, "requestsPerSec", 1);
-    if (op === Op.Publish || op === Op.PublishEncoded || op === Op.QueueEnqueue) {
-      this.authz.checkStorage(p, size); // QUO-2: refused before anything is written
-      ms = Math.max(ms, this.authz.throttle(p, "publishBytesPerSec", size));
-    }
-    this.hold(ms);
-  }
-
-  /**
-   * Stops reading this connection for `ms` (as Kafka mutes a throttled channel): the client's
-   * requests wait in its socket, its rate falls to the quota, nobody else is slowed, and nothing
-   * is refused or disconnected (QUO-1).
-   */
-  private hold(ms: number): void {
-    if (ms <= 0 || this.state === "closed") return;
-    this.throttledUntil = Math.max(this.throttledUntil, performance.now() + ms);
-    if (!this.paused) {
-      this.paused = true;
-      this.socket.pause();
-    }
-    if (this.throttleTimer !== null) return;
-    const wake = (): void => {
-      const left = this.throttledUntil - performance.now();
-      if (left > 0) {
-        this.throttleTimer = setTimeout(wake, Math.ceil(left));
-        return;
-      }
-      this.throttleTimer = null;
-      this.onDrain();
-      this.maybeResume();
-    };
-    this.throttleTimer = setTimeout(wake, ms);
-  }
-
   maybeResume(): void {
     if (!this.paused || this.state !== "ready") return;
-    if (performance.now() < this.throttledUntil) return;
+    if (this.quota.held) return;
     if (this.overBudget()) {
       if (this.shared.inFlightBytes >= this.limits.maxInFlightBytesTotal) this.shared.paused.add(this);
       return;
@@ -381,8 +354,7 @@ export class Connection implements Session {
   }
 
   waitWritable(): Promise<void> {
-    const held = performance.now() < this.throttledUntil;
-    if ((!held && this.socket.writableLength < this.limits.maxOutputBytes) || this.state === "closed") return Promise.resolve();
+    if ((!this.quota.held && this.socket.writableLength < this.limits.maxOutputBytes) || this.state === "closed") return Promise.resolve();
     return new Promise((resolve) => this.writableWaiters.push(resolve));
   }
 
@@ -416,7 +388,7 @@ export class Connection implements Session {
       // so pipelined requests keep their order).
       if (this.principal !== null) {
         this.authz.check(this.principal, needsOf(this, frame), this.actor);
-        this.chargeRequest(frame.op, size);
+        this.quota.hold(chargeRequest(this.authz, this.principal, frame.op, size));
       }
       // The handler starts its broker call synchronously, so pipelined publishes reach the
       // broker in arrival order.
@@ -426,7 +398,7 @@ export class Connection implements Session {
     }
     Promise.resolve(p).then(
       (reply) => {
-        if (this.principal !== null && frame.op === Op.Fetch && reply.body) this.hold(this.authz.throttle(this.principal, "consumeBytesPerSec", reply.body.length));
+        if (this.principal !== null && frame.op === Op.Fetch && reply.body) this.quota.hold(this.authz.throttle(this.principal, "consumeBytesPerSec", reply.body.length));
         this.send(encodeFrame(frame.op, FLAG_RESPONSE, frame.correlationId, reply.meta, reply.body ?? null));
         this.requestDone(size);
       },
@@ -593,7 +565,7 @@ export class Connection implements Session {
     this.unlisten = null;
     this.releaseQuota?.();
     this.releaseQuota = null;
-    if (this.throttleTimer !== null) clearTimeout(this.throttleTimer);
+    this.quota.stop();
     this.shared.paused.delete(this);
     if (this.handshakeTimer) clearTimeout(this.handshakeTimer);
     if (this.livenessTimer) clearTimeout(this.livenessTimer);
