@@ -7,12 +7,15 @@
 // full rights.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { openBroker, type EmbeddedBroker } from "../src/broker/broker.js";
 import { PolicyStore } from "../src/security/acl/policy-store.js";
 import { RESOURCE_TYPES, type AclRule, type Operation, type ResourceType } from "../src/security/acl/model.js";
 import { BrokerError, ForbiddenError } from "../src/errors.js";
 import { tempDir, waitUntil, withTimeout } from "../src/testing/helpers.js";
+import type { PrincipalBroker } from "../src/broker/principal-view.js";
+import { NAMES, matrixPrincipals, model, type Need } from "./acl-reference.js";
 
 const OPS: Operation[] = ["publish", "consume", "create", "delete", "commit", "ack"];
 const TYPES: ResourceType[] = ["topic", "queue", "group"];
@@ -180,7 +183,7 @@ test("handles a view returns check too: commits and settles need their own permi
   });
 });
 
-test("a live subscription and worker end with ForbiddenError within a second of losing consume", { timeout: 60_000 }, async () => {
+test("a live subscription, worker and process() loop end with ForbiddenError within a second of losing consume", { timeout: 60_000 }, async () => {
   await withBroker(async (broker, _data, { policy, rules }) => {
     await seed(broker);
     const alice = broker.as("alice");
@@ -193,15 +196,21 @@ test("a live subscription and worker end with ForbiddenError within a second of 
     const wit = worker[Symbol.asyncIterator]();
     const j = await withTimeout(wit.next(), 5000, "alice's first job");
     if (j.done !== true) await j.value.ack();
-    // Both wait for more; then the policy takes consume away.
+    // All wait for more; then the policy takes consume away.
     const pending = it.next().then(() => "delivered", (e: unknown) => e);
     const pendingJob = wit.next().then(() => "delivered", (e: unknown) => e);
+    const processing = alice
+      .queue("a.jobs")
+      .process(() => undefined)
+      .then(() => "returned", (e: unknown) => e);
     const removedAt = Date.now();
     await policy.removeRule(rules.get("alice:consume:topic")!.id);
     await policy.removeRule(rules.get("alice:consume:queue")!.id);
     const ended = await withTimeout(pending, 3000, "the subscription to end");
     const endedJob = await withTimeout(pendingJob, 3000, "the worker to end");
+    const endedProcess = await withTimeout(processing, 3000, "process() to end");
     const tookMs = Date.now() - removedAt;
+    assert.ok(endedProcess instanceof ForbiddenError, `process() ended with ${String(endedProcess)}`);
     assert.ok(ended instanceof ForbiddenError, `subscription ended with ${String(ended)}`);
     assert.ok(endedJob instanceof ForbiddenError, `worker ended with ${String(endedJob)}`);
     // ACL-3: polled every 250 ms; the slack is for a loaded machine.
@@ -293,4 +302,89 @@ test("tenants: a view of one tenant's principal reaches nothing of another, howe
     assert.equal((await carol.fetch("acme.orders", 0, 0)).records.length, 1);
     assert.equal((await carol.queue("acme.jobs").stats()).waiting, 1);
   });
+});
+
+// The ACL matrix (test/acl-matrix.test.ts) again, embedded: a subset of its principals, each
+// probe made through `broker.as(principal)` and compared with the same reference model.
+const MATRIX_OPS: Operation[] = ["publish", "consume", "describe", "create", "alter", "delete", "reset-offsets", "purge", "redrive", "admin"];
+const GROUP = (n: string): string => `${n}.g`;
+interface EmbeddedProbe {
+  what: string;
+  needs: (n: string) => Need[];
+  run: (v: PrincipalBroker, n: string) => Promise<unknown>;
+  /** Puts back what an allowed probe changed (with the broker's own rights). */
+  restore?: (b: EmbeddedBroker, n: string) => Promise<unknown>;
+}
+async function firstMessage(v: PrincipalBroker, n: string): Promise<unknown> {
+  const sub = v.subscribe(n, { group: GROUP(n), start: "earliest" });
+  try {
+    return await withTimeout(sub[Symbol.asyncIterator]().next(), 5000, `first message of ${n}`);
+  } finally {
+    await sub.close();
+  }
+}
+const EMBEDDED_PROBES: EmbeddedProbe[] = [
+  { what: "describe topic", needs: (n) => [["describe", "topic", n]], run: (v, n) => v.describeTopic(n) },
+  { what: "publish", needs: (n) => [["publish", "topic", n]], run: (v, n) => v.publish(n, "x") },
+  { what: "fetch", needs: (n) => [["consume", "topic", n]], run: (v, n) => v.fetch(n, 0, 0) },
+  { what: "subscribe", needs: (n) => [["consume", "topic", n], ["consume", "group", GROUP(n)]], run: firstMessage },
+  { what: "alter topic", needs: (n) => [["alter", "topic", n]], run: (v, n) => v.alterTopic(n, { retentionMs: 86_400_000 }) },
+  { what: "delete topic", needs: (n) => [["delete", "topic", n]], run: (v, n) => v.deleteTopic(n), restore: async (b, n) => (await b.createTopic(n, { partitions: 1 }), b.publish(n, "x")) },
+  { what: "create topic", needs: (n) => [["create", "topic", `${n}.new`]], run: (v, n) => v.createTopic(`${n}.new`, { partitions: 1 }), restore: (b, n) => b.deleteTopic(`${n}.new`) },
+  { what: "group lag", needs: (n) => [["describe", "group", GROUP(n)], ["describe", "topic", "mx.lit"]], run: (v, n) => v.groupLag(GROUP(n), "mx.lit") },
+  { what: "reset offsets", needs: (n) => [["reset-offsets", "group", GROUP(n)], ["describe", "topic", "mx.lit"]], run: (v, n) => v.resetGroup(GROUP(n), "mx.lit", "earliest") },
+  { what: "enqueue", needs: (n) => [["publish", "queue", n]], run: (v, n) => v.queue(n).enqueue("x") },
+  { what: "queue stats", needs: (n) => [["describe", "queue", n]], run: (v, n) => v.queue(n).stats() },
+  { what: "browse", needs: (n) => [["consume", "queue", n]], run: (v, n) => v.queue(n).browse() },
+  { what: "purge", needs: (n) => [["purge", "queue", n]], run: (v, n) => v.queue(n).purge() },
+  { what: "redrive", needs: (n) => [["redrive", "dlq", n]], run: (v, n) => v.queue(n).redrive() },
+  { what: "delete queue", needs: (n) => [["delete", "queue", n]], run: (v, n) => v.deleteQueue(n), restore: (b, n) => b.queue(n, { maxAttempts: 3 }).stats() },
+];
+const DENIED_CODES = new Set(["FORBIDDEN", "TOPIC_NOT_FOUND", "QUEUE_NOT_FOUND", "NOT_FOUND"]);
+
+test("ACL matrix, embedded: a subset of operations x resource types x literal|prefix x allow|deny agrees with the reference model", { timeout: 300_000 }, async (t) => {
+  using dir = tempDir("sluice-embedded-matrix-");
+  const data = join(dir.dir, "data");
+  const principals = matrixPrincipals(MATRIX_OPS, ["topic", "queue", "group", "dlq", "cluster"]);
+  principals.set("nobody", []);
+  // One write of the whole policy (the file `sluice acl` writes), instead of one per rule.
+  const rules = [...principals].flatMap(([who, rs]) => rs.map((r, i) => ({ id: `${who}-${i}`, principal: who, effect: r.effect, operation: r.op, resourceType: r.type, pattern: r.pattern, name: r.name })));
+  mkdirSync(join(data, "security"), { recursive: true });
+  writeFileSync(join(data, "security", "acl.json"), JSON.stringify({ version: 1, rules, groups: {}, tenants: {}, quotas: {} }));
+  const broker = await openBroker({ dataDir: data, retentionCheckIntervalMs: 0, audit: false });
+  try {
+    for (const n of NAMES) {
+      await broker.createTopic(n, { partitions: 1 });
+      await broker.publish(n, "x");
+      await broker.queue(n, { maxAttempts: 3 }).stats();
+    }
+    const mismatches: string[] = [];
+    let checked = 0;
+    for (const [who, rs] of principals) {
+      const view = broker.as(who);
+      for (const p of EMBEDDED_PROBES)
+        for (const n of NAMES) {
+          const want = model(rs, p.needs(n));
+          const got = await p.run(view, n).then(
+            () => true,
+            (e: unknown) => !(e instanceof BrokerError && DENIED_CODES.has(e.code)),
+          );
+          if (got !== want) mismatches.push(`${who} ${p.what} ${n}: model ${want}, view ${got}`);
+          checked++;
+          if (got && p.restore) await p.restore(broker, n).catch(() => {});
+        }
+      const seen = (await view.listTopics()).filter((x) => NAMES.includes(x)).sort();
+      const expectSeen = NAMES.filter((n) => model(rs, [["describe", "topic", n]])).sort();
+      if (JSON.stringify(seen) !== JSON.stringify(expectSeen)) mismatches.push(`${who} listTopics: ${seen} vs model ${expectSeen}`);
+      const qs = (await view.listQueues()).filter((x) => NAMES.includes(x)).sort();
+      const expectQs = NAMES.filter((n) => model(rs, [["describe", "queue", n]])).sort();
+      if (JSON.stringify(qs) !== JSON.stringify(expectQs)) mismatches.push(`${who} listQueues: ${qs} vs model ${expectQs}`);
+      checked += 2;
+      await view.close();
+    }
+    t.diagnostic(`${principals.size} principals, ${checked} checks, ${mismatches.length} mismatches`);
+    assert.deepEqual(mismatches.slice(0, 20), []);
+  } finally {
+    await broker.close();
+  }
 });
