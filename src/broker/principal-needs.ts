@@ -39,8 +39,7 @@ export const BROKER_NEEDS: { readonly [M in keyof Broker]-?: Entry<Broker[M]> } 
   queue: () => [],
   listQueues: () => [],
   groupLag: (group, topic) => NEEDS.groupLag(group, topic),
-  // Filtered too; naming a topic the principal may not see answers as for an absent one.
-  listGroups: (opts) => (opts?.topic === undefined ? [] : NEEDS.describeTopic(opts.topic)),
+  listGroups: (opts) => NEEDS.listGroups(opts?.topic),
   close: () => [],
   [Symbol.asyncDispose]: () => [],
 };

@@ -75,7 +75,7 @@ export const OP_NEEDS: { readonly [N in Exclude<RequestOpName, "Hello">]: Needs 
   Unsubscribe: NONE, // the caller's own subscription
   ResetGroup: (_s, f) => NEEDS.resetGroup(f.meta.group, f.meta.topic, f.meta.dryRun === true),
   GroupLag: (_s, f) => NEEDS.groupLag(f.meta.group, f.meta.topic),
-  ListGroups: NONE, // filtered
+  ListGroups: (_s, f) => NEEDS.listGroups(f.meta.topic), // and filtered
   QueueEnqueue: (_s, f) => NEEDS.enqueue(f.meta.queue, f.meta.config),
   QueueWork: (_s, f) => NEEDS.work(f.meta.queue, f.meta.config),
   QueueSettle: workerNeeds,

@@ -53,6 +53,8 @@ export const NEEDS = {
   resetGroup: (group: unknown, topic: unknown, dryRun: boolean): Need[] =>
     dryRun ? [groupNeed("describe", group), topicNeed("describe", topic)] : [groupNeed("reset-offsets", group), topicNeed("describe", topic)],
   groupLag: (group: unknown, topic: unknown): Need[] => [groupNeed("describe", group), topicNeed("describe", topic)],
+  /** Filtered; narrowed to a topic the caller may not see, it answers as for an absent one (ACL-4). */
+  listGroups: (topic: unknown): Need[] => (topic === undefined ? [] : [topicNeed("describe", topic)]),
   enqueue: (queue: unknown, config: unknown): Need[] => [queueNeed("publish", queue), ...queueConfigNeeds(queue, config)],
   work: (queue: unknown, config: unknown): Need[] => [queueNeed("consume", queue), ...queueConfigNeeds(queue, config)],
   /** Settling (ack, nack, extend, retry-after) and progress of a leased job. */
