@@ -283,7 +283,8 @@ test("tenants: a view of one tenant's principal reaches nothing of another, howe
         create: await outcome(dave.createTopic(name, { partitions: 1 })),
         lag: await outcome(dave.groupLag("acme.g", name)),
         reset: await outcome(dave.resetGroup(name.replace("orders", "g"), "bob.orders", "earliest")),
-        subscribe: await outcome(dave.subscribe(name, { group: "bob.g" })[Symbol.asyncIterator]().next()),
+        // An invalid name may be refused by subscribe() itself, as the broker's own does.
+        subscribe: await outcome(Promise.resolve().then(() => dave.subscribe(name, { group: "bob.g" })[Symbol.asyncIterator]().next())),
         browse: await outcome(dave.queue(jobs).browse()),
         purge: await outcome(dave.queue(jobs).purge()),
         redrive: await outcome(dave.queue(`${jobs}.dlq`).redrive()),

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
  * The long-lived objects an embedded principal view hands out (src/broker/principal-view.ts):
- * subscriptions, queue workers and event readers. Each is opened only once the principal may
+ * subscriptions, queue workers and event readers. Each is opened only if the principal may
  * (so a refused subscription never joins the group), checks the settling calls of what it
  * delivers (`msg.commit()`, `job.ack()`...), and ends with ForbiddenError when a policy change
  * no longer allows it, as the server ends its members and workers (ACL-3, ACL-5).
@@ -21,6 +21,8 @@ export interface ViewContext {
   run<R>(needs: () => readonly Need[], op: () => Promise<R>): Promise<R>;
   /** Throws the denied error now (the policy is loaded: a handle exists only after a check). */
   checkNow(needs: readonly Need[]): void;
+  /** Checks `needs` now if the policy is loaded: null when allowed, the denied error (audited), or undefined when not loaded yet. */
+  decideNow(needs: readonly Need[]): Error | null | undefined;
   /** Whether every one of `needs` is allowed by the policy in force. */
   allows(needs: readonly Need[]): boolean;
   /** Re-checks `h` on every policy change until the returned function is called. */
@@ -102,14 +104,28 @@ export class LiveGuard<H extends { close(): Promise<void> }> implements LiveHand
     private readonly needs: () => readonly Need[],
     private readonly still: () => readonly Need[],
     private readonly what: string,
-    private readonly open: () => H | Promise<H>,
-  ) {}
+    private readonly open: () => H,
+  ) {
+    // Opened at once when the policy is loaded, as the broker's own handle would be: its
+    // options are validated now, and `from: "now"` of an event reader means now. A refusal
+    // is reported by the first iteration, as an absent topic's or queue's is.
+    const now = ctx.decideNow(needs());
+    if (now === null) {
+      const h = open();
+      this.inner = h;
+      this.untrack = ctx.track(this);
+      this.opening = Promise.resolve(h);
+    } else if (now !== undefined) {
+      this.opening = Promise.reject(now);
+      this.opening.catch(() => {});
+    }
+  }
 
   /** The handle, opened on first use; null once closed before it opened. */
   opened(): Promise<H | null> {
     if (this.closed && this.inner === null) return Promise.resolve(null);
     this.opening ??= this.ctx.run(this.needs, async () => {
-      const h = await this.open();
+      const h = this.open();
       this.inner = h;
       this.untrack = this.ctx.track(this);
       if (this.closed) await h.close(); // closed while it opened
@@ -210,7 +226,7 @@ export class GuardedSubscription<T> implements Subscription<T> {
 export class GuardedWorker<T> implements Worker<T> {
   private readonly guard: LiveGuard<Worker<T>>;
 
-  constructor(ctx: ViewContext, queue: string, needs: () => readonly Need[], still: () => readonly Need[], private readonly settleNeeds: () => readonly Need[], open: () => Promise<Worker<T>>) {
+  constructor(ctx: ViewContext, queue: string, needs: () => readonly Need[], still: () => readonly Need[], private readonly settleNeeds: () => readonly Need[], open: () => Worker<T>) {
     this.guard = new LiveGuard(ctx, needs, still, `consume queue ${queue}`, open);
   }
 
@@ -240,7 +256,7 @@ export function guardJob<T>(job: Job<T>, check: () => void): Job<T> {
 export class GuardedEvents implements QueueEvents {
   private readonly guard: LiveGuard<QueueEvents>;
 
-  constructor(ctx: ViewContext, queue: string, needs: () => readonly Need[], still: () => readonly Need[], open: () => Promise<QueueEvents>) {
+  constructor(ctx: ViewContext, queue: string, needs: () => readonly Need[], still: () => readonly Need[], open: () => QueueEvents) {
     this.guard = new LiveGuard(ctx, needs, still, `read events of queue ${queue}`, open);
   }
 

@@ -89,7 +89,7 @@ export class GuardedQueue<T = unknown> implements Queue<T> {
       () => QUEUE_NEEDS.work(this.ref, opts),
       () => LIVE_NEEDS.worker(this.name),
       () => NEEDS.settle(this.name),
-      async () => this.handle().work(opts),
+      () => this.handle().work(opts),
     );
   }
 
@@ -152,7 +152,7 @@ export class GuardedQueue<T = unknown> implements Queue<T> {
       this.name,
       () => QUEUE_NEEDS.events(this.ref, opts),
       () => LIVE_NEEDS.events(this.name),
-      async () => this.handle().events(opts),
+      () => this.handle().events(opts),
     );
   }
 

@@ -86,6 +86,17 @@ export class PrincipalBroker implements Broker, ViewContext {
     return op();
   }
 
+  decideNow(needs: readonly Need[]): Error | null | undefined {
+    if (this.closed) throw new BrokerClosedError();
+    if (this.gate === null) return undefined;
+    try {
+      this.gate.check(this.principal, needs, this.actor);
+      return null;
+    } catch (e) {
+      return e instanceof Error ? e : new ForbiddenError(String(e));
+    }
+  }
+
   checkNow(needs: readonly Need[]): void {
     if (this.gate === null) throw new ForbiddenError("the authorization policy is not loaded yet");
     this.gate.check(this.principal, needs, this.actor);
@@ -164,7 +175,7 @@ export class PrincipalBroker implements Broker, ViewContext {
 
   // ───────────────────────────────── groups ─────────────────────────────────
 
-  /** Joins the group only once allowed (on first iteration); a refusal is that iteration's error, as an absent topic's is. */
+  /** Joins the group only if allowed; a refusal is the first iteration's error, as an absent topic's is. */
   subscribe<T = unknown>(topic: string, opts: SubscribeOptions): Subscription<T> {
     if (this.closed) throw new BrokerClosedError();
     if (!opts || typeof opts.group !== "string") throw new ValidationError("subscribe needs { group }");
