@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 export { openBroker, EmbeddedBroker, type BrokerOptions } from "./broker/broker.js";
+export type { PrincipalBroker } from "./broker/principal-view.js";
 export { connect, type ConnectOptions } from "./client/index.js";
 export type { ClientTlsOptions } from "./client/tls.js";
 export type { ClientAuth } from "./client/auth.js";

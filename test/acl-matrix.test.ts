@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The ACL matrix (docs/security.md#authorization): one principal per (operation x resource type
 // x literal|prefix x allow|deny) rule, every probe request over the binary protocol and over
-// HTTP, each outcome compared with a reference model written here independently of
-// src/security/acl. Default deny: a principal without rules may do nothing and sees nothing.
+// HTTP, each outcome compared with a reference model written independently of src/security/acl
+// (test/acl-reference.ts). Default deny: a principal without rules may do nothing and sees nothing.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
@@ -11,37 +11,11 @@ import { connect, type RemoteBrokerHandle as Client } from "../src/client/index.
 import { startServer } from "../src/server/index.js";
 import { CredentialStore } from "../src/security/auth/credential-store.js";
 import { PolicyStore } from "../src/security/acl/policy-store.js";
-import { OPERATIONS, RESOURCE_TYPES, type Operation, type ResourceType } from "../src/security/acl/model.js";
 import { BrokerError } from "../src/errors.js";
 import { tempDir } from "../src/testing/helpers.js";
-
-type Need = [Operation, ResourceType, string];
-interface Rule {
-  effect: "allow" | "deny";
-  op: Operation;
-  type: ResourceType;
-  pattern: "literal" | "prefix";
-  name: string;
-}
-
-// ---- the reference model -------------------------------------------------------------
-function covers(r: Rule, type: ResourceType, name: string): boolean {
-  if (r.type === "cluster") return r.op === "admin" || type === "cluster";
-  return r.type === type && (r.pattern === "literal" ? r.name === name : name.startsWith(r.name));
-}
-function decided(rules: Rule[], op: Operation, type: ResourceType, name: string): boolean {
-  const hit = rules.filter((r) => covers(r, type, name));
-  const opMatches = (r: Rule, o: Operation): boolean => r.op === o || r.op === "admin";
-  const allowed = (o: Operation): boolean => !hit.some((r) => r.effect === "deny" && opMatches(r, o)) && hit.some((r) => r.effect === "allow" && opMatches(r, o));
-  if (allowed(op)) return true;
-  if (op !== "describe" || hit.some((r) => r.effect === "deny" && opMatches(r, "describe"))) return false;
-  return OPERATIONS.some((o) => o !== "describe" && allowed(o));
-}
-const model = (rules: Rule[], needs: Need[]): boolean => needs.every(([op, type, name]) => decided(rules, op, type, name));
+import { NAMES, matrixPrincipals, model, type Need, type Rule } from "./acl-reference.js";
 
 // ---- the probes ------------------------------------------------------------------------
-const NAMES = ["mx.lit", "mx.pre.a", "mx.zzz"];
-const RULE_NAME = { literal: "mx.lit", prefix: "mx.pre" } as const;
 const GROUP = (n: string): string => `${n}.g`;
 
 interface Probe {
@@ -100,19 +74,11 @@ test("ACL matrix: every operation x resource type x literal|prefix x allow|deny 
   await policy.addRule({ principal: admin, effect: "allow", operation: "admin", resourceType: "cluster", pattern: "literal", name: "" });
   tokens.set("nobody", (await creds.createToken("nobody")).token);
   rulesOf.set("nobody", []);
-  for (const op of OPERATIONS)
-    for (const type of RESOURCE_TYPES)
-      for (const pattern of type === "cluster" ? (["literal"] as const) : (["literal", "prefix"] as const))
-        for (const effect of ["allow", "deny"] as const) {
-          const who = `m-${op}-${type}-${pattern}-${effect}`;
-          const rule: Rule = { effect, op, type, pattern, name: type === "cluster" ? "" : RULE_NAME[pattern] };
-          // A deny is observable only against an allow: everything else is allowed by prefix "mx".
-          const rules: Rule[] = effect === "deny" ? [rule, ...RESOURCE_TYPES.filter((x) => x !== "cluster").map((x): Rule => ({ effect: "allow", op: "admin", type: x, pattern: "prefix", name: "mx" }))] : [rule];
-          rules.push(...(effect === "deny" ? [{ effect: "allow" as const, op: "describe" as const, type: "cluster" as const, pattern: "literal" as const, name: "" }] : []));
-          rulesOf.set(who, rules);
-          tokens.set(who, (await creds.createToken(who)).token);
-          for (const r of rules) await policy.addRule({ principal: who, effect: r.effect, operation: r.op, resourceType: r.type, pattern: r.pattern, name: r.name });
-        }
+  for (const [who, rules] of matrixPrincipals()) {
+    rulesOf.set(who, rules);
+    tokens.set(who, (await creds.createToken(who)).token);
+    for (const r of rules) await policy.addRule({ principal: who, effect: r.effect, operation: r.op, resourceType: r.type, pattern: r.pattern, name: r.name });
+  }
 
   const broker = await openBroker({ dataDir: data, retentionCheckIntervalMs: 0 });
   const srv = await startServer({ broker, port: 0, httpPort: 0, dataDir: data, metrics: { contentType: "text/plain", metrics: async () => "x 1\n" } });

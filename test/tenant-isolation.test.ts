@@ -81,6 +81,7 @@ test("tenants: nothing of one tenant is reachable from another, however names ar
         delete: await code(b.deleteTopic(name)),
         create: await code(b.createTopic(name, { partitions: 1 })),
         lag: await code(b.groupLag("acme.g", name)),
+        groups: await code(b.listGroups({ topic: name })),
         reset: await code(b.resetGroup(name.replace("orders", "g"), "bob.orders", "earliest")),
         browse: await code(b.queue(name.replace("orders", "jobs")).browse()),
         purge: await code(b.queue(name.replace("orders", "jobs")).purge()),

@@ -32,6 +32,9 @@ import { AuditLog } from "../security/audit/audit-log.js";
 import { LogAuditor, NO_AUDIT, type Auditor, type AuditTarget } from "../security/audit/auditor.js";
 import type { AuditActor, AuditRecord } from "../security/audit/record.js";
 import { listAuditRecords, type ListOptions as AuditListOptions } from "../security/audit/reader.js";
+import { PolicyAuthorization } from "../security/acl/authorization.js";
+import { PolicyStore } from "../security/acl/policy-store.js";
+import { PrincipalBroker } from "./principal-view.js";
 import type {
   Broker,
   FetchOptions,
@@ -135,6 +138,8 @@ export class EmbeddedBroker implements Broker, BrokerHost {
   private auditLog: AuditLog | null = null;
   /** Administrative operations run through it, so their outcome is audited (AUD-1). */
   private auditor: Auditor = NO_AUDIT;
+  /** The policy principal views are checked against, opened by the first `as()` (ACL-5). */
+  private authorization: Promise<PolicyAuthorization> | null = null;
 
   private constructor(opts: BrokerOptions) {
     this.telemetry = telemetry({ ...opts.telemetry, logger: opts.logger ?? opts.telemetry?.logger });
@@ -191,6 +196,26 @@ export class EmbeddedBroker implements Broker, BrokerHost {
 
   private check(): void {
     if (this.closed) throw new BrokerClosedError();
+  }
+
+  /**
+   * This broker as `principal` sees it (docs/security.md, "Embedded mode"): every call of the
+   * view is checked against `<dataDir>/security/acl.json` as the server checks a logged-in
+   * principal's requests (ACL-5). The broker itself keeps full rights, and its calls are not
+   * checked: the policy is read, and polled, only once a view exists.
+   */
+  as(principal: string): PrincipalBroker {
+    this.check();
+    return new PrincipalBroker(this, principal, (this.authorization ??= this.openAuthorization()));
+  }
+
+  private async openAuthorization(): Promise<PolicyAuthorization> {
+    // Without a data dir (a custom engine) there is no policy file: views are denied everything.
+    const store = this.dataDir === "" ? null : await PolicyStore.open(this.dataDir);
+    const audit = this.auditLog === null ? null : (actor: AuditActor, target: AuditTarget, error?: unknown) => this.recordAudit(actor, target, error);
+    const authz = new PolicyAuthorization(store, this.logger, audit);
+    if (!this.closed) authz.start();
+    return authz;
   }
 
   /** `actor`: who asked, for the audit log (default: this process, "embedded"). */
@@ -510,6 +535,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
       this.closing = (async () => {
         if (this.retentionTimer) clearInterval(this.retentionTimer);
         this.detachMetrics?.();
+        if (this.authorization !== null) (await this.authorization.catch(() => null))?.stop();
         for (const s of [...this.subs]) await s.close();
         this.closed = true;
         // Publishes accepted before close() are appended and answered first.
