@@ -12,10 +12,10 @@ import { connect } from "../src/client/index.js";
 import { startServer } from "../src/server/index.js";
 import { CredentialStore } from "../src/security/auth/credential-store.js";
 import { PolicyStore } from "../src/security/acl/policy-store.js";
-import { RESOURCE_TYPES } from "../src/security/acl/model.js";
 import { validateQuota } from "../src/security/acl/quotas.js";
 import { BrokerError, QuotaExceededError, ValidationError } from "../src/errors.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";
+import { tenantsWithTokens } from "./fixtures/acl.js";
 
 const LIMIT = 64 * 1024;
 
@@ -37,14 +37,11 @@ test("a storage quota is for tenants only", () => {
 test("storage quota: a tenant at its bound is refused with QUOTA_EXCEEDED over TCP and HTTP, nothing written; others write on; raising it lets writes through", { timeout: 60_000 }, async () => {
   using dir = tempDir("sluice-storage-quota-");
   const data = join(dir.dir, "data");
-  const creds = await CredentialStore.open(data);
+  const { alice, bob } = await tenantsWithTokens(data, [
+    ["acme", "alice"],
+    ["bob", "bob"],
+  ]);
   const policy = await PolicyStore.open(data);
-  const alice = (await creds.createToken("alice")).token;
-  const bob = (await creds.createToken("bob")).token;
-  await policy.setTenant("acme", ["alice"]);
-  await policy.setTenant("bob", ["bob"]);
-  for (const [who, tenant] of [["alice", "acme"], ["bob", "bob"]])
-    for (const type of RESOURCE_TYPES.filter((t) => t !== "cluster")) await policy.addRule({ principal: who, effect: "allow", operation: "admin", resourceType: type, pattern: "prefix", name: `${tenant}.` });
   await policy.setQuota("tenant:acme", { storageBytes: LIMIT });
 
   const broker = await openBroker({ dataDir: data, retentionCheckIntervalMs: 0 });

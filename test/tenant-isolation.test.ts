@@ -8,11 +8,10 @@ import { join } from "node:path";
 import { openBroker } from "../src/broker/broker.js";
 import { connect } from "../src/client/index.js";
 import { startServer } from "../src/server/index.js";
-import { CredentialStore } from "../src/security/auth/credential-store.js";
 import { PolicyStore } from "../src/security/acl/policy-store.js";
-import { RESOURCE_TYPES } from "../src/security/acl/model.js";
 import { BrokerError } from "../src/errors.js";
 import { tempDir } from "../src/testing/helpers.js";
+import { tenantsWithTokens } from "./fixtures/acl.js";
 
 const TRICKS = [
   "acme.orders",
@@ -42,14 +41,11 @@ async function code(p: Promise<unknown>): Promise<string> {
 test("tenants: nothing of one tenant is reachable from another, however names are spelled", { timeout: 120_000 }, async () => {
   using dir = tempDir("sluice-tenants-");
   const data = join(dir.dir, "data");
-  const creds = await CredentialStore.open(data);
+  const { alice, bob } = await tenantsWithTokens(data, [
+    ["acme", "alice"],
+    ["bob", "bob"],
+  ]);
   const policy = await PolicyStore.open(data);
-  const alice = (await creds.createToken("alice")).token;
-  const bob = (await creds.createToken("bob")).token;
-  await policy.setTenant("acme", ["alice"]);
-  await policy.setTenant("bob", ["bob"]);
-  for (const [who, tenant] of [["alice", "acme"], ["bob", "bob"]])
-    for (const type of RESOURCE_TYPES.filter((t) => t !== "cluster")) await policy.addRule({ principal: who, effect: "allow", operation: "admin", resourceType: type, pattern: "prefix", name: `${tenant}.` });
   // Even a rule that would make bob a super user does not reach outside his tenant (ACL-2).
   await policy.addRule({ principal: "bob", effect: "allow", operation: "admin", resourceType: "cluster", pattern: "literal", name: "" });
 
