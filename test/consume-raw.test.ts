@@ -19,6 +19,7 @@ import { startServer } from "../src/server/index.js";
 import { connect } from "../src/client/index.js";
 import { Op, type Frame } from "../src/wire/index.js";
 import { CorruptRecordError, NotAssignedError, OffsetOutOfRangeError, ProtocolError } from "../src/errors.js";
+import { splitRawChunk } from "../src/server/raw-split.js";
 import { FaultyFileSystem } from "../src/testing/faulty-fs.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";
 
@@ -81,6 +82,33 @@ test("readRaw returns whole verified batches from the one holding the offset, bo
     const end = await e.encoded.readRaw("t", 0, 50, 1 << 20);
     assert.equal(end.data.length, 0);
     assert.equal(end.nextOffset, 50);
+  } finally {
+    await e.close();
+  }
+});
+
+test("a chunk read ahead is pushed only as far as the credit reaches: split at batch boundaries, no bytes copied", async () => {
+  using tmp = tempDir();
+  const e = await engineWithBatches(tmp.dir, [10, 10, 10, 10]);
+  try {
+    const read = await e.encoded.readRaw("t", 0, 13, 1 << 20);
+    const chunk = { partition: 0, generation: 3, from: 13, data: read.data, nextOffset: read.nextOffset, records: read.records, replayUntil: 0, signal: new AbortController().signal };
+    // 7 records of the first batch (13..19) reach a credit of 5: only that batch goes.
+    const a = splitRawChunk(chunk, 5);
+    assert.deepEqual(batchesOf(a.head.data).map((b) => b.base), [10]);
+    assert.deepEqual([a.head.from, a.head.records, a.head.nextOffset], [13, 7, 20]);
+    assert.ok(a.rest);
+    assert.deepEqual(batchesOf(a.rest.data).map((b) => b.base), [20, 30]);
+    assert.deepEqual([a.rest.from, a.rest.records, a.rest.nextOffset, a.rest.generation], [20, 20, 40, 3]);
+    assert.equal(a.head.data.buffer, chunk.data.buffer, "a view, not a copy");
+    // A credit of 8 is reached inside the second batch: two batches.
+    const b = splitRawChunk(chunk, 8);
+    assert.deepEqual([b.head.records, b.head.nextOffset, b.rest?.records], [17, 30, 10]);
+    // A credit covering the chunk takes it whole.
+    const c = splitRawChunk(chunk, 27);
+    assert.equal(c.head, chunk);
+    assert.equal(c.rest, null);
+    assert.throws(() => splitRawChunk(chunk, 0));
   } finally {
     await e.close();
   }
@@ -187,8 +215,16 @@ test("raw pushes respect credit: a stalled consumer holds at most its window plu
       assert.ok(pushes.length > 0, "records arrived as raw pushes");
       assert.ok(total - pushes[pushes.length - 1] < 120, `pushes ${pushes} started only with credit left`);
       assert.ok(total <= 120 - 1 + 50, `pushed ${total} records for a window of 120 and batches of 50`);
-      // Consuming returns credit: the rest flows, in order.
-      for (let expect = 1; expect < 3000; expect++) assert.equal((await it.next()).value!.value, expect);
+      // Consuming returns credit: the rest flows, in order; the server reads ahead once the
+      // credit is spent, yet never pushes beyond it (window plus one stored batch, always).
+      let highest = 0;
+      for (let expect = 1; expect < 3000; expect++) {
+        assert.equal((await it.next()).value!.value, expect);
+        const pushed = pushes.reduce((a, b) => a + b, 0);
+        highest = Math.max(highest, pushed - expect);
+        assert.ok(pushed - expect <= 120 + 50, `after ${expect} taken, ${pushed} pushed: beyond the window`);
+      }
+      assert.ok(highest >= 100, `the window was used (${highest} ahead at most)`);
       await sub.close();
     } finally {
       await client.close();

@@ -362,7 +362,7 @@ export class LogReader {
       // One read normally covers the lead-in from the index entry (IDX-2: ~4 KiB plus a
       // batch) and the result. The result is one view of one buffer, so once it has started
       // the cursor is never refilled: the result ends where the buffer ends.
-      const c = new BatchCursor(s.fh, s.pos, s.expected, s.limit, Math.min(maxBytes, MAX_BATCH_BYTES) + 2 * 4096 + HEADER_SIZE, this.readTail(s.seg));
+      const c = new BatchCursor(s.fh, s.pos, s.expected, s.limit, rawChunkBytes(s, maxBytes, maxRecords), this.readTail(s.seg));
       let data: Buffer = EMPTY_BYTES;
       let first = -1; // index in `data` of the first returned batch
       let end = -1;
@@ -446,4 +446,19 @@ export class LogReader {
     }
     return st.hwm;
   }
+}
+
+/**
+ * Bytes to read for a raw read: enough for `maxBytes` of batches plus the lead-in, but when
+ * the caller wants few records, about what they take at the segment's average record size
+ * (with a margin), not maxBytes: a push of 1,000 small records then reads ~300 KiB, not 1 MiB.
+ * Reading less only ends the result earlier (the caller reads again); the first batch is
+ * always whole, however large.
+ */
+function rawChunkBytes(s: Start, maxBytes: number, maxRecords: number): number {
+  const full = Math.min(maxBytes, MAX_BATCH_BYTES) + 2 * 4096 + HEADER_SIZE;
+  const offsets = s.segEnd - s.seg.baseOffset;
+  if (!Number.isFinite(maxRecords) || offsets <= 0) return full;
+  const estimate = Math.ceil((maxRecords * s.limit * 1.25) / offsets) + 2 * 4096 + HEADER_SIZE;
+  return Math.min(full, Math.max(64 * 1024, estimate));
 }

@@ -25,6 +25,7 @@
 import { NotAssignedError, ValidationError } from "../errors.js";
 import { decodeRecords, readHeader, type StoredRecord } from "../log/record-batch.js";
 import type { RawChunk } from "../streams/subscription.js";
+import { splitRawChunk } from "./raw-split.js";
 import { toConsumed } from "../streams/records.js";
 import type { ConsumedRecord, Message } from "../types.js";
 import type { MemberSubscription, StreamHost } from "../broker/host.js";
@@ -69,6 +70,8 @@ export class RemoteMember {
   private readonly sub: MemberSubscription;
   private readonly ac = new AbortController();
   private credit: number;
+  /** The client's last credit grant: the size of a read-ahead (raw mode). */
+  private lastGrant: number;
   private creditWaiter: (() => void) | null = null;
   /** Highest delivered offset per partition in its current ownership period. */
   private readonly delivered = new Map<number, number>();
@@ -84,6 +87,7 @@ export class RemoteMember {
     this.id = opts.id;
     this.opts = opts;
     this.credit = opts.credit;
+    this.lastGrant = opts.credit;
     this.sub = opts.host.subscribeMember(
       opts.topic,
       {
@@ -112,6 +116,7 @@ export class RemoteMember {
   addCredit(n: number): void {
     if (!Number.isSafeInteger(n) || n < 0 || n > 1_000_000) throw new ValidationError(`invalid credit ${n}`);
     this.credit = Math.min(this.credit + n, 10_000_000);
+    if (n > 0) this.lastGrant = n;
     this.wake();
   }
 
@@ -208,20 +213,38 @@ export class RemoteMember {
   }
 
   /**
-   * Raw mode: one read of stored batches per step, pushed without decoding. A step starts only
-   * with positive credit and reads no batch past the one that reaches the credit (but at least
-   * one batch, at most the subscription's maxBytes), so a client holds at most its window plus
-   * the records of one stored batch.
+   * Raw mode: one read of stored batches per step, pushed without decoding. A push starts only
+   * with positive credit and carries no batch past the one that reaches the credit (but at
+   * least one batch, at most the subscription's maxBytes), so a client holds at most its window
+   * plus the records of one stored batch.
+   *
+   * Read-ahead: once the credit is spent, the next chunk (about one grant of records) is read
+   * and verified while the client works through what it has, so the disk read and checksum
+   * leave the round trip between a grant and the push that answers it. The chunk is pushed as
+   * far as each grant reaches (`splitRawChunk`); the client's window is unchanged, and the
+   * server holds at most one chunk (one read) per member.
    */
   private async pumpRaw(pushRaw: (chunk: RawChunk) => boolean): Promise<void> {
     const maxRead = Math.max(4096, Math.min(this.opts.maxBytes ?? 1024 * 1024, this.opts.maxPushBytes));
+    let ahead: Promise<RawChunk | null> | null = null;
     try {
       while (this.endedReason === null) {
         await this.waitForCredit();
         if (this.endedReason !== null) break;
-        const chunk = await this.sub.nextRaw(maxRead, this.credit);
+        let chunk: RawChunk | null = ahead !== null ? await ahead : await this.sub.nextRaw(maxRead, this.credit);
+        ahead = null;
         if (chunk === null) break;
-        this.deliverRaw(chunk, pushRaw);
+        while (chunk !== null && this.credit > 0 && this.endedReason === null) {
+          const { head, rest } = splitRawChunk(chunk, this.credit);
+          this.deliverRaw(head, pushRaw);
+          chunk = rest;
+        }
+        if (this.endedReason !== null) break;
+        if (chunk !== null) ahead = Promise.resolve(chunk);
+        else if (this.credit <= 0) {
+          ahead = this.sub.nextRaw(maxRead, Math.max(1, this.lastGrant));
+          ahead.catch(() => {}); // awaited above: a failure ends the pump there
+        }
       }
       this.finish(this.endedReason ?? "closed");
     } catch (err) {
