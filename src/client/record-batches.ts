@@ -15,10 +15,13 @@
  * checked against the bytes present; any inconsistency is a ProtocolError.
  */
 import { ProtocolError } from "../errors.js";
-import { BATCH_ATTR_COMPACTED, BATCH_ATTR_SPARSE, BATCH_MAGIC, HEADER_SIZE, MIN_RECORD_SIZE, decodeValue, type ValueKind } from "../log/record-batch.js";
+import { BATCH_ATTR_COMPACTED, BATCH_ATTR_SPARSE, BATCH_MAGIC, HEADER_SIZE, MIN_RECORD_SIZE, decodeValueAt, type ValueKind } from "../log/record-batch.js";
 
 const ATTR_KEY_NULL = 0x04;
 const ATTR_VALUE_NULL = 0x08;
+
+/** Shared by messages without headers (frozen, as the embedded broker's: one handler cannot add to another's). */
+const NO_HEADERS: Record<string, Uint8Array> = Object.freeze({}) as Record<string, Uint8Array>;
 
 /** The records at or after `from` of one push frame. */
 export interface RecordTable {
@@ -179,16 +182,21 @@ export function readRecordInto(into: RecordFields, buf: Buffer, p: number): void
     key = buf.subarray(p, p + kl);
     p += kl;
   }
-  let value: Buffer | null = null;
+  // A string or JSON value is decoded straight from the frame (no Buffer view per record);
+  // a bytes value is a view of it.
+  let valueStart = -1;
+  let valueEnd = -1;
   if ((attr & ATTR_VALUE_NULL) === 0) {
     const vl = varint(buf, p, buf.length);
     p = vEnd;
-    value = buf.subarray(p, p + vl);
+    valueStart = p;
+    valueEnd = p + vl;
     p += vl;
   }
-  const headers: Record<string, Uint8Array> = {};
+  let headers: Record<string, Uint8Array> = NO_HEADERS;
   const hc = varint(buf, p, buf.length);
   p = vEnd;
+  if (hc > 0) headers = {};
   for (let j = 0; j < hc; j++) {
     const kl = varint(buf, p, buf.length);
     p = vEnd;
@@ -202,7 +210,7 @@ export function readRecordInto(into: RecordFields, buf: Buffer, p: number): void
   into.key = key;
   into.headers = headers;
   try {
-    into.value = decodeValue(value, (attr & 0x03) as ValueKind);
+    into.value = valueStart < 0 ? null : decodeValueAt(buf, valueStart, valueEnd, (attr & 0x03) as ValueKind);
   } catch (e) {
     throw new ProtocolError(`record value of kind json is not valid JSON: ${(e as Error).message}`);
   }

@@ -100,6 +100,19 @@ export function decodeValue(value: Buffer | null, kind: ValueKind): unknown {
   return value;
 }
 
+/** Buffer's UTF-8 reader without `toString()`'s argument handling (Node's own fast path). */
+const utf8Slice = (Buffer.prototype as unknown as { utf8Slice(this: Buffer, start: number, end: number): string }).utf8Slice;
+
+/**
+ * The value stored in buf[start, end) as `decodeValue` gives it, without a Buffer view for a
+ * string or JSON value (one per record on the consume path). Bounds: the caller checked them.
+ */
+export function decodeValueAt(buf: Buffer, start: number, end: number, kind: ValueKind): unknown {
+  if (kind === 1) return utf8Slice.call(buf, start, end);
+  if (kind === 2) return JSON.parse(utf8Slice.call(buf, start, end));
+  return buf.subarray(start, end);
+}
+
 export function varintSize(n: number): number {
   // n is a non-negative safe integer below 2^35 here (lengths, deltas are bounded).
   let s = 1;
