@@ -382,9 +382,10 @@ export class PartitionLog {
  * a batch whose largest record exceeds the limit there is measured again record by record:
  * only a record that is too large by recordSize() refuses the batch, and every client that
  * validated its records with recordSize() never has a batch refused for a record it accepted.
- * Called only on a batch validateEncodedBatch accepted (every length was checked).
+ * Called only on a batch validateEncodedBatch accepted (every length was checked). Exported
+ * for the PostgreSQL engine, which validates client batches by the same rule.
  */
-function checkRecordSizes(buf: Buffer, h: BatchHeader, max: number): void {
+export function checkRecordSizes(buf: Buffer, h: BatchHeader, max: number): void {
   let p = HEADER_SIZE;
   for (let i = 0; i < h.count; i++) {
     const bodyLen = varintAt(buf, p);
