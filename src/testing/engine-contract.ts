@@ -102,7 +102,11 @@ async function encodedBatches(f: EngineFixture): Promise<void> {
   bad[bad.length - 2] ^= 1;
   await assert.rejects(enc0(e).appendEncoded("t", 0, bad), InvalidBatchError);
   assert.equal((await e.offsets("t", 0)).highWatermark, 4, "refused batches store nothing");
-  for (const engine of [e, (e = await f.reopen())]) {
+  // Before and after a reopen. (The array literal `[e, (e = await f.reopen())]` closed the
+  // first engine before its turn, so that turn read from a closed engine.)
+  for (const again of [false, true]) {
+    if (again) e = await f.reopen();
+    const engine = e;
     // From offset 1: the first whole batch (offsets 0-1) comes back; records counts only 1..3.
     const raw = await enc0(engine).readRaw("t", 0, 1, 1 << 20);
     assert.equal(raw.nextOffset, 4);
