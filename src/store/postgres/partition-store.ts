@@ -200,15 +200,16 @@ export class PartitionStore {
     const rows = await this.batchesFrom(topic, partition, offset, maxBytes, MAX_BATCHES_PER_READ);
     const out: StoredRecord[] = [];
     for (const row of rows) {
-      let h: BatchHeader;
+      const before = out.length;
       try {
-        h = this.verify(topic, partition, row);
-        decodeRecords(row.data, 0, h, offset, out);
+        decodeRecords(row.data, 0, this.verify(topic, partition, row), offset, out);
       } catch (e) {
-        // Hand out what precedes a damaged batch; a read that starts at it reports it.
-        if (out.length > 0 && e instanceof CorruptRecordError) break;
-        if (e instanceof InvalidBatchError) throw new CorruptRecordError(topic.name, partition, num(row.base_offset), `postgres:${this.db.schemaName}.batches`, 0, e.message, num(row.last_offset) + 1);
-        throw e;
+        if (!(e instanceof CorruptRecordError || e instanceof InvalidBatchError)) throw e;
+        // Nothing of a damaged batch is served; what precedes it is, and a read that starts at it reports it.
+        out.length = before;
+        if (out.length > 0) break;
+        if (e instanceof CorruptRecordError) throw e;
+        throw new CorruptRecordError(topic.name, partition, num(row.base_offset), `postgres:${this.db.schemaName}.batches`, 0, e.message, num(row.last_offset) + 1);
       }
     }
     return { records: out, nextOffset: out.length > 0 ? out[out.length - 1].offset + 1 : offset };
