@@ -14,7 +14,7 @@ export {
 } from "./faulty-fs.js";
 export { tempDir, waitUntil } from "./helpers.js";
 export { defineEngineContract, type EngineFixture } from "./engine-contract.js";
-export { defineConformanceSuite } from "./conformance.js";
+export { defineConformanceSuite, type ConformanceScope } from "./conformance.js";
 export {
   runCrashPoints,
   formatCrashPointReport,

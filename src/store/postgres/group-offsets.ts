@@ -62,8 +62,8 @@ export class PgGroupOffsets {
   async list(): Promise<{ group: string; topic: string }[]> {
     const t = this.db.t;
     const r = await this.db.query<{ group_name: string; name: string }>(
-      `SELECT DISTINCT g.group_name, tp.name FROM ${t.groupOffsets} g JOIN ${t.topics} tp ON tp.topic_id = g.topic_id AND NOT tp.deleted
-        ORDER BY g.group_name COLLATE "C", tp.name COLLATE "C"`,
+      `SELECT g.group_name, tp.name FROM ${t.groupOffsets} g JOIN ${t.topics} tp ON tp.topic_id = g.topic_id AND NOT tp.deleted
+        GROUP BY g.group_name, tp.name ORDER BY g.group_name COLLATE "C", tp.name COLLATE "C"`,
     );
     return r.rows.map((x) => ({ group: x.group_name, topic: x.name }));
   }
