@@ -33,6 +33,7 @@ import { PgGroupOffsets } from "./group-offsets.js";
 import { enforcePartitionRetention } from "./retention.js";
 import { checkPartition, TopicCatalog } from "./topics.js";
 import { UnsupportedQueueStore } from "./unsupported-queues.js";
+import { SchemaLock } from "./node-lock.js";
 
 export interface PostgresEngineOptions {
   /** Where to connect (ignored when `pool` is given). Default: the PG* environment variables. */
@@ -43,6 +44,12 @@ export interface PostgresEngineOptions {
   schema?: string;
   /** Connections of the engine's own pool (default DEFAULT_POOL_SIZE), plus one for LISTEN. */
   poolSize?: number;
+  /**
+   * Refuse to open while another node has this schema open (default true; PG-1): consumer
+   * groups are coordinated inside one broker process for now, so two broker nodes on one
+   * schema would each run their own. A second node gets DataDirLockedError naming the holder.
+   */
+  exclusive?: boolean;
   /** Wall clock (tests). */
   now?: () => number;
 }
@@ -72,6 +79,8 @@ export class PostgresEngine implements StorageEngine {
   private readonly notifier: AppendNotifier;
   private readonly now: () => number;
   private state: "new" | "open" | "closed" = "new";
+  /** PG-1: held while open (null with `exclusive: false`). */
+  readonly schemaLock: SchemaLock | null;
 
   constructor(opts: PostgresEngineOptions = {}) {
     const schema = validateSchemaName(opts.schema ?? DEFAULT_SCHEMA);
@@ -86,6 +95,7 @@ export class PostgresEngine implements StorageEngine {
     this.notifier = new AppendNotifier(clientConfig, (keys) => this.partitions.ends(keys));
     this.partitions = new PartitionStore(this.db, (key, end) => this.notifier.notify(key, end));
     this.groups = new PgGroupOffsets(this.db, this.now);
+    this.schemaLock = opts.exclusive === false ? null : new SchemaLock(clientConfig, schema);
   }
 
   /** Connects, applies migrations, starts listening for appends. */
@@ -104,6 +114,14 @@ export class PostgresEngine implements StorageEngine {
     } finally {
       client.release();
     }
+    try {
+      await this.schemaLock?.acquire();
+    } catch (e) {
+      // Refused (another node holds the schema) or unreachable: leave nothing open behind.
+      this.state = "closed";
+      if (this.ownsPool) await this.pool.end().catch(() => {});
+      throw e;
+    }
     await this.notifier.start();
     this.state = "open";
   }
@@ -112,11 +130,14 @@ export class PostgresEngine implements StorageEngine {
     if (this.state === "closed") return;
     this.state = "closed";
     await this.notifier.close();
+    await this.schemaLock?.release();
     if (this.ownsPool) await this.pool.end();
   }
 
   private check(): void {
     if (this.state !== "open") throw new BrokerClosedError(this.state === "new" ? "engine is not open" : "broker is closed");
+    // PG-1: without the lock another node may be serving this schema.
+    if (this.schemaLock?.lost) throw this.schemaLock.lost;
   }
 
   /**
