@@ -26,6 +26,7 @@ import { applyTopology, formatPlan, loadTopology, planTopology, type Topology } 
 import type { Broker } from "../types.js";
 import { startServer } from "../server/index.js";
 import { CertPrincipalMapper } from "../security/auth/cert-principal.js";
+import { parseEngineUrl, postgresEngineFromUrl } from "../store/postgres/engine-url.js";
 import {
   DEFAULT_HOST,
   DEFAULT_HTTP_PORT,
@@ -38,6 +39,12 @@ import {
 
 export interface ServeConfig {
   data: string;
+  /**
+   * Where topics and group offsets live: "disk" (default: the data directory) or a
+   * postgres:// URL (the PostgreSQL engine; the data directory still holds the server's
+   * security files and audit log).
+   */
+  engine?: string;
   host: string;
   port: number;
   /** null disables the HTTP port. */
@@ -81,6 +88,7 @@ type Key = keyof ServeConfig;
 /** flag name, env var, config-file key, parser. */
 const FIELDS: { key: Key; flag: string; env: string; parse(v: unknown, src: string): unknown; help: string }[] = [
   { key: "data", flag: "data", env: "SLUICE_DATA", parse: str("data"), help: "data directory (required)" },
+  { key: "engine", flag: "engine", env: "SLUICE_ENGINE", parse: engineSpec, help: "disk (default) or postgres://user@host/db[?schema=NAME] (docs/scale-out.md)" },
   { key: "host", flag: "host", env: "SLUICE_HOST", parse: str("host"), help: "listen address (default 127.0.0.1)" },
   { key: "port", flag: "port", env: "SLUICE_PORT", parse: intIn("port", 0, 65535), help: "binary protocol port (default 7070; 0 = any free port)" },
   {
@@ -140,6 +148,17 @@ function principalRules(v: unknown, src: string): string[] {
     throw err;
   }
   return lists;
+}
+/** "disk" or a PostgreSQL URL, checked now (a bad URL stops the start, naming its source). */
+function engineSpec(v: unknown, src: string): string {
+  if (v === "disk") return v;
+  if (typeof v !== "string") throw new ValidationError(`invalid engine ${JSON.stringify(v)} (from ${src}): expected disk or postgres://[user@]host[:port]/database[?schema=NAME]`);
+  try {
+    parseEngineUrl(v);
+  } catch (err) {
+    throw new ValidationError(`invalid engine (from ${src}): ${(err as Error).message}`);
+  }
+  return v;
 }
 function intIn(what: string, min: number, max: number) {
   return (v: unknown, src: string): number => {
@@ -214,6 +233,12 @@ export function resolveServeConfig(argv: string[], env: NodeJS.ProcessEnv = proc
   return out as unknown as ServeConfig;
 }
 
+/** The PostgreSQL engine of `--engine URL` (loaded only then: disk servers never load `pg`). */
+async function openEngineSpec(spec: string, logger: Logger) {
+  logger.info({ event: "engine", engine: "postgres", where: parseEngineUrl(spec).description }, "storage: PostgreSQL engine");
+  return postgresEngineFromUrl(spec);
+}
+
 /**
  * The server's log: pino, JSON lines on stdout with level names (processing lines of
  * src/server/processing-log.ts at debug/info/warn; never payloads).
@@ -251,7 +276,8 @@ export async function serveCommand(argv: string[]): Promise<void> {
   collectDefaultMetrics({ register: registry });
   // Key ids only are logged, never keys (ENC-3).
   const encryptionKeys = cfg.encryptionKeyFile ?? Keyring.fromEnv() ?? undefined;
-  const broker = await openBroker({ dataDir: cfg.data, logger, metrics: { registry }, encryptionKeys });
+  const engine = cfg.engine === undefined || cfg.engine === "disk" ? null : await openEngineSpec(cfg.engine, logger);
+  const broker = await openBroker({ dataDir: cfg.data, logger, metrics: { registry }, encryptionKeys, ...(engine ? { engine } : {}) });
   if (encryptionKeys !== undefined) logger.info({ event: "encryption", source: typeof encryptionKeys === "string" ? encryptionKeys : ENCRYPTION_KEYS_ENV }, "encryption at rest: keyring loaded");
   if (typeof encryptionKeys === "string" && (statSync(encryptionKeys).mode & 0o077) !== 0) {
     logger.warn({ event: "encryption", file: encryptionKeys }, "the encryption key file can be read by other users: chmod 600 it");

@@ -10,15 +10,10 @@
  * retriable storage error of the registry (StorageError), never as a raw `pg` error.
  */
 import pg from "pg";
-import { BrokerError, StorageError, ValidationError } from "../../errors.js";
+import { BrokerError, StorageError } from "../../errors.js";
+import { validateSchemaName } from "./schema-name.js";
 
-/** Schema names: a plain lower-case identifier (no quoting surprises, fits in NAMEDATALEN). */
-const SCHEMA_RE = /^[a-z_][a-z0-9_]{0,62}$/;
-
-export function validateSchemaName(schema: string): string {
-  if (typeof schema !== "string" || !SCHEMA_RE.test(schema)) throw new ValidationError(`invalid PostgreSQL schema name ${JSON.stringify(schema)}: use [a-z_][a-z0-9_]*, at most 63 characters`);
-  return schema;
-}
+export { validateSchemaName } from "./schema-name.js";
 
 /** Quotes an identifier already validated by validateSchemaName (defence in depth). */
 export function quoteIdent(name: string): string {

@@ -24,7 +24,8 @@ import { BrokerClosedError } from "../../errors.js";
 import type { PreparedRecord, ProducerInfo, StoredRecord } from "../../log/record-batch.js";
 import type { TopicConfig, TopicDescription } from "../../types.js";
 import type { AppendResult, CommittedOffset, EncodedBatches, EngineTopic, OffsetReset, PartitionOffsets, StorageEngine } from "../engine.js";
-import { Db, translateError, validateSchemaName } from "./database.js";
+import { Db, translateError } from "./database.js";
+import { DEFAULT_SCHEMA, validateSchemaName } from "./schema-name.js";
 import { migrate } from "./migrations.js";
 import { AppendNotifier } from "./notifier.js";
 import { PartitionStore, partitionKey, StaleTopic, staleToNotFound } from "./partition-store.js";
@@ -54,7 +55,7 @@ export interface PostgresEngineOptions {
   now?: () => number;
 }
 
-export const DEFAULT_SCHEMA = "sluice";
+export { DEFAULT_SCHEMA };
 export const DEFAULT_POOL_SIZE = 10;
 
 export function postgresEngine(opts: PostgresEngineOptions = {}): PostgresEngine {
