@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * `connect({ url })`: a `Broker` backed by a sluice server. Same interface and error classes
- * as the embedded `openBroker()`; see docs/protocol.md for what travels on the wire.
+ * `connect({ url })`: a `Broker` backed by a sluice server (or by any of several servers in
+ * front of one storage, with failover). Same interface and error classes as the embedded
+ * `openBroker()`; see docs/protocol.md for what travels on the wire.
  *
  * @example
  * await using broker = await connect({ url: "sluice://127.0.0.1:7070" });
@@ -35,14 +36,29 @@ import { RemoteSubscription } from "./subscription.js";
 import { drainEnqueues, RemoteWorker } from "./queue.js";
 import { RemoteQueue } from "./queue-handle.js";
 import type { Queue, QueueConfig } from "../queues/types.js";
-import { Transport } from "./transport.js";
+import { Transport, type Endpoint } from "./transport.js";
 import { clientTlsOptions, type ClientTlsOptions } from "./tls.js";
 import type { ClientAuth } from "./auth.js";
 import { loadTracing, tracing } from "../observability/tracing.js";
 
 export interface ConnectOptions {
-  /** `sluice://host:port`, or `sluice+tls://host:port` for TLS (port defaults to 7070). */
-  url: string;
+  /**
+   * `sluice://host:port`, or `sluice+tls://host:port` for TLS (port defaults to 7070).
+   *
+   * An array lists several servers of one deployment (stateless nodes sharing one storage):
+   * the client connects to one of them and, when that connection is lost, reconnects to the
+   * next one in the list, with nothing acknowledged lost and idempotent publishes never
+   * stored twice (docs/protocol.md, "Several servers and failover"). All URLs must use the
+   * same scheme (all `sluice://` or all `sluice+tls://`), and one `tls` option applies to all.
+   * The order is shuffled first unless `randomizeUrls` is false.
+   */
+  url: string | string[];
+  /**
+   * With several URLs, start from a random order (default true), so that clients spread over
+   * the nodes and the clients of a lost node spread over the rest. False: try them in the
+   * order given (e.g. a preferred node first).
+   */
+  randomizeUrls?: boolean;
   /**
    * TLS settings for a `sluice+tls://` url: the CA to trust (default: Node's CA store),
    * `servername`, a client certificate. docs/security.md.
@@ -61,7 +77,10 @@ export interface ConnectOptions {
   connectTimeoutMs?: number;
   reconnectMinDelayMs?: number;
   reconnectMaxDelayMs?: number;
-  /** Fail pending requests after being disconnected this long. Default 60 000 ms. */
+  /**
+   * Fail pending requests (with `ConnectionClosedError`, naming the URLs) after being
+   * disconnected this long, every URL having failed. Default 60 000 ms.
+   */
   reconnectTimeoutMs?: number;
   /** How long publish() waits to gather a batch. Default 0 (end of the current event-loop turn). */
   lingerMs?: number;
@@ -299,13 +318,43 @@ export type RemoteBrokerHandle = Broker & {
   readonly transport: Transport;
 };
 
+/**
+ * The `url` option as endpoints, every URL checked up front, in the order to try them. Random
+ * by default, like the server lists of NATS and Kafka's bootstrap servers: with the same list
+ * everywhere, clients in list order would all crowd onto the first node, and all of a lost
+ * node's clients onto the one after it.
+ */
+export function parseUrls(url: string | string[], randomize = true): { endpoints: Endpoint[]; tls: boolean } {
+  const urls = typeof url === "string" ? [url] : url;
+  if (!Array.isArray(urls) || urls.length === 0) throw new ValidationError("url must be a sluice url or a non-empty array of them");
+  const endpoints = urls.map((u) => {
+    const { host, port, tls } = parseUrl(u);
+    return { host, port, tls, url: u };
+  });
+  const tls = endpoints[0].tls;
+  // One `tls` option (CA, client certificate) serves every URL, and a deployment whose nodes
+  // disagree on TLS is a mistake to report now, not at the first failover.
+  if (endpoints.some((e) => e.tls !== tls)) {
+    throw new ValidationError(`all urls must use the same scheme, sluice:// or sluice+tls://; got ${urls.map((u) => JSON.stringify(u)).join(", ")}`);
+  }
+  if (randomize) shuffle(endpoints);
+  return { endpoints: endpoints.map(({ host, port, url: u }) => ({ host, port, url: u })), tls };
+}
+
+/** Fisher–Yates, in place. */
+function shuffle<T>(a: T[]): void {
+  for (let i = a.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [a[i], a[j]] = [a[j], a[i]];
+  }
+}
+
 export async function connect(opts: ConnectOptions): Promise<RemoteBrokerHandle> {
-  const { host, port, tls: secure } = parseUrl(opts.url);
+  const { endpoints, tls: secure } = parseUrls(opts.url, opts.randomizeUrls ?? true);
   const tls = clientTlsOptions(secure, opts.tls);
   await loadTracing(); // once per process: @opentelemetry/api when installed (tracing.ts)
   const transport = new Transport({
-    host,
-    port,
+    endpoints,
     requestTimeoutMs: opts.requestTimeoutMs ?? 30_000,
     reconnectMinDelayMs: opts.reconnectMinDelayMs ?? 50,
     reconnectMaxDelayMs: opts.reconnectMaxDelayMs ?? 2000,

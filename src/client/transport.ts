@@ -3,6 +3,13 @@
  * Client side of the wire protocol: one TCP connection with handshake, correlation ids,
  * pipelining, server pushes, and reconnection with exponential backoff and jitter.
  *
+ * Failover: the transport knows one or more server endpoints (stateless nodes in front of one
+ * storage). Each reconnect attempt goes to the next endpoint in the list, so losing a node costs
+ * one failed attempt, not a whole backoff. Everything that survives a reconnect (re-handshake,
+ * re-login, rejoining members, re-sending idempotent requests) is the same whichever node
+ * answers, because the state it relies on (producer ids and sequences, groups, leases) lives
+ * in the shared storage, not in the node.
+ *
  * Retry contract: a request sent with `retry: true` is idempotent (reads, and publishes that
  * carry producerId/epoch/sequence, which the broker deduplicates). When the connection drops,
  * such requests are re-sent on the next connection *in their original order* (per-partition
@@ -44,12 +51,22 @@ import {
 import { stubs, type Rpc } from "./rpc.js";
 import { ClientLogin, type ClientAuth } from "./auth.js";
 
-export interface TransportOptions {
+/** One server to connect to; `url` is how the user wrote it (used in errors). */
+export interface Endpoint {
   host: string;
   port: number;
+  url: string;
+}
+
+export interface TransportOptions {
+  /** Servers, tried in this order (connect() shuffles them unless asked not to). Non-empty. */
+  endpoints: Endpoint[];
   /** Per-request deadline (excluding long-poll wait, which callers add). Default 30 s. */
   requestTimeoutMs: number;
-  /** Backoff between reconnect attempts: starts at min, doubles, capped at max, full jitter. */
+  /**
+   * Backoff between reconnect attempts: starts at min, doubles after each full pass over the
+   * endpoints that fails, capped at max, full jitter.
+   */
   reconnectMinDelayMs: number;
   reconnectMaxDelayMs: number;
   /** Give up (fail everything pending) after being disconnected this long. Default 60 s. */
@@ -96,6 +113,8 @@ export class Transport {
   /** A frame went out since the last heartbeat tick: the server already heard from us. */
   private sentSinceHeartbeat = false;
   private fatal: BrokerError | null = null;
+  /** Index in `opts.endpoints` of the current (or last) connection. */
+  private current = 0;
   onPush: PushHandler = () => {};
   /** Called after every successful (re)connection before queued requests are re-sent. */
   onReconnect: () => void = () => {};
@@ -119,12 +138,36 @@ export class Transport {
     return this.closed;
   }
 
-  /** First connection: fails fast (no retry) so a wrong URL is reported at once. */
-  async start(signal?: AbortSignal): Promise<void> {
-    await this.open(signal);
+  /** The URL of the server of the current connection (the last one while reconnecting). */
+  get url(): string {
+    return this.opts.endpoints[this.current].url;
   }
 
-  private open(signal?: AbortSignal): Promise<void> {
+  /**
+   * First connection: one pass over the endpoints, no retry, so a wrong URL is reported at
+   * once. Only a connection failure (refused, dropped, timed out) moves on to the next
+   * endpoint; any other error (credentials, TLS, protocol version, abort) would be the same on
+   * every node of one deployment and is thrown as it is.
+   */
+  async start(signal?: AbortSignal): Promise<void> {
+    const { endpoints } = this.opts;
+    const failures: string[] = [];
+    let last: unknown;
+    for (let i = 0; i < endpoints.length; i++) {
+      try {
+        await this.open(i, signal);
+        return;
+      } catch (err) {
+        if (endpoints.length === 1 || !(err instanceof ConnectionClosedError || err instanceof TimeoutError)) throw err;
+        failures.push(`${endpoints[i].url}: ${err.message}`);
+        last = err;
+      }
+    }
+    throw new ConnectionClosedError(`cannot connect to any of the ${endpoints.length} sluice servers given (${failures.join("; ")})`, last);
+  }
+
+  /** Connects to `opts.endpoints[index]`; on success it becomes the current connection. */
+  private open(index: number, signal?: AbortSignal): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       let settled = false;
       const reader = new DirectFrameReader(DEFAULT_MAX_FRAME_BYTES);
@@ -139,7 +182,8 @@ export class Transport {
           return true;
         },
       };
-      const { host, port, tls } = this.opts;
+      const { host, port } = this.opts.endpoints[index];
+      const { tls } = this.opts;
       // With TLS the reads still land in the reader's memory: tls.connect takes `onread` too
       // (node's typings leave it out of ConnectionOptions).
       const tlsOpts: TlsConnectionOptions & { onread: typeof onread } = { ...tls, host, port, onread };
@@ -159,7 +203,7 @@ export class Transport {
       const onAbort = (): void => fail(new AbortedError("connect aborted", signal?.reason));
       signal?.addEventListener("abort", onAbort, { once: true });
       const to = setTimeout(
-        () => fail(new TimeoutError(`connecting to ${this.opts.host}:${this.opts.port} timed out after ${this.opts.connectTimeoutMs} ms`)),
+        () => fail(new TimeoutError(`connecting to ${host}:${port} timed out after ${this.opts.connectTimeoutMs} ms`)),
         this.opts.connectTimeoutMs,
       );
       socket.on("error", (err) =>
@@ -220,6 +264,7 @@ export class Transport {
         socket.removeAllListeners("error");
         socket.removeAllListeners("close");
         this.serverInfo = f.meta;
+        this.current = index;
         onBytes = () => {
           if (this.socket === socket) this.drainReader();
         };
@@ -307,34 +352,54 @@ export class Transport {
     if (!this.closed) void this.reconnectLoop();
   }
 
+  /**
+   * Reconnects until it succeeds, close() is called, or a fatal error. Each attempt goes to the
+   * next endpoint, starting after the one that was lost (it is the one most likely down): with
+   * several nodes the first attempt usually succeeds. The jittered sleep between attempts only
+   * grows after a full pass over the endpoints has failed, so a dead node in the list does not
+   * slow down reaching a live one; with one endpoint this is plain exponential backoff.
+   */
   private async reconnectLoop(): Promise<void> {
     if (this.connecting) return this.connecting;
     this.connecting = (async () => {
+      const n = this.opts.endpoints.length;
       let delay = this.opts.reconnectMinDelayMs;
+      let next = (this.current + 1) % n;
+      let attemptsInPass = 0;
       while (!this.closed) {
         if (this.fatal) {
           this.failAll(this.fatal);
           return;
         }
         try {
-          await this.open();
+          await this.open(next);
           this.reconnects++;
           return;
         } catch (err) {
           if (this.fatal) continue;
           if (Date.now() - this.disconnectedSince > this.opts.reconnectTimeoutMs) {
-            this.failAll(new ConnectionClosedError(`could not reconnect within ${this.opts.reconnectTimeoutMs} ms`, err));
+            this.failAll(new ConnectionClosedError(`could not reconnect to ${this.urlList()} within ${this.opts.reconnectTimeoutMs} ms (last error: ${(err as Error).message})`, err));
             this.disconnectedSince = Date.now();
           }
         }
+        next = (next + 1) % n;
         const sleep = Math.random() * delay;
         await new Promise((r) => setTimeout(r, sleep));
-        delay = Math.min(delay * 2, this.opts.reconnectMaxDelayMs);
+        if (++attemptsInPass >= n) {
+          attemptsInPass = 0;
+          delay = Math.min(delay * 2, this.opts.reconnectMaxDelayMs);
+        }
       }
     })().finally(() => {
       this.connecting = null;
     });
     return this.connecting;
+  }
+
+  /** "sluice://a:7070", or "any of sluice://a:7070, sluice://b:7070" for errors. */
+  private urlList(): string {
+    const urls = this.opts.endpoints.map((e) => e.url);
+    return urls.length === 1 ? urls[0] : `any of ${urls.join(", ")}`;
   }
 
   private failAll(err: unknown): void {
