@@ -3,7 +3,7 @@
  * `npm run bench`: every figure in one run, sluice beside its peers in the same client shapes,
  * as medians of interleaved repetitions with their range, and ratios (docs/benchmarks.md).
  *   --quick              1 s per figure, 1 repetition (smoke)
- *   --only=server,queues,engine,storage,contracts,metrics,security
+ *   --only=server,queues,engine,storage,contracts,metrics,security,postgres
  *   --groups=consume-msg,latency,...   only these rows (ids in docs/benchmarks.md)
  *   --reps=N             repetitions per row (default 3; quick 1)
  *   --rss-records=N      records retained for the engine's RSS figure
@@ -34,7 +34,7 @@ const { values } = parseArgs({
 });
 const only = values.only ? new Set(values.only.split(",").map((s) => (s === "topics" ? "server" : s))) : null;
 const groupsWanted = values.groups ? new Set(values.groups.split(",")) : null;
-const SECTIONS = ["server", "queues", "engine", "storage", "contracts", "metrics", "security"] as const;
+const SECTIONS = ["server", "queues", "engine", "storage", "contracts", "metrics", "security", "postgres"] as const;
 type Section = (typeof SECTIONS)[number];
 const wanted = SECTIONS.filter((s) => only === null || only.has(s));
 const rowsOut = process.env.SLUICE_BENCH_ROWS;
@@ -52,6 +52,7 @@ async function runSection(section: Section): Promise<BenchRow[]> {
     }
     if (section === "storage") return await (await import("./storage.js")).runStorageBench(common);
     if (section === "security") return await (await import("./security.js")).runSecurityBench(common);
+    if (section === "postgres") return await (await import("./postgres.js")).runPostgresBench(common);
     if (section === "queues") return await (await import("./queues.js")).runQueueBench(common);
     if (section === "contracts") return await (await import("./contracts.js")).runContractsBench(common);
     if (section === "metrics") return await (await import("./metrics.js")).runMetricsBench(common);
