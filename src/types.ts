@@ -107,12 +107,28 @@ export interface PartitionDescription {
   archiveReadBytes?: number;
 }
 
+/**
+ * An open SQL transaction of the application's: for PostgreSQL, a `pg` client (`PoolClient`)
+ * after `BEGIN`. See `PublishOptions.transaction`.
+ */
+export interface SqlTransaction {
+  query<R extends Record<string, any> = any>(text: string, values?: any[]): Promise<{ rows: R[]; rowCount: number | null }>;
+}
+
 export interface PublishOptions {
   key?: string | Uint8Array | null;
   headers?: Headers;
   partition?: number;
   /** Record timestamp (ms since epoch). Default: now. */
   timestamp?: number;
+  /**
+   * Publish inside the application's own transaction (a transactional outbox without a
+   * relay): the record takes its offset now and becomes readable when the caller commits; a
+   * rollback leaves no trace, not even a used offset. The embedded broker on the PostgreSQL
+   * engine only, with `tx` a client of the same database (`ValidationError` otherwise). Until
+   * the caller commits or rolls back, other appends to the same partition wait.
+   */
+  transaction?: SqlTransaction;
 }
 
 export interface PublishRecord extends PublishOptions {
@@ -127,6 +143,8 @@ export interface PublishBatchOptions {
   /** Sequence number of the first record of this batch for this (producer, partition). */
   baseSequence?: number;
   signal?: AbortSignal;
+  /** Publish inside the application's transaction: see `PublishOptions.transaction`. Not with `producerId`. */
+  transaction?: SqlTransaction;
 }
 
 export interface PublishReceipt {

@@ -17,10 +17,10 @@
 import { Buffer } from "node:buffer";
 import { BrokerClosedError, PartitionNotFoundError, RecordTooLargeError, TopicNotFoundError, ValidationError } from "../errors.js";
 import { prepareValue, recordSize, type PreparedRecord, type ProducerInfo, type ValueKind } from "../log/record-batch.js";
-import type { AppendResult, EngineTopic, StorageEngine } from "../store/engine.js";
+import type { AppendResult, EngineTopic, StorageEngine, TransactionalAppends } from "../store/engine.js";
 import { partitionForKey } from "../streams/murmur2.js";
 import { isCompacted, keyRequiredError } from "../log/compaction-policy.js";
-import type { PublishBatchOptions, PublishOptions, PublishReceipt, PublishRecord, PublishValue } from "../types.js";
+import type { PublishBatchOptions, PublishOptions, PublishReceipt, PublishRecord, PublishValue, SqlTransaction } from "../types.js";
 import { PartitionAccumulator, PendingRecord, pendingPromise, type AccumulatorHost } from "./publish-accumulator.js";
 
 /** Keyless records stick to one partition for this many bytes, then move on (Kafka's sticky partitioner). */
@@ -105,6 +105,8 @@ export class Publisher {
 
   publish(topic: string, value: PublishValue, opts: PublishOptions | undefined): Promise<PublishReceipt> {
     if (this.isClosed()) return Promise.reject(new BrokerClosedError());
+    // In the caller's transaction: never coalesced with other callers' records.
+    if (opts?.transaction !== undefined) return this.publishBatch(topic, [{ ...opts, value }], { transaction: opts.transaction }).then((r) => r[0]);
     const tp = this.topics.get(topic);
     if (tp !== undefined) {
       let rec: PendingRecord;
@@ -126,6 +128,13 @@ export class Publisher {
   publishBatch(topic: string, records: PublishRecord[], opts: PublishBatchOptions): Promise<PublishReceipt[]> {
     if (this.isClosed()) return Promise.reject(new BrokerClosedError());
     if (!Array.isArray(records) || records.length === 0) return Promise.reject(new ValidationError("publishBatch needs a non-empty array of records"));
+    if (opts.transaction !== undefined) {
+      try {
+        this.transactionalAppends(opts);
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    }
     const tp = this.topics.get(topic);
     if (tp !== undefined) {
       try {
@@ -301,6 +310,7 @@ export class Publisher {
       if (byPartition.size !== 1) throw new ValidationError("an idempotent batch must target exactly one partition");
       producer = { producerId: opts.producerId, producerEpoch: opts.producerEpoch ?? 0, baseSequence: opts.baseSequence ?? -1 };
     }
+    if (opts.transaction !== undefined) return this.placeInTransaction(topic, { ...opts, transaction: opts.transaction }, parts, byPartition);
     const placed: Promise<AppendResult>[] = [];
     for (const [p, g] of byPartition) {
       const acc = tp.parts[p];
@@ -317,6 +327,26 @@ export class Publisher {
       }
     }
     return Promise.all(placed).then((results) => receipts(topic, parts, byPartition, results));
+  }
+
+  /**
+   * The partitions' batches appended one after the other on the caller's transaction (one
+   * connection runs one statement at a time), bypassing the accumulators: these records are
+   * the caller's alone and become readable when the caller commits.
+   */
+  private async placeInTransaction(topic: string, opts: PublishBatchOptions & { transaction: SqlTransaction }, parts: Int32Array, byPartition: Map<number, { recs: PreparedRecord[] }>): Promise<PublishReceipt[]> {
+    const appends = this.transactionalAppends(opts);
+    const results: AppendResult[] = [];
+    for (const [p, g] of byPartition) results.push(await appends.append(opts.transaction, topic, p, g.recs));
+    return receipts(topic, parts, byPartition, results);
+  }
+
+  /** The engine's capability for `opts.transaction`, or the ValidationError saying why not. */
+  private transactionalAppends(opts: PublishBatchOptions): TransactionalAppends {
+    const appends = this.engine.transactional;
+    if (appends === undefined) throw new ValidationError(`publishing inside a transaction needs the PostgreSQL engine (openBroker({ engine: postgresEngine(...) })); this broker runs on the ${this.engine.kind} engine`);
+    if (opts.producerId !== undefined) throw new ValidationError("a publish inside a transaction takes no producerId: the transaction's commit or rollback already decides it once");
+    return appends;
   }
 }
 

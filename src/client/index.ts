@@ -195,6 +195,7 @@ class RemoteBroker implements Broker {
   }
 
   publish(topic: string, value: PublishValue, opts?: PublishOptions): Promise<PublishReceipt> {
+    if (opts?.transaction !== undefined) return Promise.reject(notOverTheNetwork());
     if (this.o.schemas !== undefined) {
       try {
         this.o.schemas.validate("topic", topic, value, opts?.headers);
@@ -209,6 +210,7 @@ class RemoteBroker implements Broker {
   }
 
   publishBatch(topic: string, records: PublishRecord[], opts: PublishBatchOptions = {}): Promise<PublishReceipt[]> {
+    if (opts.transaction !== undefined) return Promise.reject(notOverTheNetwork());
     if (tracing !== null && Array.isArray(records)) return tracing.publishBatch(topic, records, (rs) => this.sendBatch(topic, rs, opts));
     return this.sendBatch(topic, records, opts);
   }
@@ -317,6 +319,11 @@ export type RemoteBrokerHandle = Broker & {
   /** Implementation detail for tests: the underlying transport. */
   readonly transport: Transport;
 };
+
+/** `transaction` needs the broker in the application's process: a server cannot join its transaction. */
+function notOverTheNetwork(): ValidationError {
+  return new ValidationError("publishing inside a transaction works only with the embedded broker on the PostgreSQL engine (openBroker({ engine: postgresEngine(...) })): a server cannot join the application's transaction");
+}
 
 /**
  * The `url` option as endpoints, every URL checked up front, in the order to try them. Random

@@ -15,7 +15,7 @@
  * the broker for engines without it.
  */
 import type { PreparedRecord, StoredRecord, ProducerInfo } from "../log/record-batch.js";
-import type { TopicConfig, TopicDescription } from "../types.js";
+import type { SqlTransaction, TopicConfig, TopicDescription } from "../types.js";
 import type { QueueStore } from "./queue-store.js";
 
 export type { PreparedRecord, StoredRecord, ProducerInfo };
@@ -103,6 +103,16 @@ export interface EncodedBatches {
   readRaw(topic: string, partition: number, offset: number, maxBytes: number, maxRecords?: number): Promise<{ data: Buffer; nextOffset: number; records: number }>;
 }
 
+/**
+ * Optional capability: appends inside the caller's open SQL transaction (`publish(..., {
+ * transaction })`). The batch takes its offsets at once and becomes readable only when the
+ * caller commits; a rollback undoes it completely, offsets included (offsets stay gap-free).
+ * The partition stays locked for other appends until the caller's transaction ends.
+ */
+export interface TransactionalAppends {
+  append(tx: SqlTransaction, topic: string, partition: number, records: PreparedRecord[]): Promise<AppendResult>;
+}
+
 export interface StorageEngine {
   /** A short name for logs and errors ("disk", ...). */
   readonly kind: string;
@@ -129,6 +139,8 @@ export interface StorageEngine {
   enforceRetention(now?: number): Promise<void>;
   /** Present when the engine stores batches in the disk format (see EncodedBatches). */
   readonly encoded?: EncodedBatches;
+  /** Present when the engine can append inside an application's transaction (see TransactionalAppends). */
+  readonly transactional?: TransactionalAppends;
 
   // ── idempotent producers ──
   /** A new producer id (epoch 0), or the next epoch of an existing one (fencing older ones). */

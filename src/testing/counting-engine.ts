@@ -6,7 +6,7 @@
  * only through `StorageEngine` (a reach-around would bypass the counts, and any method the
  * interface lacks would not compile here).
  */
-import type { AppendResult, CommittedOffset, EncodedBatches, EngineTopic, OffsetReset, PartitionOffsets, PreparedRecord, ProducerInfo, StorageEngine, StoredRecord } from "../store/engine.js";
+import type { AppendResult, CommittedOffset, EncodedBatches, EngineTopic, OffsetReset, PartitionOffsets, PreparedRecord, ProducerInfo, StorageEngine, StoredRecord, TransactionalAppends } from "../store/engine.js";
 import type { TopicConfig, TopicDescription } from "../types.js";
 import type { QueueStore } from "../store/queue-store.js";
 import { CountingQueueStore } from "./counting-queue-store.js";
@@ -16,6 +16,7 @@ export class CountingEngine implements StorageEngine {
   readonly calls = new Map<string, number>();
   readonly kind: string;
   readonly encoded?: EncodedBatches;
+  readonly transactional?: TransactionalAppends;
   /** The inner engine's queues, counted as `queues.<method>` (every opened queue wrapped too). */
   readonly queues: QueueStore;
 
@@ -36,6 +37,8 @@ export class CountingEngine implements StorageEngine {
         readRaw: (topic, partition, offset, maxBytes, maxRecords) => this.count("encoded.readRaw", () => enc.readRaw(topic, partition, offset, maxBytes, maxRecords)),
       };
     }
+    const tr = inner.transactional;
+    if (tr !== undefined) this.transactional = { append: (tx, topic, partition, records) => this.count("transactional.append", () => tr.append(tx, topic, partition, records)) };
   }
 
   private count<R>(name: string, fn: () => R): R {

@@ -11,6 +11,7 @@
  */
 import pg from "pg";
 import { BrokerError, StorageError } from "../../errors.js";
+import type { SqlTransaction } from "../../types.js";
 import { validateSchemaName } from "./schema-name.js";
 
 export { validateSchemaName } from "./schema-name.js";
@@ -74,7 +75,8 @@ export function translateError(e: unknown): unknown {
   return e;
 }
 
-export type Queryable = Pick<pg.PoolClient, "query">;
+/** What a statement runs on: a pooled connection in a transaction, or the application's (a `pg` client fits). */
+export type Queryable = SqlTransaction;
 
 export class Db {
   readonly t: Tables;

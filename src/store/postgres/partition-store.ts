@@ -25,7 +25,8 @@ import { checkRecordSizes } from "../../log/partition-log.js";
 import { ProducerStateManager } from "../../log/producer-state.js";
 import { decodeRecords, encodeBatch, MAX_BATCH_BYTES, readHeader, recordSize, restampBatch, stampBatch, validateEncodedBatch, verifyBatch, type BatchHeader, type PreparedRecord, type ProducerInfo, type StoredRecord } from "../../log/record-batch.js";
 import type { AppendResult, EngineTopic, PartitionOffsets } from "../engine.js";
-import { num, type Db } from "./database.js";
+import { num, translateError, type Db } from "./database.js";
+import type { SqlTransaction } from "../../types.js";
 import { APPEND_CHANNEL } from "./notifier.js";
 import { checkProducerEpoch, checkSequence } from "./producer-state.js";
 
@@ -98,9 +99,37 @@ export class PartitionStore {
 
   private async transact(topic: EngineTopic, partition: number, buf: Buffer, h: BatchHeader, producer: ProducerInfo | undefined, signal: AbortSignal | undefined, crcValid: boolean): Promise<AppendResult> {
     if (signal?.aborted) throw new AbortedError("append aborted before it was stored", signal.reason);
+    const result = await this.db.tx((c) => this.appendWith(c, topic, partition, buf, h, producer, crcValid));
+    if (result.end >= 0) this.appended(partitionKey(topic.topicId, partition), result.end);
+    // Committed with synchronous_commit on: durable, as an fdatasync'd disk append.
+    return { baseOffset: result.baseOffset, duplicate: result.duplicate, synced: true };
+  }
+
+  /**
+   * Appends inside the caller's open transaction (TransactionalAppends). Not queued behind
+   * this process's other appends to the partition: the caller's transaction holds the
+   * partition's row lock until it ends, and an append queued behind one waiting for that lock
+   * would never run. Readers and local waiters learn of it from the NOTIFY, which PostgreSQL
+   * delivers only at commit; before that the batch is invisible, after a rollback it never was.
+   */
+  async appendInTransaction(tx: SqlTransaction, topic: EngineTopic, partition: number, records: readonly PreparedRecord[]): Promise<AppendResult> {
+    if (records.length === 0) throw new ValidationError("append needs at least one record");
+    const buf = encodeBatch(records, undefined, topic.config.maxMessageBytes);
+    let r: { baseOffset: number };
+    try {
+      r = await this.appendWith(tx, topic, partition, buf, readHeader(buf, 0), undefined, false);
+    } catch (e) {
+      throw translateError(e);
+    }
+    // Durable when the caller's COMMIT returns, not before: synced is the caller's to know.
+    return { baseOffset: r.baseOffset, duplicate: false, synced: false };
+  }
+
+  /** The statements of one append, on a connection inside a transaction (the engine's or the caller's). */
+  private async appendWith(c: SqlTransaction, topic: EngineTopic, partition: number, buf: Buffer, h: BatchHeader, producer: ProducerInfo | undefined, crcValid: boolean): Promise<{ baseOffset: number; duplicate: boolean; end: number }> {
     const t = this.db.t;
     const count = h.count;
-    const result = await this.db.tx(async (c) => {
+    {
       const p = await c.query<{ next_offset: string }>(`SELECT next_offset FROM ${t.partitions} WHERE topic_id = $1 AND partition = $2 FOR UPDATE`, [topic.topicId, partition]);
       if (p.rowCount === 0) throw new StaleTopic(topic.name);
       const base = num(p.rows[0].next_offset);
@@ -125,10 +154,7 @@ export class PartitionStore {
       await c.query(`UPDATE ${t.partitions} SET next_offset = $3 WHERE topic_id = $1 AND partition = $2`, [topic.topicId, partition, end]);
       await c.query(`SELECT pg_notify($1, $2)`, [APPEND_CHANNEL, `${partitionKey(topic.topicId, partition)}:${end}`]);
       return { baseOffset: base, duplicate: false, end };
-    });
-    if (result.end >= 0) this.appended(partitionKey(topic.topicId, partition), result.end);
-    // Committed with synchronous_commit on: durable, as an fdatasync'd disk append.
-    return { baseOffset: result.baseOffset, duplicate: result.duplicate, synced: true };
+    }
   }
 
   async offsets(topic: EngineTopic, partition: number): Promise<PartitionOffsets> {

@@ -23,7 +23,7 @@ import pg from "pg";
 import { BrokerClosedError } from "../../errors.js";
 import type { PreparedRecord, ProducerInfo, StoredRecord } from "../../log/record-batch.js";
 import type { TopicConfig, TopicDescription } from "../../types.js";
-import type { AppendResult, CommittedOffset, EncodedBatches, EngineTopic, OffsetReset, PartitionOffsets, StorageEngine } from "../engine.js";
+import type { AppendResult, CommittedOffset, EncodedBatches, EngineTopic, OffsetReset, PartitionOffsets, StorageEngine, TransactionalAppends } from "../engine.js";
 import { Db, translateError } from "./database.js";
 import { DEFAULT_SCHEMA, validateSchemaName } from "./schema-name.js";
 import { migrate } from "./migrations.js";
@@ -68,6 +68,10 @@ export class PostgresEngine implements StorageEngine {
   readonly encoded: EncodedBatches = {
     appendEncoded: (topic, partition, batch, signal) => this.onPartition(topic, partition, (t) => this.partitions.appendEncoded(t, partition, batch, signal)),
     readRaw: (topic, partition, offset, maxBytes, maxRecords) => this.onPartition(topic, partition, (t) => this.partitions.readRaw(t, partition, offset, maxBytes, maxRecords)),
+  };
+  /** Appends inside the application's transaction: `publish(..., { transaction })`. */
+  readonly transactional: TransactionalAppends = {
+    append: (tx, topic, partition, records) => this.onPartition(topic, partition, (t) => this.partitions.appendInTransaction(tx, t, partition, records)),
   };
   /** Not yet: rejects queue calls (unsupported-queues.ts). */
   readonly queues = new UnsupportedQueueStore();
