@@ -1,11 +1,11 @@
 // Topics in PostgreSQL, and a record published in the same transaction as the row it announces.
 // Run: node dist/examples/postgres-outbox.js
-//   (PostgreSQL: $SLUICE_PG_URL or postgres://postgres@127.0.0.1:5432/test; schema sluice_example)
+//   (PostgreSQL: $SLUICE_PG_URL or postgres://postgres@127.0.0.1:5432/postgres; schema sluice_example)
 import pg from "pg";
 import { openBroker } from "sluice";
 import { postgresEngine } from "sluice/postgres";
 
-const url = process.env.SLUICE_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+const url = process.env.SLUICE_PG_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 await using broker = await openBroker({ engine: postgresEngine({ connectionString: url, schema: "sluice_example" }) });
 if (!(await broker.listTopics()).includes("orders")) await broker.createTopic("orders", { partitions: 2 });
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
  * Runs the StorageEngine contract against the PostgreSQL engine, each fixture in a schema of
- * its own (dropped afterwards). Needs a PostgreSQL server: SLUICE_TEST_PG_URL, default
- * postgres://postgres@127.0.0.1:5432/test. An unreachable server fails the tests (it does not
+ * its own (dropped afterwards). Needs a PostgreSQL server: SLUICE_PG_URL, default
+ * postgres://postgres@127.0.0.1:5432/postgres. An unreachable server fails the tests (it does not
  * skip them): a green run always means the contract was checked.
  */
 import { defineEngineContract } from "../src/testing/engine-contract.js";
