@@ -37,6 +37,12 @@ export interface Tables {
   groupOffsets: string;
   offsetResets: string;
   schemaVersion: string;
+  /** Work queues (src/store/postgres/queues/). */
+  queues: string;
+  jobs: string;
+  queueDedupe: string;
+  queueRequests: string;
+  queueEvents: string;
 }
 
 export function tables(schema: string): Tables {
@@ -52,6 +58,11 @@ export function tables(schema: string): Tables {
     groupOffsets: `${s}.group_offsets`,
     offsetResets: `${s}.offset_resets`,
     schemaVersion: `${s}.schema_version`,
+    queues: `${s}.queues`,
+    jobs: `${s}.jobs`,
+    queueDedupe: `${s}.queue_dedupe`,
+    queueRequests: `${s}.queue_requests`,
+    queueEvents: `${s}.queue_events`,
   };
 }
 
