@@ -41,7 +41,7 @@ export function jobSize(j: NewJob): number {
 }
 
 /** Inserts `jobs` with ids `first ..` into the locked queue `q`, with their `enqueued` events. */
-export async function insertJobs(c: pg.ClientBase, t: Tables, q: LockedQueue, jobs: readonly NewJob[], first: number): Promise<void> {
+export async function insertJobs(c: pg.ClientBase, t: Tables, q: LockedQueue, jobs: readonly NewJob[], first: number, storedAt: number): Promise<void> {
   if (jobs.length === 0) return;
   const cols = {
     id: [] as number[],
@@ -76,11 +76,11 @@ export async function insertJobs(c: pg.ClientBase, t: Tables, q: LockedQueue, jo
     q.event({ type: "enqueued", jobId: String(first + k), key: j.key, ...(j.deliverAt > j.record.timestamp ? { delayedUntil: j.deliverAt } : {}) });
   });
   await c.query(
-    `INSERT INTO ${t.jobs} (queue_id, id, key, value, value_kind, headers, priority, state, visible_at, enqueued_at, size, redrive_count, first_enqueued_at, dead_letter)
-     SELECT $1, x.id, x.key, x.value, x.kind, x.headers::jsonb, x.priority, 'waiting', x.visible, x.enq, x.size, x.redrives, x.first_enq, x.dl::jsonb
+    `INSERT INTO ${t.jobs} (queue_id, id, key, value, value_kind, headers, priority, state, visible_at, enqueued_at, stored_at, size, redrive_count, first_enqueued_at, dead_letter)
+     SELECT $1, x.id, x.key, x.value, x.kind, x.headers::jsonb, x.priority, 'waiting', x.visible, x.enq, $14, x.size, x.redrives, x.first_enq, x.dl::jsonb
      FROM unnest($2::bigint[], $3::text[], $4::bytea[], $5::smallint[], $6::text[], $7::int[], $8::bigint[], $9::bigint[], $10::bigint[], $11::int[], $12::bigint[], $13::text[])
        AS x(id, key, value, kind, headers, priority, visible, enq, size, redrives, first_enq, dl)`,
-    [q.queueId, cols.id, cols.key, cols.value, cols.kind, cols.headers, cols.priority, cols.visible, cols.enq, cols.size, cols.redrives, cols.firstEnq, cols.dl],
+    [q.queueId, cols.id, cols.key, cols.value, cols.kind, cols.headers, cols.priority, cols.visible, cols.enq, cols.size, cols.redrives, cols.firstEnq, cols.dl, storedAt],
   );
   q.add("live_jobs", jobs.length);
   q.add("live_bytes", bytes);
@@ -151,7 +151,7 @@ function attempt(ctx: QueueCtx, jobs: readonly NewJob[], identity: EnqueueIdenti
     }
     await checkDedupeRoom(c, ctx, q, newJobs, now);
     const first = q.allocate(newJobs.length);
-    await insertJobs(c, t, q, newJobs, first);
+    await insertJobs(c, t, q, newJobs, first, now);
     const dd = newJobs.flatMap((j, k) => (j.dedupeId !== null && windowOf(ctx, j.dedupeId) > 0 ? [{ d: j.dedupeId, id: first + k, exp: now + windowOf(ctx, j.dedupeId) }] : []));
     if (dd.length > 0)
       await c.query(

@@ -26,7 +26,12 @@ export interface GrantPlan {
 /** How many each request may still get (`upTo` minus the leases its consumer holds). */
 export type Wants = number[];
 
-export function grantJobs(ctx: QueueCtx, requests: readonly GrantRequest[], wants: Wants): Promise<GrantPlan> {
+/**
+ * `requestedAt`: when the grant was asked for (this node's clock). Only jobs stored by then are
+ * candidates: a round asked for by a consumer that has since gone away never takes a job
+ * enqueued after it left (it would only be released again).
+ */
+export function grantJobs(ctx: QueueCtx, requests: readonly GrantRequest[], wants: Wants, requestedAt: number): Promise<GrantPlan> {
   return queueTx(ctx, async (c, q) => {
     const t = ctx.t;
     const now = ctx.now();
@@ -38,13 +43,13 @@ export function grantJobs(ctx: QueueCtx, requests: readonly GrantRequest[], want
     if (total > 0) {
       const r = await c.query<JobRow>(
         `SELECT ${JOB_COLUMNS} FROM ${t.jobs} j
-         WHERE j.queue_id = $1 AND j.state = 'waiting' AND j.visible_at <= $2
+         WHERE j.queue_id = $1 AND j.state = 'waiting' AND j.visible_at <= $2 AND j.stored_at <= $4
            AND (j.key IS NULL OR NOT EXISTS (
              SELECT 1 FROM ${t.jobs} e WHERE e.queue_id = j.queue_id AND e.key = j.key AND e.id < j.id AND e.state IN ('waiting', 'leased')))
          ORDER BY j.priority DESC, j.id
          LIMIT $3
          FOR UPDATE SKIP LOCKED`,
-        [ctx.queueId, now, total],
+        [ctx.queueId, now, total, requestedAt],
       );
       rows = r.rows;
     }

@@ -13,7 +13,7 @@ import { ValidationError } from "../../../errors.js";
 import type { QueueEvent, QueueStats } from "../../../queues/types.js";
 import type { StoredBrowsedJob, StoredBrowsePage, StoredBrowseRequest, StoredEventsPage, StoredEventsRequest, StoredJobInfo } from "../../queue-store.js";
 import { num } from "../database.js";
-import { deadLetterOf, decodeHeaders, JOB_COLUMNS, type JobRow, type QueueCtx } from "./rows.js";
+import { deadLetterOf, decodeHeaders, JOB_COLUMNS, keyOf, type JobRow, type QueueCtx } from "./rows.js";
 
 /** An earlier job of the same key still waiting or leased (KEY-1): `j` is held behind it. */
 const BLOCKED = (t: string): string => `(j.key IS NOT NULL AND EXISTS (SELECT 1 FROM ${t} e WHERE e.queue_id = j.queue_id AND e.key = j.key AND e.id < j.id AND e.state IN ('waiting', 'leased')))`;
@@ -128,7 +128,7 @@ export async function browseJobs(ctx: QueueCtx, req: StoredBrowseRequest): Promi
       id: row.id,
       state: liveStatus(row, now),
       attempts: row.attempts,
-      key: row.key,
+      key: keyOf(row),
       value: row.value,
       valueKind: row.value_kind as 0 | 1 | 2,
       headers: decodeHeaders(row.headers),
@@ -149,12 +149,22 @@ function toEvent(seq: string, at: string, body: Record<string, unknown>): QueueE
   return e as unknown as QueueEvent;
 }
 
+/**
+ * Where "now" is, as of the call (taken before any await): the events this node committed by
+ * then, and those of other nodes stored before that moment (a commit racing the call may land
+ * on either side; never one this node made after it).
+ */
+export interface EventsNow {
+  at: number;
+  localEnd: number;
+}
+
 /** The position `from` names: the last event to skip (0: none). */
-async function startOf(ctx: QueueCtx, from: string): Promise<number> {
+async function startOf(ctx: QueueCtx, from: string, now: EventsNow): Promise<number> {
   if (from === "earliest") return 0;
   if (from === "now") {
-    const r = await ctx.db.query<{ next_event: string }>(`SELECT next_event FROM ${ctx.t.queues} WHERE queue_id = $1`, [ctx.queueId]);
-    return r.rows.length === 0 ? 0 : num(r.rows[0].next_event) - 1;
+    const r = await ctx.db.query<{ seq: string | null }>(`SELECT max(seq) AS seq FROM ${ctx.t.queueEvents} WHERE queue_id = $1 AND at < $2`, [ctx.queueId, now.at]);
+    return Math.max(now.localEnd, r.rows[0].seq === null ? 0 : num(r.rows[0].seq));
   }
   const n = idNumber(from);
   if (n < 0) throw new ValidationError(`events: from must be "now", "earliest" or an event's position, got ${JSON.stringify(String(from).slice(0, 64))}`);
@@ -164,8 +174,8 @@ async function startOf(ctx: QueueCtx, from: string): Promise<number> {
 /** Polling period of a read waiting for its first event. */
 const EVENT_POLL_MS = 100;
 
-export async function readEvents(ctx: QueueCtx, req: StoredEventsRequest, sleep: (ms: number, signal?: AbortSignal) => Promise<void>, monoNow: () => number): Promise<StoredEventsPage> {
-  const start = await startOf(ctx, req.from);
+export async function readEvents(ctx: QueueCtx, req: StoredEventsRequest, now: EventsNow, sleep: (ms: number, signal?: AbortSignal) => Promise<void>, monoNow: () => number): Promise<StoredEventsPage> {
+  const start = await startOf(ctx, req.from, now);
   const deadline = monoNow() + req.maxWaitMs;
   for (;;) {
     const r = await ctx.db.query<{ seq: string; at: string; body: Record<string, unknown> }>(

@@ -86,7 +86,7 @@ export function deadLetterJob(ctx: QueueCtx, incarnation: string, l: LeaseRef, f
     if (target !== null) {
       const dest = await lockByName(c, t, target);
       targetId = dest.queueId;
-      await insertJobs(c, t, dest.q, [deadLetterCopy(ctx, incarnation, row, failure, now)], dest.q.allocate(1));
+      await insertJobs(c, t, dest.q, [deadLetterCopy(ctx, incarnation, row, failure, now)], dest.q.allocate(1), now);
       await dest.q.flush(c, t, now);
     }
     const vals = [ctx.queueId, l.jobId, now, JSON.stringify(failure), failure.error || failure.errorClass];
@@ -186,7 +186,7 @@ function moveBack(ctx: QueueCtx, target: string, ids: string[]): Promise<{ n: nu
     const r = await c.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM ${t.jobs} WHERE queue_id = $1 AND id = ANY($2) AND state = 'waiting' ORDER BY id FOR UPDATE`, [ctx.queueId, ids]);
     const dest = target === ctx.name ? { queueId: ctx.queueId, q } : await lockByName(c, t, target);
     const first = dest.q.allocate(r.rows.length);
-    await insertJobs(c, t, dest.q, r.rows.map((row) => redriveCopy(row, now)), first);
+    await insertJobs(c, t, dest.q, r.rows.map((row) => redriveCopy(row, now)), first, now);
     if (dest.q !== q) await dest.q.flush(c, t, now);
     await c.query(`DELETE FROM ${t.jobs} WHERE queue_id = $1 AND id = ANY($2)`, [ctx.queueId, r.rows.map((x) => x.id)]);
     q.add("live_jobs", -r.rows.length);

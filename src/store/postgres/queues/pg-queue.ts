@@ -92,6 +92,8 @@ export class PgQueue implements StoredQueue {
   private readonly eventWaiters = new Set<() => void>();
   private readonly background = new Set<Promise<unknown>>();
   private acks: number[] = [];
+  /** The last event position this node committed (readEvents "now"). */
+  private eventEnd = 0;
   private readonly leaseTimer: EarliestTimer;
   private readonly wakeTimer: EarliestTimer;
   private readonly sweeper: Sweeper;
@@ -100,7 +102,18 @@ export class PgQueue implements StoredQueue {
     this.name = o.name;
     this.incarnation = o.queueId;
     this._settings = o.settings;
-    this.ctx = { db: o.db, t: o.db.t, queueId: o.queueId, name: o.name, settings: () => this._settings, now: o.now };
+    this.ctx = {
+      db: o.db,
+      t: o.db.t,
+      queueId: o.queueId,
+      name: o.name,
+      settings: () => this._settings,
+      now: o.now,
+      eventsWritten: (last) => {
+        if (last > this.eventEnd) this.eventEnd = last;
+        this.notifyEvents();
+      },
+    };
     this.leaseTimer = new EarliestTimer(o.monoNow, () => this.checkLeases());
     this.wakeTimer = new EarliestTimer(o.now, () => this.notify());
     this.sweeper = new Sweeper(this.ctx, {
@@ -162,19 +175,20 @@ export class PgQueue implements StoredQueue {
 
   grant(requests: readonly GrantRequest[]): Promise<GrantedJob[][]> {
     this.check();
-    const run = this.grants.then(() => this.grantRound(requests));
+    const requestedAt = this.o.now();
+    const run = this.grants.then(() => this.grantRound(requests, requestedAt));
     this.grants = run.catch(() => {});
     return run;
   }
 
-  private async grantRound(requests: readonly GrantRequest[]): Promise<GrantedJob[][]> {
+  private async grantRound(requests: readonly GrantRequest[], requestedAt: number): Promise<GrantedJob[][]> {
     if (this.closed !== null) return requests.map(() => []);
     const wants = requests.map((r) => Math.max(0, r.upTo - this.leases.heldBy(r.consumer)));
     const wanted = wants.reduce((a, b) => a + b, 0);
     if (wanted === 0) return requests.map(() => []);
     let plan: Awaited<ReturnType<typeof grantJobs>>;
     try {
-      plan = await grantJobs(this.ctx, requests, wants);
+      plan = await grantJobs(this.ctx, requests, wants, requestedAt);
     } catch (e) {
       this.wakeTimer.arm(this.o.now() + GRANT_POLL_MS);
       throw e;
@@ -264,7 +278,7 @@ export class PgQueue implements StoredQueue {
 
   progress(lease: Lease, json: string): Promise<void> {
     const l = this.take(lease, false);
-    return progressJob(this.ctx, l, json).then(() => this.notifyEvents());
+    return progressJob(this.ctx, l, json);
   }
 
   release(lease: Lease, counted: boolean): void {
@@ -386,7 +400,8 @@ export class PgQueue implements StoredQueue {
 
   async readEvents(req: StoredEventsRequest): Promise<StoredEventsPage> {
     this.check();
-    return readEvents(this.ctx, req, sleeper(this.eventWaiters), this.o.monoNow);
+    const now = { at: this.o.now(), localEnd: this.eventEnd };
+    return readEvents(this.ctx, req, now, sleeper(this.eventWaiters), this.o.monoNow);
   }
 
   private notifyEvents(): void {

@@ -28,6 +28,8 @@ export interface QueueCtx {
   readonly name: string;
   settings(): QueueSettings;
   now(): number;
+  /** Told after a commit that wrote lifecycle events, the last one's position (readEvents "now"). */
+  eventsWritten?(last: number): void;
 }
 
 /** A job row as the queries select it (`JOB_COLUMNS`). */
@@ -78,10 +80,15 @@ export function deadLetterOf(row: JobRow): DeadLetterInfo | null {
   return info;
 }
 
+/** The job's key as users see it: a dead-letter entry shows its source job's key. */
+export function keyOf(row: JobRow): string | null {
+  return row.key ?? row.dead_letter?.key ?? null;
+}
+
 export function toStoredJob(row: JobRow): StoredJob {
   return {
     id: row.id,
-    key: row.key,
+    key: keyOf(row),
     value: row.value,
     valueKind: row.value_kind as ValueKind,
     headers: decodeHeaders(row.headers),
@@ -134,6 +141,11 @@ export class LockedQueue {
     this.wake = true;
   }
 
+  /** Position of the last event this transaction writes (0: none). */
+  get lastEvent(): number {
+    return this.events.length === 0 ? 0 : this.nextEvent + this.events.length - 1;
+  }
+
   /** Writes the allocations, counters and events (the last statements of the transaction). */
   async flush(c: pg.ClientBase, t: Tables, at: number): Promise<void> {
     const sets: string[] = [];
@@ -174,11 +186,15 @@ export async function lockQueue(c: pg.ClientBase, t: Tables, queueId: string, na
 }
 
 /** Runs `fn` in one transaction holding the queue row; resolves once committed (durable). */
-export function queueTx<T>(ctx: QueueCtx, fn: (c: pg.PoolClient, q: LockedQueue) => Promise<T>): Promise<T> {
-  return ctx.db.tx(async (c) => {
+export async function queueTx<T>(ctx: QueueCtx, fn: (c: pg.PoolClient, q: LockedQueue) => Promise<T>): Promise<T> {
+  let last = 0;
+  const out = await ctx.db.tx(async (c) => {
     const q = await lockQueue(c, ctx.t, ctx.queueId, ctx.name);
-    const out = await fn(c, q);
+    const r = await fn(c, q);
     await q.flush(c, ctx.t, ctx.now());
-    return out;
+    last = q.lastEvent;
+    return r;
   });
+  if (last > 0) ctx.eventsWritten?.(last);
+  return out;
 }

@@ -46,6 +46,7 @@ export function queueTables(t: Tables): string[] {
       lease_deadline bigint,
       leased_at bigint,
       enqueued_at bigint NOT NULL,
+      stored_at bigint NOT NULL,
       size bigint NOT NULL,
       redrive_count int NOT NULL DEFAULT 0,
       first_enqueued_at bigint NOT NULL,
