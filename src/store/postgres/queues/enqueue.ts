@@ -18,6 +18,7 @@ import type { EnqueueResult } from "../../../queues/types.js";
 import { SYSTEM_DEDUPE_PREFIX, type EnqueueOutcome, type EnqueueRequestOptions, type NewJob } from "../../queue-store.js";
 import type { Tables } from "../database.js";
 import { encodeHeaders, queueTx, type LockedQueue, type QueueCtx } from "./rows.js";
+import { SingletonRound, singletonTag } from "./singletons.js";
 
 /** Window of the broker's own dedupe ids (dead-letter moves, redrives): 7 days. */
 export const SYSTEM_DEDUPE_WINDOW_MS = 7 * 86_400_000;
@@ -27,7 +28,7 @@ const ROOM_POLL_MS = 200;
 /** Features of a job this engine does not store yet: refused whole, nothing stored. */
 function refuseUnsupported(jobs: readonly NewJob[]): void {
   for (const j of jobs) {
-    const what = j.singleton ? "singleton, debounce and throttle keys" : j.flow ? "flows (enqueueFlow)" : j.group ? "job groups" : j.expiresAt ? "job expiry (expiresAt)" : null;
+    const what = j.flow ? "flows (enqueueFlow)" : j.group ? "job groups" : null;
     if (what !== null) throw new ValidationError(`${what} are not yet available on the PostgreSQL engine`);
   }
 }
@@ -56,6 +57,8 @@ export async function insertJobs(c: pg.ClientBase, t: Tables, q: LockedQueue, jo
     redrives: [] as number[],
     firstEnq: [] as number[],
     dl: [] as (string | null)[],
+    expires: [] as (number | null)[],
+    singleton: [] as (string | null)[],
   };
   let bytes = 0;
   jobs.forEach((j, k) => {
@@ -73,14 +76,16 @@ export async function insertJobs(c: pg.ClientBase, t: Tables, q: LockedQueue, jo
     cols.redrives.push(j.origin?.redriveCount ?? 0);
     cols.firstEnq.push(j.origin?.firstEnqueuedAt ?? j.record.timestamp);
     cols.dl.push(j.origin?.deadLetter ? JSON.stringify(j.origin.deadLetter) : null);
+    cols.expires.push(j.expiresAt ? j.expiresAt : null);
+    cols.singleton.push(singletonTag(j));
     q.event({ type: "enqueued", jobId: String(first + k), key: j.key, ...(j.deliverAt > j.record.timestamp ? { delayedUntil: j.deliverAt } : {}) });
   });
   await c.query(
-    `INSERT INTO ${t.jobs} (queue_id, id, key, value, value_kind, headers, priority, state, visible_at, enqueued_at, stored_at, size, redrive_count, first_enqueued_at, dead_letter)
-     SELECT $1, x.id, x.key, x.value, x.kind, x.headers::jsonb, x.priority, 'waiting', x.visible, x.enq, $14, x.size, x.redrives, x.first_enq, x.dl::jsonb
-     FROM unnest($2::bigint[], $3::text[], $4::bytea[], $5::smallint[], $6::text[], $7::int[], $8::bigint[], $9::bigint[], $10::bigint[], $11::int[], $12::bigint[], $13::text[])
-       AS x(id, key, value, kind, headers, priority, visible, enq, size, redrives, first_enq, dl)`,
-    [q.queueId, cols.id, cols.key, cols.value, cols.kind, cols.headers, cols.priority, cols.visible, cols.enq, cols.size, cols.redrives, cols.firstEnq, cols.dl, storedAt],
+    `INSERT INTO ${t.jobs} (queue_id, id, key, value, value_kind, headers, priority, state, visible_at, enqueued_at, stored_at, size, redrive_count, first_enqueued_at, dead_letter, expires_at, singleton)
+     SELECT $1, x.id, x.key, x.value, x.kind, x.headers::jsonb, x.priority, 'waiting', x.visible, x.enq, $14, x.size, x.redrives, x.first_enq, x.dl::jsonb, x.expires, x.singleton
+     FROM unnest($2::bigint[], $3::text[], $4::bytea[], $5::smallint[], $6::text[], $7::int[], $8::bigint[], $9::bigint[], $10::bigint[], $11::int[], $12::bigint[], $13::text[], $15::bigint[], $16::text[])
+       AS x(id, key, value, kind, headers, priority, visible, enq, size, redrives, first_enq, dl, expires, singleton)`,
+    [q.queueId, cols.id, cols.key, cols.value, cols.kind, cols.headers, cols.priority, cols.visible, cols.enq, cols.size, cols.redrives, cols.firstEnq, cols.dl, storedAt, cols.expires, cols.singleton],
   );
   q.add("live_jobs", jobs.length);
   q.add("live_bytes", bytes);
@@ -93,28 +98,38 @@ function windowOf(ctx: QueueCtx, id: string): number {
 }
 
 /** Which jobs are duplicates (of a stored job, or of an earlier one of the call), which are new. */
-async function classify(c: pg.ClientBase, ctx: QueueCtx, jobs: readonly NewJob[], now: number): Promise<{ results: (EnqueueResult | number | null)[]; fresh: number[] }> {
+async function classify(
+  c: pg.ClientBase,
+  ctx: QueueCtx,
+  q: LockedQueue,
+  jobs: readonly NewJob[],
+  now: number,
+): Promise<{ results: (EnqueueResult | number | null)[]; fresh: number[]; sg: SingletonRound | null }> {
   const ids = [...new Set(jobs.map((j) => j.dedupeId).filter((d): d is string => d !== null && windowOf(ctx, d) > 0))];
   const known = new Map<string, string>();
   if (ids.length > 0) {
     const r = await c.query<{ dedupe_id: string; job_id: string }>(`SELECT dedupe_id, job_id FROM ${ctx.t.queueDedupe} WHERE queue_id = $1 AND dedupe_id = ANY($2) AND expires_at > $3`, [ctx.queueId, ids, now]);
     for (const row of r.rows) known.set(row.dedupe_id, row.job_id);
   }
-  // A result, or the index of the earlier job of this call it duplicates, or null: new.
+  const sg = jobs.some((j) => j.singleton) ? new SingletonRound(c, ctx, q, jobs) : null;
+  // A result, or the index of the job of this call it duplicates, or null: new.
   const results: (EnqueueResult | number | null)[] = [];
   const fresh: number[] = [];
   const seen = new Map<string, number>();
-  jobs.forEach((j, i) => {
+  for (let i = 0; i < jobs.length; i++) {
+    const j = jobs[i];
     const d = j.dedupeId !== null && windowOf(ctx, j.dedupeId) > 0 ? j.dedupeId : null;
     if (d !== null && known.has(d)) results.push({ id: known.get(d)!, duplicate: true });
     else if (d !== null && seen.has(d)) results.push(seen.get(d)!);
     else {
+      const decided = sg !== null && j.singleton ? await sg.decide(i, now) : null;
+      results.push(decided);
+      if (decided !== null) continue;
       if (d !== null) seen.set(d, i);
-      results.push(null);
       fresh.push(i);
     }
-  });
-  return { results, fresh };
+  }
+  return { results, fresh, sg };
 }
 
 /** Room for `n` jobs of `bytes` in the locked queue (QueueFullError when `reject`ing). */
@@ -133,8 +148,20 @@ async function checkDedupeRoom(c: pg.ClientBase, ctx: QueueCtx, q: LockedQueue, 
 
 type Attempt = { done: true; outcome: EnqueueOutcome } | { done: false };
 
+/** Thrown inside the transaction to roll it back when the request must wait for room. */
+class NoRoom extends Error {}
+
 /** One try of the whole request in one transaction; `done: false` when it must wait for room. */
-function attempt(ctx: QueueCtx, jobs: readonly NewJob[], identity: EnqueueIdentity | null, compact: boolean, mayWait: boolean): Promise<Attempt> {
+async function attempt(ctx: QueueCtx, jobs: readonly NewJob[], identity: EnqueueIdentity | null, compact: boolean, mayWait: boolean): Promise<Attempt> {
+  try {
+    return await tryOnce(ctx, jobs, identity, compact, mayWait);
+  } catch (e) {
+    if (e instanceof NoRoom) return { done: false };
+    throw e;
+  }
+}
+
+function tryOnce(ctx: QueueCtx, jobs: readonly NewJob[], identity: EnqueueIdentity | null, compact: boolean, mayWait: boolean): Promise<Attempt> {
   return queueTx(ctx, async (c, q): Promise<Attempt> => {
     const t = ctx.t;
     if (identity !== null) {
@@ -142,11 +169,11 @@ function attempt(ctx: QueueCtx, jobs: readonly NewJob[], identity: EnqueueIdenti
       if (r.rows.length > 0) return { done: true, outcome: r.rows[0].answer };
     }
     const now = ctx.now();
-    const { results, fresh } = await classify(c, ctx, jobs, now);
+    const { results, fresh, sg } = await classify(c, ctx, q, jobs, now);
     const newJobs = fresh.map((i) => jobs[i]);
     const bytes = newJobs.reduce((n, j) => n + jobSize(j), 0);
     if (newJobs.length > 0 && !fits(ctx, q, newJobs.length, bytes)) {
-      if (mayWait) return { done: false };
+      if (mayWait) throw new NoRoom();
       throw new QueueFullError(ctx.name, q.liveJobs, q.liveBytes);
     }
     await checkDedupeRoom(c, ctx, q, newJobs, now);
@@ -159,9 +186,14 @@ function attempt(ctx: QueueCtx, jobs: readonly NewJob[], identity: EnqueueIdenti
          ON CONFLICT (queue_id, dedupe_id) DO UPDATE SET job_id = EXCLUDED.job_id, expires_at = EXCLUDED.expires_at`,
         [ctx.queueId, dd.map((x) => x.d), dd.map((x) => x.id), dd.map((x) => x.exp)],
       );
-    fresh.forEach((i, k) => (results[i] = { id: String(first + k), duplicate: false }));
+    const idOf = new Map(fresh.map((i, k) => [i, first + k]));
+    await sg?.store((i) => idOf.get(i)!);
+    fresh.forEach((i, k) => {
+      const replaced = sg?.replacedBy.get(i);
+      results[i] = { id: String(first + k), duplicate: false, ...(replaced !== undefined ? { replaced } : {}) };
+    });
     const out = results.map((r) => (typeof r === "number" ? { id: (results[r] as EnqueueResult).id, duplicate: true } : r!));
-    const outcome: EnqueueOutcome = compact && fresh.length === jobs.length ? { first, count: jobs.length } : out;
+    const outcome: EnqueueOutcome = compact && fresh.length === jobs.length && sg === null ? { first, count: jobs.length } : out;
     // IDEM-1: remembered with the jobs, in the same commit; a request that stored nothing leaves no entry.
     if (identity !== null && newJobs.length > 0) {
       await c.query(`INSERT INTO ${t.queueRequests} (queue_id, producer_id, sequence, answer) VALUES ($1, $2, $3, $4)`, [ctx.queueId, identity.producerId, identity.sequence, JSON.stringify(outcome)]);

@@ -9,7 +9,8 @@
  * job with a key is a candidate only if no earlier job of that key is still waiting or leased
  * (`NOT EXISTS` over the `jobs_key` index), so a key's jobs go one at a time, in order, and a
  * retried head (waiting, not yet visible) holds its successors back. `maxInFlight` counts the
- * queue's leased rows under the queue row lock, so it holds across nodes.
+ * queue's leased rows under the queue row lock, so it holds across nodes. A job whose
+ * `expiresAt` passed before it was ever granted is not a candidate (expire.ts removes it).
  */
 import { randomUUID } from "node:crypto";
 import type { GrantRequest } from "../../queue-store.js";
@@ -44,6 +45,7 @@ export function grantJobs(ctx: QueueCtx, requests: readonly GrantRequest[], want
       const r = await c.query<JobRow>(
         `SELECT ${JOB_COLUMNS} FROM ${t.jobs} j
          WHERE j.queue_id = $1 AND j.state = 'waiting' AND j.visible_at <= $2 AND j.stored_at <= $4
+           AND (j.expires_at IS NULL OR j.expires_at > $2 OR j.attempts > 0)
            AND (j.key IS NULL OR NOT EXISTS (
              SELECT 1 FROM ${t.jobs} e WHERE e.queue_id = j.queue_id AND e.key = j.key AND e.id < j.id AND e.state IN ('waiting', 'leased')))
          ORDER BY j.priority DESC, j.id

@@ -19,6 +19,16 @@ import { insertJobs } from "./enqueue.js";
 import { decodeHeaders, JOB_COLUMNS, lockQueue, queueTx, type JobRow, type LockedQueue, type QueueCtx } from "./rows.js";
 import type { LeaseRef } from "./settle.js";
 
+/** A waiting job never granted whose `expiresAt` passed (no lease: `token` null). */
+export interface ExpiredRef {
+  jobId: string;
+  attempt: number;
+  token: null;
+}
+
+/** SQL condition of an expired job (`$3`: now). */
+export const EXPIRED = "state = 'waiting' AND attempts = 0 AND expires_at <= $3";
+
 /** Dead-letter entries examined per redrive transaction. */
 const REDRIVE_ROUND = 256;
 
@@ -74,12 +84,15 @@ function deadLetterCopy(ctx: QueueCtx, incarnation: string, row: JobRow, failure
  * transaction; `willRetry: false` failure and `dead-lettered` events. Returns the target
  * queue's id (to wake its workers on this node), null without one.
  */
-export function deadLetterJob(ctx: QueueCtx, incarnation: string, l: LeaseRef, failure: AttemptRecord, event: "failed" | "stalled"): Promise<string | null> {
+export function deadLetterJob(ctx: QueueCtx, incarnation: string, l: LeaseRef | ExpiredRef, failure: AttemptRecord, event: "failed" | "stalled"): Promise<string | null> {
   const target = ctx.settings().deadLetter;
   return queueTx(ctx, async (c, q) => {
     const t = ctx.t;
     const now = ctx.now();
-    const r = await c.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM ${t.jobs} WHERE queue_id = $1 AND id = $2 AND lease_token = $3 FOR UPDATE`, [ctx.queueId, l.jobId, l.token]);
+    const r =
+      l.token === null
+        ? await c.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM ${t.jobs} WHERE queue_id = $1 AND id = $2 AND ${EXPIRED} FOR UPDATE`, [ctx.queueId, l.jobId, now])
+        : await c.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM ${t.jobs} WHERE queue_id = $1 AND id = $2 AND lease_token = $3 FOR UPDATE`, [ctx.queueId, l.jobId, l.token]);
     if (r.rows.length === 0) throw new LeaseExpiredError();
     const row = r.rows[0];
     let targetId: string | null = null;

@@ -34,6 +34,7 @@ import type {
 import { EarliestTimer } from "../../disk/queues/earliest-timer.js";
 import type { Db } from "../database.js";
 import { enqueueJobs } from "./enqueue.js";
+import { expireDue } from "./expire.js";
 import { grantJobs } from "./grant.js";
 import { browseJobs, getJob, idNumber, queueStats, readEvents } from "./inspect.js";
 import { LeaseTable, PgLease } from "./leases.js";
@@ -119,6 +120,7 @@ export class PgQueue implements StoredQueue {
     this.sweeper = new Sweeper(this.ctx, {
       localTokens: () => this.leases.tokens(),
       expire: (ref, rec) => this.track(this.expireRow(ref, rec)),
+      expireDue: () => expireDue(this.ctx, this.incarnation, { peer: (n) => this.o.peer(n), wake: (id) => this.o.wake(id) }).then((n) => n > 0 && this.notify()),
       warn: o.warn,
     });
     this.sweeper.start();

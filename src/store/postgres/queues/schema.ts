@@ -11,7 +11,8 @@
  * `jobs.state`: `waiting` (grantable from `visible_at`: ready or delayed), `leased`, `done`
  * (acked, kept while `resultRetentionMs` runs) and `dead` (dead-lettered or expired, kept
  * likewise). The partial indexes serve the grant query (`jobs_grant`), the per-key FIFO check
- * (`jobs_key`, KEY-1), lease expiry (`jobs_leased`) and result retention (`jobs_finished`).
+ * (`jobs_key`, KEY-1), lease expiry (`jobs_leased`), singleton keys (`jobs_singleton`), job
+ * expiry (`jobs_expiring`) and result retention (`jobs_finished`).
  */
 import type { Tables } from "../database.js";
 
@@ -52,6 +53,7 @@ export function queueTables(t: Tables): string[] {
       first_enqueued_at bigint NOT NULL,
       dead_letter jsonb,
       expires_at bigint,
+      singleton text,
       history jsonb,
       progress text,
       result text,
@@ -62,6 +64,8 @@ export function queueTables(t: Tables): string[] {
     `CREATE INDEX jobs_grant ON ${t.jobs} (queue_id, priority DESC, id) WHERE state = 'waiting'`,
     `CREATE INDEX jobs_key ON ${t.jobs} (queue_id, key, id) WHERE key IS NOT NULL AND state IN ('waiting', 'leased')`,
     `CREATE INDEX jobs_leased ON ${t.jobs} (queue_id, lease_deadline) WHERE state = 'leased'`,
+    `CREATE INDEX jobs_singleton ON ${t.jobs} (queue_id, singleton) WHERE singleton IS NOT NULL AND state IN ('waiting', 'leased')`,
+    `CREATE INDEX jobs_expiring ON ${t.jobs} (queue_id, expires_at) WHERE expires_at IS NOT NULL AND state = 'waiting' AND attempts = 0`,
     `CREATE INDEX jobs_finished ON ${t.jobs} (queue_id, finished_at) WHERE state IN ('done', 'dead')`,
     `CREATE TABLE ${t.queueDedupe} (
       queue_id uuid NOT NULL REFERENCES ${t.queues} (queue_id) ON DELETE CASCADE,

@@ -10,11 +10,12 @@
  * the jobs in the same transaction (Q-8: the next open creates a new incarnation, a new
  * `queue_id`, so old jobs never come back). Features the rows do not hold yet are refused at
  * open with a ValidationError before anything is stored: rate limits, job groups and
- * encryption at rest (jobs with flows, singleton keys or an expiry are refused at enqueue,
- * enqueue.ts; schedules are absent, so the policy refuses them).
+ * encryption at rest (jobs of flows or groups are refused at enqueue, enqueue.ts; schedules
+ * are absent, so the policy refuses them).
  *
  * The parts: schema.ts (tables), rows.ts (row types, the queue transaction), enqueue.ts,
- * grant.ts, settle.ts (settlements), moves.ts (dead letters, redrive), inspect.ts (stats,
+ * singletons.ts, grant.ts, settle.ts (settlements), moves.ts (dead letters, redrive),
+ * expire.ts (job expiry), inspect.ts (stats,
  * getJob, browse, events), leases.ts (this node's leases), sweep.ts (upkeep), wakeups.ts
  * (LISTEN), pg-queue.ts (one open queue).
  */

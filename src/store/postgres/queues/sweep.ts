@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * Background upkeep of one open PostgreSQL queue: leases that expired elsewhere, and the
- * deletion of what retention no longer keeps.
+ * Background upkeep of one open PostgreSQL queue: leases that expired elsewhere, jobs whose
+ * `expiresAt` passed (expire.ts), and the deletion of what retention no longer keeps.
  *
  * Why here: a node expires the leases it granted itself on its monotonic clock (pg-queue.ts),
  * but a lease granted by a node that died, or by this node before a restart, has nobody's
@@ -28,6 +28,8 @@ export interface SweepHost {
   localTokens(): string[];
   /** Requeues or dead-letters the row of an expired lease. */
   expire(ref: LeaseRef, rec: AttemptRecord): void;
+  /** Moves out jobs whose `expiresAt` passed unstarted (expire.ts). */
+  expireDue(): Promise<unknown>;
   warn(err: unknown, what: string): void;
 }
 
@@ -59,6 +61,7 @@ export class Sweeper {
       for (const ref of await expiredElsewhere(this.ctx, this.host.localTokens(), EXPIRE_BATCH)) {
         this.host.expire(ref, { at: now, attempt: ref.attempt, consumer: "(expired lease)", errorClass: "LeaseExpiredError", error: "lease expired before the job was settled" });
       }
+      await this.host.expireDue();
       if (++this.rounds % CLEANUP_EVERY === 0) await this.cleanup(now);
     } catch (e) {
       this.host.warn(e, "queue sweep failed");
