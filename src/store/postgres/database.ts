@@ -43,6 +43,7 @@ export interface Tables {
   queueDedupe: string;
   queueRequests: string;
   queueEvents: string;
+  queueGrants: string;
 }
 
 export function tables(schema: string): Tables {
@@ -63,6 +64,7 @@ export function tables(schema: string): Tables {
     queueDedupe: `${s}.queue_dedupe`,
     queueRequests: `${s}.queue_requests`,
     queueEvents: `${s}.queue_events`,
+    queueGrants: `${s}.queue_grants`,
   };
 }
 

@@ -9,12 +9,14 @@
  * job with a key is a candidate only if no earlier job of that key is still waiting or leased
  * (`NOT EXISTS` over the `jobs_key` index), so a key's jobs go one at a time, in order, and a
  * retried head (waiting, not yet visible) holds its successors back. `maxInFlight` counts the
- * queue's leased rows under the queue row lock, so it holds across nodes. A job whose
+ * queue's leased rows under the queue row lock, so it holds across nodes, as does the rate
+ * limit's window (rate-limit.ts). A job whose
  * `expiresAt` passed before it was ever granted is not a candidate (expire.ts removes it).
  */
 import { randomUUID } from "node:crypto";
 import type { GrantRequest } from "../../queue-store.js";
 import { num } from "../database.js";
+import { countRound, readWindow } from "./rate-limit.js";
 import { JOB_COLUMNS, queueTx, type JobRow, type QueueCtx } from "./rows.js";
 
 export interface GrantPlan {
@@ -22,6 +24,8 @@ export interface GrantPlan {
   granted: { row: JobRow; token: string; deadline: number }[][];
   /** Earliest `visible_at` of a waiting job not yet visible (Infinity: none). */
   nextVisible: number;
+  /** RATE-1: when a full window next has room (Infinity: not full, or no limit). */
+  rateOpening: number;
 }
 
 /** How many each request may still get (`upTo` minus the leases its consumer holds). */
@@ -37,7 +41,9 @@ export function grantJobs(ctx: QueueCtx, requests: readonly GrantRequest[], want
     const t = ctx.t;
     const now = ctx.now();
     const inFlight = await c.query<{ n: string }>(`SELECT count(*) AS n FROM ${t.jobs} WHERE queue_id = $1 AND state = 'leased'`, [ctx.queueId]);
-    const room = Math.max(0, ctx.settings().maxInFlight - num(inFlight.rows[0].n));
+    const rate = ctx.settings().rateLimit ?? null;
+    const win = rate === null ? null : await readWindow(c, ctx, rate, now);
+    const room = Math.min(win?.room ?? Infinity, Math.max(0, ctx.settings().maxInFlight - num(inFlight.rows[0].n)));
     const total = Math.min(room, wants.reduce((a, b) => a + b, 0));
     const granted: GrantPlan["granted"] = requests.map(() => []);
     let rows: JobRow[] = [];
@@ -77,11 +83,12 @@ export function grantJobs(ctx: QueueCtx, requests: readonly GrantRequest[], want
       q.add("redeliveries", flat.filter((g) => g.row.attempts > 1).length);
       for (const g of flat) q.event({ type: "active", jobId: g.row.id, attempt: g.row.attempts, leaseExpiresAt: g.deadline });
     }
+    const rateOpening = rate === null ? Infinity : await countRound(c, ctx, rate, win!, flat.length, now);
     let nextVisible = Infinity;
     if (flat.length < total || total === 0) {
       const nv = await c.query<{ at: string | null }>(`SELECT min(visible_at) AS at FROM ${t.jobs} WHERE queue_id = $1 AND state = 'waiting' AND visible_at > $2`, [ctx.queueId, now]);
       if (nv.rows[0].at !== null) nextVisible = num(nv.rows[0].at);
     }
-    return { granted, nextVisible };
+    return { granted, nextVisible, rateOpening };
   });
 }

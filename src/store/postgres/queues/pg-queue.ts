@@ -209,7 +209,8 @@ export class PgQueue implements StoredQueue {
       }),
     );
     if (this.closed !== null) for (const list of out) for (const g of list) this.lose(g.lease as PgLease, this.closed);
-    if (given < wanted) this.wakeTimer.arm(Math.min(plan.nextVisible, this.o.now() + GRANT_POLL_MS));
+    if (plan.rateOpening < Infinity) this.wakeTimer.arm(plan.rateOpening);
+    else if (given < wanted) this.wakeTimer.arm(Math.min(plan.nextVisible, this.o.now() + GRANT_POLL_MS));
     return out;
   }
 

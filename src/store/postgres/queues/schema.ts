@@ -85,5 +85,11 @@ export function queueTables(t: Tables): string[] {
       at bigint NOT NULL,
       body jsonb NOT NULL,
       PRIMARY KEY (queue_id, seq))`,
+    // RATE-1: the grant rounds of a rate-limited queue's current window (rate-limit.ts).
+    `CREATE TABLE ${t.queueGrants} (
+      queue_id uuid NOT NULL REFERENCES ${t.queues} (queue_id) ON DELETE CASCADE,
+      at bigint NOT NULL,
+      n int NOT NULL)`,
+    `CREATE INDEX queue_grants_window ON ${t.queueGrants} (queue_id, at)`,
   ];
 }

@@ -9,8 +9,7 @@
  * replacing its config an UPDATE under the row lock; deleting it a DELETE whose cascade takes
  * the jobs in the same transaction (Q-8: the next open creates a new incarnation, a new
  * `queue_id`, so old jobs never come back). Features the rows do not hold yet are refused at
- * open with a ValidationError before anything is stored: rate limits, job groups and
- * encryption at rest (jobs of flows or groups are refused at enqueue, enqueue.ts; schedules
+ * open with a ValidationError before anything is stored: job groups and encryption at rest (jobs of flows or groups are refused at enqueue, enqueue.ts; schedules
  * are absent, so the policy refuses them).
  *
  * The parts: schema.ts (tables), rows.ts (row types, the queue transaction), enqueue.ts,
@@ -37,7 +36,7 @@ export interface PgQueueStoreOptions {
 
 /** Settings this engine cannot honour yet: refused, never ignored. */
 function refuseUnsupported(name: string, s: QueueSettings): void {
-  const what = s.rateLimit != null ? "rateLimit" : (s.groupConcurrency ?? 0) > 0 ? "groupConcurrency" : s.groupRateLimit != null ? "groupRateLimit" : s.encrypted === true ? "encrypted (encryption at rest)" : null;
+  const what = (s.groupConcurrency ?? 0) > 0 ? "groupConcurrency" : s.groupRateLimit != null ? "groupRateLimit" : s.encrypted === true ? "encrypted (encryption at rest)" : null;
   if (what !== null) throw new ValidationError(`queue ${JSON.stringify(name)}: ${what} is not yet available on the PostgreSQL engine`);
 }
 
