@@ -44,6 +44,7 @@ export interface Tables {
   queueRequests: string;
   queueEvents: string;
   queueGrants: string;
+  queueSchedules: string;
 }
 
 export function tables(schema: string): Tables {
@@ -65,6 +66,7 @@ export function tables(schema: string): Tables {
     queueRequests: `${s}.queue_requests`,
     queueEvents: `${s}.queue_events`,
     queueGrants: `${s}.queue_grants`,
+    queueSchedules: `${s}.queue_schedules`,
   };
 }
 

@@ -91,5 +91,9 @@ export function queueTables(t: Tables): string[] {
       at bigint NOT NULL,
       n int NOT NULL)`,
     `CREATE INDEX queue_grants_window ON ${t.queueGrants} (queue_id, at)`,
+    // Job schedules: the scheduler's one document (schedules.ts).
+    `CREATE TABLE ${t.queueSchedules} (
+      id boolean PRIMARY KEY DEFAULT true CHECK (id),
+      doc jsonb NOT NULL)`,
   ];
 }

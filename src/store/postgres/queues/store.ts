@@ -14,7 +14,7 @@
  *
  * The parts: schema.ts (tables), rows.ts (row types, the queue transaction), enqueue.ts,
  * singletons.ts, grant.ts, settle.ts (settlements), moves.ts (dead letters, redrive),
- * expire.ts (job expiry), inspect.ts (stats,
+ * expire.ts (job expiry), rate-limit.ts, schedules.ts (schedule store), inspect.ts (stats,
  * getJob, browse, events), leases.ts (this node's leases), sweep.ts (upkeep), wakeups.ts
  * (LISTEN), pg-queue.ts (one open queue).
  */
@@ -25,6 +25,7 @@ import type { QueueConfig } from "../../../queues/types.js";
 import type { OpenQueueRequest, QueueSettings, QueueStore, StoredQueue } from "../../queue-store.js";
 import type { Db } from "../database.js";
 import { PgQueue } from "./pg-queue.js";
+import { PgScheduleStore } from "./schedules.js";
 import { QueueWakeups } from "./wakeups.js";
 
 export interface PgQueueStoreOptions {
@@ -58,8 +59,11 @@ export class PgQueueStore implements QueueStore {
   private lock: Promise<unknown> = Promise.resolve();
   private readonly wakeups: QueueWakeups;
   private closed = false;
+  /** Job schedules (schedules.ts). */
+  readonly schedules: PgScheduleStore;
 
   constructor(private readonly o: PgQueueStoreOptions) {
+    this.schedules = new PgScheduleStore(o.db);
     this.wakeups = new QueueWakeups(o.clientConfig, (id) => this.wake(id));
   }
 
