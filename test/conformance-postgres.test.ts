@@ -16,7 +16,7 @@ import { defineConformanceSuite, type ConformanceScope } from "../src/testing/co
 import type { Broker } from "../src/types.js";
 import { dropSchema, freshSchema, needingPostgres, newPgEngine } from "./fixtures/postgres.js";
 
-const SCOPE: ConformanceScope = { queues: ["queueTests", "queueResultTests", "queueDeclareTests", "queueBrowseTests", "queueEventTests", "queueOptionTests", "queueLimitTests", "queueScheduleTests"], compaction: false };
+const SCOPE: ConformanceScope = { queues: ["queueTests", "queueResultTests", "queueDeclareTests", "queueBrowseTests", "queueEventTests", "queueOptionTests", "queueLimitTests", "queueScheduleTests", "queueFlowTests"], compaction: false };
 
 const openOn = (schema: string) => needingPostgres(() => openBroker({ engine: newPgEngine(schema), retentionCheckIntervalMs: 0 }));
 

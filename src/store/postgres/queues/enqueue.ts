@@ -19,6 +19,7 @@ import { SYSTEM_DEDUPE_PREFIX, type EnqueueOutcome, type EnqueueRequestOptions, 
 import type { Tables } from "../database.js";
 import { encodeHeaders, queueTx, type LockedQueue, type QueueCtx } from "./rows.js";
 import { SingletonRound, singletonTag } from "./singletons.js";
+import { flowColumns } from "./flows.js";
 
 /** Window of the broker's own dedupe ids (dead-letter moves, redrives): 7 days. */
 export const SYSTEM_DEDUPE_WINDOW_MS = 7 * 86_400_000;
@@ -28,7 +29,7 @@ const ROOM_POLL_MS = 200;
 /** Features of a job this engine does not store yet: refused whole, nothing stored. */
 function refuseUnsupported(jobs: readonly NewJob[]): void {
   for (const j of jobs) {
-    const what = j.flow ? "flows (enqueueFlow)" : j.group ? "job groups" : null;
+    const what = j.group ? "job groups" : null;
     if (what !== null) throw new ValidationError(`${what} are not yet available on the PostgreSQL engine`);
   }
 }
@@ -39,6 +40,16 @@ export function jobSize(j: NewJob): number {
   let n = (j.record.value?.length ?? 0) + (j.record.key?.length ?? 0);
   for (const [k, v] of j.record.headers ?? []) n += k.length + v.length;
   return n;
+}
+
+/** The flow columns' parameters (all null for jobs outside flows). */
+function flowArgs(jobs: readonly NewJob[], first: number): unknown[] {
+  const f = flowColumns(jobs, first);
+  if (f === null) {
+    const none = jobs.map(() => null);
+    return [none, none, none, none];
+  }
+  return [f.parent, f.pending, f.policy, f.children];
 }
 
 /** Inserts `jobs` with ids `first ..` into the locked queue `q`, with their `enqueued` events. */
@@ -81,11 +92,12 @@ export async function insertJobs(c: pg.ClientBase, t: Tables, q: LockedQueue, jo
     q.event({ type: "enqueued", jobId: String(first + k), key: j.key, ...(j.deliverAt > j.record.timestamp ? { delayedUntil: j.deliverAt } : {}) });
   });
   await c.query(
-    `INSERT INTO ${t.jobs} (queue_id, id, key, value, value_kind, headers, priority, state, visible_at, enqueued_at, stored_at, size, redrive_count, first_enqueued_at, dead_letter, expires_at, singleton)
-     SELECT $1, x.id, x.key, x.value, x.kind, x.headers::jsonb, x.priority, 'waiting', x.visible, x.enq, $14, x.size, x.redrives, x.first_enq, x.dl::jsonb, x.expires, x.singleton
-     FROM unnest($2::bigint[], $3::text[], $4::bytea[], $5::smallint[], $6::text[], $7::int[], $8::bigint[], $9::bigint[], $10::bigint[], $11::int[], $12::bigint[], $13::text[], $15::bigint[], $16::text[])
-       AS x(id, key, value, kind, headers, priority, visible, enq, size, redrives, first_enq, dl, expires, singleton)`,
-    [q.queueId, cols.id, cols.key, cols.value, cols.kind, cols.headers, cols.priority, cols.visible, cols.enq, cols.size, cols.redrives, cols.firstEnq, cols.dl, storedAt, cols.expires, cols.singleton],
+    `INSERT INTO ${t.jobs} (queue_id, id, key, value, value_kind, headers, priority, state, visible_at, enqueued_at, stored_at, size, redrive_count, first_enqueued_at, dead_letter, expires_at, singleton, parent_id, pending_children, child_policy, children)
+     SELECT $1, x.id, x.key, x.value, x.kind, x.headers::jsonb, x.priority, CASE WHEN x.pending > 0 THEN 'children' ELSE 'waiting' END, x.visible, x.enq, $14, x.size, x.redrives, x.first_enq, x.dl::jsonb, x.expires, x.singleton, x.parent, x.pending, x.policy, x.children::jsonb
+     FROM unnest($2::bigint[], $3::text[], $4::bytea[], $5::smallint[], $6::text[], $7::int[], $8::bigint[], $9::bigint[], $10::bigint[], $11::int[], $12::bigint[], $13::text[], $15::bigint[], $16::text[],
+                 $17::bigint[], $18::int[], $19::text[], $20::text[])
+       AS x(id, key, value, kind, headers, priority, visible, enq, size, redrives, first_enq, dl, expires, singleton, parent, pending, policy, children)`,
+    [q.queueId, cols.id, cols.key, cols.value, cols.kind, cols.headers, cols.priority, cols.visible, cols.enq, cols.size, cols.redrives, cols.firstEnq, cols.dl, storedAt, cols.expires, cols.singleton, ...flowArgs(jobs, first)],
   );
   q.add("live_jobs", jobs.length);
   q.add("live_bytes", bytes);

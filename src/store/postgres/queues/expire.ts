@@ -13,6 +13,7 @@ import { LeaseExpiredError } from "../../../errors.js";
 import type { AttemptRecord } from "../../../queues/types.js";
 import { num } from "../database.js";
 import { deadLetterJob, EXPIRED } from "./moves.js";
+import { childFinished } from "./flows.js";
 import { queueTx, type QueueCtx } from "./rows.js";
 
 /** Expired jobs handled per pass. */
@@ -50,10 +51,16 @@ export async function expireDue(ctx: QueueCtx, incarnation: string, host: Expire
 
 function drop(ctx: QueueCtx, ids: string[]): Promise<number> {
   return queueTx(ctx, async (c, q) => {
-    const r = await c.query<{ id: string; size: string }>(`DELETE FROM ${ctx.t.jobs} WHERE queue_id = $1 AND id = ANY($2) AND ${EXPIRED} RETURNING id, size`, [ctx.queueId, ids, ctx.now()]);
+    const r = await c.query<{ id: string; size: string; parent_id: string | null }>(
+      `DELETE FROM ${ctx.t.jobs} WHERE queue_id = $1 AND id = ANY($2) AND ${EXPIRED} RETURNING id, size, parent_id`,
+      [ctx.queueId, ids, ctx.now()],
+    );
     q.add("live_jobs", -r.rows.length);
     q.add("live_bytes", -r.rows.reduce((n, x) => n + num(x.size), 0));
-    for (const row of r.rows) q.event({ type: "removed", jobId: row.id, reason: "expired" });
+    for (const row of r.rows) {
+      q.event({ type: "removed", jobId: row.id, reason: "expired" });
+      if (row.parent_id !== null) await childFinished(c, ctx, q, row.parent_id, row.id, { state: "removed" });
+    }
     return r.rows.length;
   });
 }

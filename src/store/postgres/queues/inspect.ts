@@ -27,10 +27,11 @@ export async function queueStats(ctx: QueueCtx, completionRatePerSec: number): P
               count(*) FILTER (WHERE state = 'waiting' AND visible_at > $2 AND NOT blocked) AS delayed,
               count(*) FILTER (WHERE state = 'leased') AS in_flight,
               count(*) FILTER (WHERE state = 'waiting' AND blocked) AS blocked,
+              count(*) FILTER (WHERE state = 'children') AS children,
               min(enqueued_at) FILTER (WHERE state = 'waiting' AND visible_at <= $2 AND NOT blocked) AS oldest_waiting,
               min(leased_at) FILTER (WHERE state = 'leased') AS oldest_lease
        FROM (SELECT state, visible_at, enqueued_at, leased_at, ${BLOCKED(t.jobs)} AS blocked
-             FROM ${t.jobs} j WHERE queue_id = $1 AND state IN ('waiting', 'leased')) x`,
+             FROM ${t.jobs} j WHERE queue_id = $1 AND state IN ('waiting', 'leased', 'children')) x`,
       [ctx.queueId, now],
     ),
     ctx.db.query<Record<string, string>>(`SELECT live_bytes, completed, dead_lettered, retries, redeliveries FROM ${t.queues} WHERE queue_id = $1`, [ctx.queueId]),
@@ -49,15 +50,16 @@ export async function queueStats(ctx: QueueCtx, completionRatePerSec: number): P
   const delayed = num(c.delayed);
   const inFlight = num(c.in_flight);
   const blocked = num(c.blocked);
+  const waitingChildren = num(c.children);
   return {
     name: ctx.name,
     waiting,
     delayed,
     inFlight,
     blockedByKey: blocked,
-    waitingChildren: 0,
+    waitingChildren,
     deadLettered: num(r.dead_lettered),
-    depth: waiting + delayed + inFlight + blocked,
+    depth: waiting + delayed + inFlight + blocked + waitingChildren,
     bytes: num(r.live_bytes),
     oldestWaitingAgeMs: c.oldest_waiting === null ? 0 : Math.max(0, now - num(c.oldest_waiting)),
     oldestLeaseAgeMs: c.oldest_lease === null ? 0 : Math.max(0, now - num(c.oldest_lease)),
@@ -77,6 +79,7 @@ export function idNumber(id: string): number {
 
 function liveStatus(row: JobRow, now: number): StoredJobInfo["state"] {
   if (row.state === "leased") return "active";
+  if (row.state === "children") return "waiting-children";
   return num(row.visible_at) > now ? "delayed" : "waiting";
 }
 
@@ -99,6 +102,8 @@ export async function getJob(ctx: QueueCtx, id: string): Promise<StoredJobInfo |
   const out: StoredJobInfo = { id, state: liveStatus(row, now), attempts: row.attempts, record: { value: row.value, valueKind: row.value_kind as 0 | 1 | 2 } };
   if (row.last_error !== null) out.lastError = row.last_error;
   if (row.progress !== null) out.progress = row.progress;
+  if (row.children !== null) out.children = row.children;
+  if (row.parent_id !== null) out.parentId = row.parent_id;
   return out;
 }
 
@@ -110,8 +115,9 @@ export async function browseJobs(ctx: QueueCtx, req: StoredBrowseRequest): Promi
   }
   const now = ctx.now();
   const filter = req.state === "waiting" ? "AND state = 'waiting' AND visible_at <= $3" : req.state === "delayed" ? "AND state = 'waiting' AND visible_at > $3" : "AND $3::bigint IS NOT NULL";
+  const states = req.state === "all" ? "('waiting', 'leased', 'children')" : "('waiting', 'leased')";
   const r = await ctx.db.query<JobRow>(
-    `SELECT ${JOB_COLUMNS} FROM ${ctx.t.jobs} WHERE queue_id = $1 AND id > $2 AND state IN ('waiting', 'leased') ${filter} ORDER BY id LIMIT $4`,
+    `SELECT ${JOB_COLUMNS} FROM ${ctx.t.jobs} WHERE queue_id = $1 AND id > $2 AND state IN ${states} ${filter} ORDER BY id LIMIT $4`,
     [ctx.queueId, after, now, req.limit + 1],
   );
   const jobs: StoredBrowsedJob[] = [];

@@ -15,7 +15,9 @@ import { BrokerClosedError, LeaseExpiredError, ValidationError } from "../../../
 import type { AttemptRecord, DeadLetterInfo, RedriveOptions, RedriveResult } from "../../../queues/types.js";
 import { isSystemHeader, type NewJob } from "../../queue-store.js";
 import { num, type Tables } from "../database.js";
+import { MAX_ERROR_CHARS } from "../../../queues/config.js";
 import { insertJobs } from "./enqueue.js";
+import { childFinished, type FailedParent } from "./flows.js";
 import { decodeHeaders, JOB_COLUMNS, lockQueue, queueTx, type JobRow, type LockedQueue, type QueueCtx } from "./rows.js";
 import type { LeaseRef } from "./settle.js";
 
@@ -94,31 +96,53 @@ export function deadLetterJob(ctx: QueueCtx, incarnation: string, l: LeaseRef | 
         ? await c.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM ${t.jobs} WHERE queue_id = $1 AND id = $2 AND ${EXPIRED} FOR UPDATE`, [ctx.queueId, l.jobId, now])
         : await c.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM ${t.jobs} WHERE queue_id = $1 AND id = $2 AND lease_token = $3 FOR UPDATE`, [ctx.queueId, l.jobId, l.token]);
     if (r.rows.length === 0) throw new LeaseExpiredError();
-    const row = r.rows[0];
-    let targetId: string | null = null;
-    if (target !== null) {
-      const dest = await lockByName(c, t, target);
-      targetId = dest.queueId;
-      await insertJobs(c, t, dest.q, [deadLetterCopy(ctx, incarnation, row, failure, now)], dest.q.allocate(1), now);
-      await dest.q.flush(c, t, now);
+    const dest = target === null ? null : await lockByName(c, t, target);
+    const move = { c, ctx, q, dest: dest?.q ?? null, incarnation, now };
+    let failed = await moveRow(move, r.rows[0], failure, event, l.attempt);
+    // FLOW-2: a child failed under "fail" fails its parent, and so on up the flow.
+    while (failed !== null) {
+      const p = await c.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM ${t.jobs} WHERE queue_id = $1 AND id = $2 AND state = 'children' FOR UPDATE`, [ctx.queueId, failed.id]);
+      if (p.rows.length === 0) break;
+      const rec: AttemptRecord = { at: now, attempt: 0, consumer: "(flow)", errorClass: "ChildFailedError", error: `child ${failed.child} failed: ${failed.error}`.slice(0, MAX_ERROR_CHARS) };
+      failed = await moveRow(move, p.rows[0], rec, "failed", 0);
     }
-    const vals = [ctx.queueId, l.jobId, now, JSON.stringify(failure), failure.error || failure.errorClass];
-    if (ctx.settings().resultRetentionMs > 0)
-      await c.query(
-        `UPDATE ${t.jobs} SET state = 'dead', finished_at = $3, lease_token = NULL, value = NULL, headers = NULL, progress = NULL,
-           history = coalesce(history, '[]'::jsonb) || jsonb_build_array($4::jsonb), last_error = $5 WHERE queue_id = $1 AND id = $2`,
-        vals,
-      );
-    else await c.query(`DELETE FROM ${t.jobs} WHERE queue_id = $1 AND id = $2`, [ctx.queueId, l.jobId]);
-    q.add("live_jobs", -1);
-    q.add("live_bytes", -num(row.size));
-    q.add("dead_lettered", 1);
-    if (event === "failed") q.event({ type: "failed", jobId: l.jobId, attempt: l.attempt, errorClass: failure.errorClass, error: failure.error, willRetry: false });
-    else q.event({ type: "stalled", jobId: l.jobId, attempt: l.attempt, willRetry: false });
-    q.event({ type: "dead-lettered", jobId: l.jobId });
-    if (row.key !== null) q.notify();
-    return targetId;
+    if (dest !== null) await dest.q.flush(c, t, now);
+    return dest?.queueId ?? null;
   });
+}
+
+interface Move {
+  c: pg.ClientBase;
+  ctx: QueueCtx;
+  q: LockedQueue;
+  /** The dead-letter queue, locked (null: the job is dropped). */
+  dest: LockedQueue | null;
+  incarnation: string;
+  now: number;
+}
+
+/** Q-4 for one row (copy, then the source marked dead or deleted); returns the parent it fails, if any. */
+async function moveRow(m: Move, row: JobRow, failure: AttemptRecord, event: "failed" | "stalled", attempt: number): Promise<FailedParent | null> {
+  const { c, ctx, q, now } = m;
+  const t = ctx.t;
+  if (m.dest !== null) await insertJobs(c, t, m.dest, [deadLetterCopy(ctx, m.incarnation, row, failure, now)], m.dest.allocate(1), now);
+  const vals = [ctx.queueId, row.id, now, JSON.stringify(failure), failure.error || failure.errorClass];
+  if (ctx.settings().resultRetentionMs > 0)
+    await c.query(
+      `UPDATE ${t.jobs} SET state = 'dead', finished_at = $3, lease_token = NULL, value = NULL, headers = NULL, progress = NULL, children = NULL,
+         history = coalesce(history, '[]'::jsonb) || jsonb_build_array($4::jsonb), last_error = $5 WHERE queue_id = $1 AND id = $2`,
+      vals,
+    );
+  else await c.query(`DELETE FROM ${t.jobs} WHERE queue_id = $1 AND id = $2`, [ctx.queueId, row.id]);
+  q.add("live_jobs", -1);
+  q.add("live_bytes", -num(row.size));
+  q.add("dead_lettered", 1);
+  if (event === "failed") q.event({ type: "failed", jobId: row.id, attempt, errorClass: failure.errorClass, error: failure.error, willRetry: false });
+  else q.event({ type: "stalled", jobId: row.id, attempt, willRetry: false });
+  q.event({ type: "dead-lettered", jobId: row.id });
+  if (row.key !== null) q.notify();
+  if (row.parent_id === null) return null;
+  return childFinished(c, ctx, q, row.parent_id, row.id, { state: "failed", error: failure.error || failure.errorClass });
 }
 
 /** Whether a dead-letter entry matches the redrive's filter. */

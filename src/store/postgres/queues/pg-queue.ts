@@ -35,6 +35,7 @@ import { EarliestTimer } from "../../disk/queues/earliest-timer.js";
 import type { Db } from "../database.js";
 import { enqueueJobs } from "./enqueue.js";
 import { expireDue } from "./expire.js";
+import { childFinished } from "./flows.js";
 import { grantJobs } from "./grant.js";
 import { browseJobs, getJob, idNumber, queueStats, readEvents } from "./inspect.js";
 import { LeaseTable, PgLease } from "./leases.js";
@@ -82,7 +83,8 @@ function sleeper(waiters: Set<() => void>) {
 export class PgQueue implements StoredQueue {
   readonly name: string;
   readonly incarnation: string;
-  readonly hasFlows = false;
+  /** FLOW-2: set once this node stored or granted a flow's job (acks then keep results for parents). */
+  hasFlows = false;
   readonly ctx: QueueCtx;
   private _settings: QueueSettings;
   private readonly leases = new LeaseTable();
@@ -168,6 +170,7 @@ export class PgQueue implements StoredQueue {
       await sleep(ms, signal);
       this.check();
     };
+    if (jobs.some((j) => j.flow)) this.hasFlows = true;
     const p = enqueueJobs(this.ctx, jobs, opts, room, this.o.monoNow);
     return p.then((r) => {
       this.notify();
@@ -202,13 +205,20 @@ export class PgQueue implements StoredQueue {
       list.map((g): GrantedJob => {
         const consumer = requests[i].consumer;
         const l = new PgLease(g.row.id, g.row.attempts, g.deadline, g.token, consumer, handoff, handoff + consumer.leaseMs);
+        if (g.row.parent_id !== null) this.hasFlows = true;
         this.leases.add(l);
         this.leaseTimer.arm(l.deadlineMono);
         given++;
         return { ...toStoredJob(g.row), lease: l };
       }),
     );
-    if (this.closed !== null) for (const list of out) for (const g of list) this.lose(g.lease as PgLease, this.closed);
+    // Closed while the round was in flight: nobody got these jobs; they go back at once, uncounted.
+    if (this.closed !== null) {
+      const now = this.o.now();
+      for (const g of out.flat()) this.leases.end(g.lease as PgLease);
+      await Promise.allSettled(out.flat().map((g) => returnJob(this.ctx, g.lease as PgLease, now, false)));
+      return requests.map(() => []);
+    }
     if (plan.rateOpening < Infinity) this.wakeTimer.arm(plan.rateOpening);
     else if (given < wanted) this.wakeTimer.arm(Math.min(plan.nextVisible, this.o.now() + GRANT_POLL_MS));
     return out;
@@ -340,7 +350,7 @@ export class PgQueue implements StoredQueue {
   async purge(): Promise<number> {
     this.check();
     const { n, before } = await queueTx(this.ctx, async (c, q) => {
-      const r = await c.query<{ size: string }>(`DELETE FROM ${this.ctx.t.jobs} WHERE queue_id = $1 AND state IN ('waiting', 'leased') RETURNING size`, [this.ctx.queueId]);
+      const r = await c.query<{ size: string }>(`DELETE FROM ${this.ctx.t.jobs} WHERE queue_id = $1 AND state IN ('waiting', 'leased', 'children') RETURNING size`, [this.ctx.queueId]);
       q.add("live_jobs", -r.rows.length);
       q.add("live_bytes", -r.rows.reduce((s, x) => s + Number(x.size), 0));
       q.event({ type: "purged", beforeId: String(q.nextId) });
@@ -356,7 +366,7 @@ export class PgQueue implements StoredQueue {
     const n = idNumber(id);
     if (n < 0) return false;
     const removed = await queueTx(this.ctx, async (c, q) => {
-      const r = await c.query<{ state: string; size: string }>(`SELECT state, size FROM ${this.ctx.t.jobs} WHERE queue_id = $1 AND id = $2 FOR UPDATE`, [this.ctx.queueId, n]);
+      const r = await c.query<{ state: string; size: string; parent_id: string | null }>(`SELECT state, size, parent_id FROM ${this.ctx.t.jobs} WHERE queue_id = $1 AND id = $2 FOR UPDATE`, [this.ctx.queueId, n]);
       const row = r.rows[0];
       if (row === undefined || (row.state !== "waiting" && row.state !== "leased")) return false;
       if (row.state === "leased") throw new JobActiveError(this.name, id);
@@ -365,6 +375,8 @@ export class PgQueue implements StoredQueue {
       q.add("live_bytes", -Number(row.size));
       q.event({ type: "removed", jobId: id, reason: "removed" });
       q.notify();
+      // FLOW-2: a removed child counts as finished for its parent.
+      if (row.parent_id !== null) await childFinished(c, this.ctx, q, row.parent_id, id, { state: "removed" });
       return true;
     });
     if (removed) this.notify();

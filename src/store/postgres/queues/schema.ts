@@ -8,7 +8,8 @@
  * job ids, event positions and the admission counters (`live_jobs`, `live_bytes`) are
  * allocated in commit order and never race, and lock order is always queue row, then job rows.
  *
- * `jobs.state`: `waiting` (grantable from `visible_at`: ready or delayed), `leased`, `done`
+ * `jobs.state`: `waiting` (grantable from `visible_at`: ready or delayed), `children` (a flow
+ * parent waiting for its children, flows.ts), `leased`, `done`
  * (acked, kept while `resultRetentionMs` runs) and `dead` (dead-lettered or expired, kept
  * likewise). The partial indexes serve the grant query (`jobs_grant`), the per-key FIFO check
  * (`jobs_key`, KEY-1), lease expiry (`jobs_leased`), singleton keys (`jobs_singleton`), job
@@ -54,6 +55,10 @@ export function queueTables(t: Tables): string[] {
       dead_letter jsonb,
       expires_at bigint,
       singleton text,
+      parent_id bigint,
+      pending_children int,
+      child_policy text,
+      children jsonb,
       history jsonb,
       progress text,
       result text,

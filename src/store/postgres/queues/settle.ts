@@ -12,6 +12,7 @@ import type pg from "pg";
 import { LeaseExpiredError } from "../../../errors.js";
 import type { AttemptRecord } from "../../../queues/types.js";
 import { num } from "../database.js";
+import { childFinished } from "./flows.js";
 import { queueTx, type LockedQueue, type QueueCtx } from "./rows.js";
 
 /** What a settlement names: the job and the token of its lease. */
@@ -28,6 +29,13 @@ async function one<R extends pg.QueryResultRow>(c: pg.ClientBase, sql: string, v
   return r.rows[0];
 }
 
+/** What a finishing job's statement returns. */
+interface Finished {
+  size: string;
+  key: string | null;
+  parent_id: string | null;
+}
+
 /** Frees a finished job's admission room. */
 function finished(q: LockedQueue, size: string): void {
   q.add("live_jobs", -1);
@@ -42,18 +50,20 @@ export function ackJob(ctx: QueueCtx, l: LeaseRef, result: string | undefined): 
     // Q-9: the result is written by the same commit as the completion; without retention nothing is kept.
     const row =
       ctx.settings().resultRetentionMs > 0
-        ? await one<{ size: string; key: string | null }>(
+        ? await one<Finished>(
             c,
-            `UPDATE ${t.jobs} SET state = 'done', finished_at = $4, result = $5, lease_token = NULL, progress = NULL, value = NULL, headers = NULL
-             WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING size, key`,
+            `UPDATE ${t.jobs} SET state = 'done', finished_at = $4, result = $5, lease_token = NULL, progress = NULL, value = NULL, headers = NULL, children = NULL
+             WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING size, key, parent_id`,
             [...vals, now, result ?? null],
           )
-        : await one<{ size: string; key: string | null }>(c, `DELETE FROM ${t.jobs} WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING size, key`, vals);
+        : await one<Finished>(c, `DELETE FROM ${t.jobs} WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING size, key, parent_id`, vals);
     finished(q, row.size);
     q.add("completed", 1);
     q.event({ type: "completed", jobId: l.jobId, attempt: l.attempt, ...(result !== undefined ? { resultText: result } : {}) });
     // KEY-1: the key's next job may be granted now, on any node.
     if (row.key !== null) q.notify();
+    // FLOW-2: the parent learns the outcome in the same commit (a completed child fails nobody).
+    if (row.parent_id !== null) await childFinished(c, ctx, q, row.parent_id, l.jobId, { state: "completed", ...(result !== undefined ? { result } : {}) });
   });
 }
 

@@ -13,7 +13,7 @@
  * are absent, so the policy refuses them).
  *
  * The parts: schema.ts (tables), rows.ts (row types, the queue transaction), enqueue.ts,
- * singletons.ts, grant.ts, settle.ts (settlements), moves.ts (dead letters, redrive),
+ * singletons.ts, flows.ts, grant.ts, settle.ts (settlements), moves.ts (dead letters, redrive),
  * expire.ts (job expiry), rate-limit.ts, schedules.ts (schedule store), inspect.ts (stats,
  * getJob, browse, events), leases.ts (this node's leases), sweep.ts (upkeep), wakeups.ts
  * (LISTEN), pg-queue.ts (one open queue).
