@@ -45,6 +45,7 @@ export interface Tables {
   queueEvents: string;
   queueGrants: string;
   queueSchedules: string;
+  queueGroupTurns: string;
 }
 
 export function tables(schema: string): Tables {
@@ -67,6 +68,7 @@ export function tables(schema: string): Tables {
     queueEvents: `${s}.queue_events`,
     queueGrants: `${s}.queue_grants`,
     queueSchedules: `${s}.queue_schedules`,
+    queueGroupTurns: `${s}.queue_group_turns`,
   };
 }
 

@@ -16,9 +16,8 @@
  *   queues/            work queues, one row per job (queues/store.ts lists the parts)
  *
  * Not yet available here (refused clearly, never faked): the topic features key compaction,
- * archive and encryption at rest (refused at createTopic), and the queue features job groups
- * and encrypted queues (refused with a ValidationError,
- * queues/store.ts and queues/enqueue.ts). Every topic is durable on commit
+ * archive and encryption at rest (refused at createTopic), and encrypted queues (refused with
+ * a ValidationError at open, queues/store.ts). Every topic is durable on commit
  * whatever its `durability` (PostgreSQL's commit is the sync).
  */
 import pg from "pg";

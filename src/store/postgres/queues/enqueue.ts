@@ -20,19 +20,12 @@ import type { Tables } from "../database.js";
 import { encodeHeaders, queueTx, type LockedQueue, type QueueCtx } from "./rows.js";
 import { SingletonRound, singletonTag } from "./singletons.js";
 import { flowColumns } from "./flows.js";
+import { joinTurns } from "./groups.js";
 
 /** Window of the broker's own dedupe ids (dead-letter moves, redrives): 7 days. */
 export const SYSTEM_DEDUPE_WINDOW_MS = 7 * 86_400_000;
 /** While an enqueue blocks for room: how often it looks again (other nodes free room too). */
 const ROOM_POLL_MS = 200;
-
-/** Features of a job this engine does not store yet: refused whole, nothing stored. */
-function refuseUnsupported(jobs: readonly NewJob[]): void {
-  for (const j of jobs) {
-    const what = j.group ? "job groups" : null;
-    if (what !== null) throw new ValidationError(`${what} are not yet available on the PostgreSQL engine`);
-  }
-}
 
 /** Bytes a job counts against `maxBytes` (a move's copy is measured on what it stores). */
 export function jobSize(j: NewJob): number {
@@ -70,6 +63,7 @@ export async function insertJobs(c: pg.ClientBase, t: Tables, q: LockedQueue, jo
     dl: [] as (string | null)[],
     expires: [] as (number | null)[],
     singleton: [] as (string | null)[],
+    grp: [] as (string | null)[],
   };
   let bytes = 0;
   jobs.forEach((j, k) => {
@@ -89,15 +83,16 @@ export async function insertJobs(c: pg.ClientBase, t: Tables, q: LockedQueue, jo
     cols.dl.push(j.origin?.deadLetter ? JSON.stringify(j.origin.deadLetter) : null);
     cols.expires.push(j.expiresAt ? j.expiresAt : null);
     cols.singleton.push(singletonTag(j));
+    cols.grp.push(j.group ?? null);
     q.event({ type: "enqueued", jobId: String(first + k), key: j.key, ...(j.deliverAt > j.record.timestamp ? { delayedUntil: j.deliverAt } : {}) });
   });
   await c.query(
-    `INSERT INTO ${t.jobs} (queue_id, id, key, value, value_kind, headers, priority, state, visible_at, enqueued_at, stored_at, size, redrive_count, first_enqueued_at, dead_letter, expires_at, singleton, parent_id, pending_children, child_policy, children)
-     SELECT $1, x.id, x.key, x.value, x.kind, x.headers::jsonb, x.priority, CASE WHEN x.pending > 0 THEN 'children' ELSE 'waiting' END, x.visible, x.enq, $14, x.size, x.redrives, x.first_enq, x.dl::jsonb, x.expires, x.singleton, x.parent, x.pending, x.policy, x.children::jsonb
+    `INSERT INTO ${t.jobs} (queue_id, id, key, value, value_kind, headers, priority, state, visible_at, enqueued_at, stored_at, size, redrive_count, first_enqueued_at, dead_letter, expires_at, singleton, grp, parent_id, pending_children, child_policy, children)
+     SELECT $1, x.id, x.key, x.value, x.kind, x.headers::jsonb, x.priority, CASE WHEN x.pending > 0 THEN 'children' ELSE 'waiting' END, x.visible, x.enq, $14, x.size, x.redrives, x.first_enq, x.dl::jsonb, x.expires, x.singleton, x.grp, x.parent, x.pending, x.policy, x.children::jsonb
      FROM unnest($2::bigint[], $3::text[], $4::bytea[], $5::smallint[], $6::text[], $7::int[], $8::bigint[], $9::bigint[], $10::bigint[], $11::int[], $12::bigint[], $13::text[], $15::bigint[], $16::text[],
-                 $17::bigint[], $18::int[], $19::text[], $20::text[])
-       AS x(id, key, value, kind, headers, priority, visible, enq, size, redrives, first_enq, dl, expires, singleton, parent, pending, policy, children)`,
-    [q.queueId, cols.id, cols.key, cols.value, cols.kind, cols.headers, cols.priority, cols.visible, cols.enq, cols.size, cols.redrives, cols.firstEnq, cols.dl, storedAt, cols.expires, cols.singleton, ...flowArgs(jobs, first)],
+                 $17::bigint[], $18::int[], $19::text[], $20::text[], $21::text[])
+       AS x(id, key, value, kind, headers, priority, visible, enq, size, redrives, first_enq, dl, expires, singleton, parent, pending, policy, children, grp)`,
+    [q.queueId, cols.id, cols.key, cols.value, cols.kind, cols.headers, cols.priority, cols.visible, cols.enq, cols.size, cols.redrives, cols.firstEnq, cols.dl, storedAt, cols.expires, cols.singleton, ...flowArgs(jobs, first), cols.grp],
   );
   q.add("live_jobs", jobs.length);
   q.add("live_bytes", bytes);
@@ -191,6 +186,7 @@ function tryOnce(ctx: QueueCtx, jobs: readonly NewJob[], identity: EnqueueIdenti
     await checkDedupeRoom(c, ctx, q, newJobs, now);
     const first = q.allocate(newJobs.length);
     await insertJobs(c, t, q, newJobs, first, now);
+    if (newJobs.length > 0) await joinTurns(c, ctx, newJobs);
     const dd = newJobs.flatMap((j, k) => (j.dedupeId !== null && windowOf(ctx, j.dedupeId) > 0 ? [{ d: j.dedupeId, id: first + k, exp: now + windowOf(ctx, j.dedupeId) }] : []));
     if (dd.length > 0)
       await c.query(
@@ -220,7 +216,6 @@ function tryOnce(ctx: QueueCtx, jobs: readonly NewJob[], identity: EnqueueIdenti
  * `blockTimeoutMs`, woken by `room` (settlements on this node) or by polling (other nodes).
  */
 export async function enqueueJobs(ctx: QueueCtx, jobs: readonly NewJob[], opts: EnqueueRequestOptions, room: (ms: number, signal?: AbortSignal) => Promise<void>, monoNow: () => number): Promise<EnqueueOutcome> {
-  refuseUnsupported(jobs);
   const identity = opts.identity === undefined ? null : validateIdentity(opts.identity);
   const compact = opts.compact === true;
   const s = ctx.settings();

@@ -10,12 +10,14 @@
  * (`NOT EXISTS` over the `jobs_key` index), so a key's jobs go one at a time, in order, and a
  * retried head (waiting, not yet visible) holds its successors back. `maxInFlight` counts the
  * queue's leased rows under the queue row lock, so it holds across nodes, as does the rate
- * limit's window (rate-limit.ts). A job whose
+ * limit's window (rate-limit.ts). A queue holding grouped jobs picks round-robin over its groups
+ * (groups.ts). A job whose
  * `expiresAt` passed before it was ever granted is not a candidate (expire.ts removes it).
  */
 import { randomUUID } from "node:crypto";
 import type { GrantRequest } from "../../queue-store.js";
 import { num } from "../database.js";
+import { pickGrouped, usesGroups } from "./groups.js";
 import { countRound, readWindow } from "./rate-limit.js";
 import { JOB_COLUMNS, queueTx, type JobRow, type QueueCtx } from "./rows.js";
 
@@ -26,6 +28,17 @@ export interface GrantPlan {
   nextVisible: number;
   /** RATE-1: when a full window next has room (Infinity: not full, or no limit). */
   rateOpening: number;
+}
+
+/**
+ * The condition on `j` of a grantable job ($1 queue, $2 now, $3 requested at): waiting and
+ * visible, stored before the round was asked for, not expired unstarted, and first of its key.
+ */
+function grantable(jobs: string): string {
+  return `j.queue_id = $1 AND j.state = 'waiting' AND j.visible_at <= $2 AND j.stored_at <= $3
+    AND (j.expires_at IS NULL OR j.expires_at > $2 OR j.attempts > 0)
+    AND (j.key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM ${jobs} e WHERE e.queue_id = j.queue_id AND e.key = j.key AND e.id < j.id AND e.state IN ('waiting', 'leased')))`;
 }
 
 /** How many each request may still get (`upTo` minus the leases its consumer holds). */
@@ -47,18 +60,14 @@ export function grantJobs(ctx: QueueCtx, requests: readonly GrantRequest[], want
     const total = Math.min(room, wants.reduce((a, b) => a + b, 0));
     const granted: GrantPlan["granted"] = requests.map(() => []);
     let rows: JobRow[] = [];
-    if (total > 0) {
-      const r = await c.query<JobRow>(
-        `SELECT ${JOB_COLUMNS} FROM ${t.jobs} j
-         WHERE j.queue_id = $1 AND j.state = 'waiting' AND j.visible_at <= $2 AND j.stored_at <= $4
-           AND (j.expires_at IS NULL OR j.expires_at > $2 OR j.attempts > 0)
-           AND (j.key IS NULL OR NOT EXISTS (
-             SELECT 1 FROM ${t.jobs} e WHERE e.queue_id = j.queue_id AND e.key = j.key AND e.id < j.id AND e.state IN ('waiting', 'leased')))
-         ORDER BY j.priority DESC, j.id
-         LIMIT $3
-         FOR UPDATE SKIP LOCKED`,
-        [ctx.queueId, now, total, requestedAt],
-      );
+    let groupOpening = Infinity;
+    const vals = [ctx.queueId, now, requestedAt];
+    if (total > 0 && (await usesGroups(c, ctx))) {
+      const pick = await pickGrouped(c, ctx, grantable(t.jobs), vals, total, now);
+      rows = pick.rows;
+      groupOpening = pick.opening;
+    } else if (total > 0) {
+      const r = await c.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM ${t.jobs} j WHERE ${grantable(t.jobs)} ORDER BY j.priority DESC, j.id LIMIT $4 FOR UPDATE SKIP LOCKED`, [...vals, total]);
       rows = r.rows;
     }
     // Round-robin over the requests, in grant order.
@@ -83,7 +92,7 @@ export function grantJobs(ctx: QueueCtx, requests: readonly GrantRequest[], want
       q.add("redeliveries", flat.filter((g) => g.row.attempts > 1).length);
       for (const g of flat) q.event({ type: "active", jobId: g.row.id, attempt: g.row.attempts, leaseExpiresAt: g.deadline });
     }
-    const rateOpening = rate === null ? Infinity : await countRound(c, ctx, rate, win!, flat.length, now);
+    const rateOpening = Math.min(groupOpening, rate === null ? Infinity : await countRound(c, ctx, rate, win!, flat.length, now));
     let nextVisible = Infinity;
     if (flat.length < total || total === 0) {
       const nv = await c.query<{ at: string | null }>(`SELECT min(visible_at) AS at FROM ${t.jobs} WHERE queue_id = $1 AND state = 'waiting' AND visible_at > $2`, [ctx.queueId, now]);

@@ -103,6 +103,7 @@ export async function getJob(ctx: QueueCtx, id: string): Promise<StoredJobInfo |
   if (row.last_error !== null) out.lastError = row.last_error;
   if (row.progress !== null) out.progress = row.progress;
   if (row.children !== null) out.children = row.children;
+  if (row.grp !== null) out.group = row.grp;
   if (row.parent_id !== null) out.parentId = row.parent_id;
   return out;
 }
@@ -141,6 +142,7 @@ export async function browseJobs(ctx: QueueCtx, req: StoredBrowseRequest): Promi
       enqueuedAt: num(row.enqueued_at),
       redriveCount: row.redrive_count,
       deadLetter: deadLetterOf(row),
+      ...(row.grp !== null ? { group: row.grp } : {}),
     });
   }
   return { jobs, next: more && jobs.length > 0 ? jobs[jobs.length - 1].id : null };

@@ -24,8 +24,8 @@ export interface Window {
 /** The window at `now` of a queue limited to `rate` (rounds that left it are deleted). */
 export async function readWindow(c: pg.ClientBase, ctx: QueueCtx, rate: { max: number; durationMs: number }, now: number): Promise<Window> {
   const t = ctx.t;
-  await c.query(`DELETE FROM ${t.queueGrants} WHERE queue_id = $1 AND at <= $2`, [ctx.queueId, now - rate.durationMs]);
-  const r = await c.query<{ used: string | null; oldest: string | null }>(`SELECT sum(n) AS used, min(at) AS oldest FROM ${t.queueGrants} WHERE queue_id = $1`, [ctx.queueId]);
+  await c.query(`DELETE FROM ${t.queueGrants} WHERE queue_id = $1 AND grp IS NULL AND at <= $2`, [ctx.queueId, now - rate.durationMs]);
+  const r = await c.query<{ used: string | null; oldest: string | null }>(`SELECT sum(n) AS used, min(at) AS oldest FROM ${t.queueGrants} WHERE queue_id = $1 AND grp IS NULL`, [ctx.queueId]);
   const used = r.rows[0].used === null ? 0 : num(r.rows[0].used);
   return { room: Math.max(0, rate.max - used), oldest: r.rows[0].oldest === null ? Infinity : num(r.rows[0].oldest) };
 }

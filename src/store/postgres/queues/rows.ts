@@ -57,12 +57,13 @@ export interface JobRow {
   result: string | null;
   last_error: string | null;
   finished_at: string | null;
+  grp: string | null;
   parent_id: string | null;
   children: Record<string, { state: "pending" | "completed" | "failed" | "removed"; result?: string; error?: string }> | null;
 }
 
 export const JOB_COLUMNS =
-  "id, key, value, value_kind, headers, priority, state, visible_at, attempts, lease_token, lease_deadline, leased_at, enqueued_at, size, redrive_count, first_enqueued_at, dead_letter, expires_at, history, progress, result, last_error, finished_at, parent_id, children";
+  "id, key, value, value_kind, headers, priority, state, visible_at, attempts, lease_token, lease_deadline, leased_at, enqueued_at, size, redrive_count, first_enqueued_at, dead_letter, expires_at, history, progress, result, last_error, finished_at, grp, parent_id, children";
 
 /** Headers as stored (jsonb): `[name, base64]` pairs. */
 export function encodeHeaders(h: readonly [string, Buffer][] | null | undefined): string | null {

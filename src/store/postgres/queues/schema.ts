@@ -55,6 +55,7 @@ export function queueTables(t: Tables): string[] {
       dead_letter jsonb,
       expires_at bigint,
       singleton text,
+      grp text,
       parent_id bigint,
       pending_children int,
       child_policy text,
@@ -93,9 +94,16 @@ export function queueTables(t: Tables): string[] {
     // RATE-1: the grant rounds of a rate-limited queue's current window (rate-limit.ts).
     `CREATE TABLE ${t.queueGrants} (
       queue_id uuid NOT NULL REFERENCES ${t.queues} (queue_id) ON DELETE CASCADE,
+      grp text,
       at bigint NOT NULL,
       n int NOT NULL)`,
     `CREATE INDEX queue_grants_window ON ${t.queueGrants} (queue_id, at)`,
+    // GRP-Q1: each job group's turn in the round-robin ('' for ungrouped jobs), groups.ts.
+    `CREATE TABLE ${t.queueGroupTurns} (
+      queue_id uuid NOT NULL REFERENCES ${t.queues} (queue_id) ON DELETE CASCADE,
+      grp text NOT NULL,
+      turn bigint NOT NULL,
+      PRIMARY KEY (queue_id, grp))`,
     // Job schedules: the scheduler's one document (schedules.ts).
     `CREATE TABLE ${t.queueSchedules} (
       id boolean PRIMARY KEY DEFAULT true CHECK (id),

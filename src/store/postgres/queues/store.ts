@@ -8,15 +8,14 @@
  * guarded by the unique name index (a node that loses the race reads the winner's row);
  * replacing its config an UPDATE under the row lock; deleting it a DELETE whose cascade takes
  * the jobs in the same transaction (Q-8: the next open creates a new incarnation, a new
- * `queue_id`, so old jobs never come back). Features the rows do not hold yet are refused at
- * open with a ValidationError before anything is stored: job groups and encryption at rest (jobs of flows or groups are refused at enqueue, enqueue.ts; schedules
- * are absent, so the policy refuses them).
+ * `queue_id`, so old jobs never come back). One feature the rows do not hold yet is refused at
+ * open with a ValidationError before anything is stored: encryption at rest (`encrypted`).
  *
  * The parts: schema.ts (tables), rows.ts (row types, the queue transaction), enqueue.ts,
- * singletons.ts, flows.ts, grant.ts, settle.ts (settlements), moves.ts (dead letters, redrive),
- * expire.ts (job expiry), rate-limit.ts, schedules.ts (schedule store), inspect.ts (stats,
- * getJob, browse, events), leases.ts (this node's leases), sweep.ts (upkeep), wakeups.ts
- * (LISTEN), pg-queue.ts (one open queue).
+ * singletons.ts, flows.ts, groups.ts, grant.ts, rate-limit.ts, settle.ts (settlements),
+ * moves.ts (dead letters, redrive), expire.ts (job expiry), inspect.ts (stats, getJob, browse,
+ * events), leases.ts (this node's leases), sweep.ts (upkeep), wakeups.ts (LISTEN),
+ * schedules.ts (schedule store), pg-queue.ts (one open queue).
  */
 import { randomUUID } from "node:crypto";
 import type pg from "pg";
@@ -37,7 +36,7 @@ export interface PgQueueStoreOptions {
 
 /** Settings this engine cannot honour yet: refused, never ignored. */
 function refuseUnsupported(name: string, s: QueueSettings): void {
-  const what = (s.groupConcurrency ?? 0) > 0 ? "groupConcurrency" : s.groupRateLimit != null ? "groupRateLimit" : s.encrypted === true ? "encrypted (encryption at rest)" : null;
+  const what = s.encrypted === true ? "encrypted (encryption at rest)" : null;
   if (what !== null) throw new ValidationError(`queue ${JSON.stringify(name)}: ${what} is not yet available on the PostgreSQL engine`);
 }
 
