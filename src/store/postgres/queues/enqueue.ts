@@ -12,7 +12,7 @@
  * dead-letter moves and redrives (moves.ts), inside their own transaction.
  */
 import type pg from "pg";
-import { AbortedError, QueueFullError, ValidationError } from "../../../errors.js";
+import { AbortedError, QueueFullError } from "../../../errors.js";
 import { ENQUEUE_REQUESTS_KEPT, validateIdentity, type EnqueueIdentity } from "../../../queues/idempotence.js";
 import type { EnqueueResult } from "../../../queues/types.js";
 import { SYSTEM_DEDUPE_PREFIX, type EnqueueOutcome, type EnqueueRequestOptions, type NewJob } from "../../queue-store.js";

@@ -8,17 +8,18 @@
  * is in exactly one of the two places; no intent record, no system dedupe id, no resume step
  * is needed (the disk engine needs all three). The target is opened through the policy layer
  * first (`peer`, which creates an implicit dead-letter queue with its defaults), then written
- * directly in the move's transaction.
+ * directly in the move's transaction; both queue rows are locked in queue id order (rows.ts),
+ * so a dead-letter move and a redrive between the same two queues never deadlock.
  */
 import type pg from "pg";
-import { BrokerClosedError, LeaseExpiredError, ValidationError } from "../../../errors.js";
+import { LeaseExpiredError, ValidationError } from "../../../errors.js";
 import type { AttemptRecord, DeadLetterInfo, RedriveOptions, RedriveResult } from "../../../queues/types.js";
 import { isSystemHeader, type NewJob } from "../../queue-store.js";
-import { num, type Tables } from "../database.js";
+import { num } from "../database.js";
 import { MAX_ERROR_CHARS } from "../../../queues/config.js";
 import { insertJobs } from "./enqueue.js";
 import { childFinished, type FailedParent } from "./flows.js";
-import { decodeHeaders, JOB_COLUMNS, lockQueue, queueTx, type JobRow, type LockedQueue, type QueueCtx } from "./rows.js";
+import { decodeHeaders, JOB_COLUMNS, queueTx, type JobRow, type LockedQueue, type QueueCtx } from "./rows.js";
 import type { LeaseRef } from "./settle.js";
 
 /** A waiting job never granted whose `expiresAt` passed (no lease: `token` null). */
@@ -33,14 +34,6 @@ export const EXPIRED = "state = 'waiting' AND attempts = 0 AND expires_at <= $3"
 
 /** Dead-letter entries examined per redrive transaction. */
 const REDRIVE_ROUND = 256;
-
-/** Locks the live queue `name` (another queue than the transaction's own); returns its id. */
-async function lockByName(c: pg.ClientBase, t: Tables, name: string): Promise<{ queueId: string; q: LockedQueue }> {
-  const r = await c.query<{ queue_id: string }>(`SELECT queue_id FROM ${t.queues} WHERE name = $1`, [name]);
-  if (r.rows.length === 0) throw new BrokerClosedError(`queue ${name} was deleted`);
-  const queueId = r.rows[0].queue_id;
-  return { queueId, q: await lockQueue(c, t, queueId, name) };
-}
 
 /** The job as it lands in the dead-letter queue: payload, kept headers, the failure record. */
 function deadLetterCopy(ctx: QueueCtx, incarnation: string, row: JobRow, failure: AttemptRecord, now: number): NewJob {
@@ -88,27 +81,29 @@ function deadLetterCopy(ctx: QueueCtx, incarnation: string, row: JobRow, failure
  */
 export function deadLetterJob(ctx: QueueCtx, incarnation: string, l: LeaseRef | ExpiredRef, failure: AttemptRecord, event: "failed" | "stalled"): Promise<string | null> {
   const target = ctx.settings().deadLetter;
-  return queueTx(ctx, async (c, q) => {
-    const t = ctx.t;
-    const now = ctx.now();
-    const r =
-      l.token === null
-        ? await c.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM ${t.jobs} WHERE queue_id = $1 AND id = $2 AND ${EXPIRED} FOR UPDATE`, [ctx.queueId, l.jobId, now])
-        : await c.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM ${t.jobs} WHERE queue_id = $1 AND id = $2 AND lease_token = $3 FOR UPDATE`, [ctx.queueId, l.jobId, l.token]);
-    if (r.rows.length === 0) throw new LeaseExpiredError();
-    const dest = target === null ? null : await lockByName(c, t, target);
-    const move = { c, ctx, q, dest: dest?.q ?? null, incarnation, now };
-    let failed = await moveRow(move, r.rows[0], failure, event, l.attempt);
-    // FLOW-2: a child failed under "fail" fails its parent, and so on up the flow.
-    while (failed !== null) {
-      const p = await c.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM ${t.jobs} WHERE queue_id = $1 AND id = $2 AND state = 'children' FOR UPDATE`, [ctx.queueId, failed.id]);
-      if (p.rows.length === 0) break;
-      const rec: AttemptRecord = { at: now, attempt: 0, consumer: "(flow)", errorClass: "ChildFailedError", error: `child ${failed.child} failed: ${failed.error}`.slice(0, MAX_ERROR_CHARS) };
-      failed = await moveRow(move, p.rows[0], rec, "failed", 0);
-    }
-    if (dest !== null) await dest.q.flush(c, t, now);
-    return dest?.queueId ?? null;
-  });
+  return queueTx(
+    ctx,
+    async (c, q, dest) => {
+      const t = ctx.t;
+      const now = ctx.now();
+      const r =
+        l.token === null
+          ? await c.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM ${t.jobs} WHERE queue_id = $1 AND id = $2 AND ${EXPIRED} FOR UPDATE`, [ctx.queueId, l.jobId, now])
+          : await c.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM ${t.jobs} WHERE queue_id = $1 AND id = $2 AND lease_token = $3 FOR UPDATE`, [ctx.queueId, l.jobId, l.token]);
+      if (r.rows.length === 0) throw new LeaseExpiredError();
+      const move = { c, ctx, q, dest: target === null ? null : (dest?.q ?? q), incarnation, now };
+      let failed = await moveRow(move, r.rows[0], failure, event, l.attempt);
+      // FLOW-2: a child failed under "fail" fails its parent, and so on up the flow.
+      while (failed !== null) {
+        const p = await c.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM ${t.jobs} WHERE queue_id = $1 AND id = $2 AND state = 'children' FOR UPDATE`, [ctx.queueId, failed.id]);
+        if (p.rows.length === 0) break;
+        const rec: AttemptRecord = { at: now, attempt: 0, consumer: "(flow)", errorClass: "ChildFailedError", error: `child ${failed.child} failed: ${failed.error}`.slice(0, MAX_ERROR_CHARS) };
+        failed = await moveRow(move, p.rows[0], rec, "failed", 0);
+      }
+      return target === null ? null : (dest?.queueId ?? ctx.queueId);
+    },
+    target,
+  );
 }
 
 interface Move {
@@ -188,8 +183,16 @@ export async function redrive(ctx: QueueCtx, opts: RedriveOptions, host: Redrive
   const limit = opts.limit ?? Infinity;
   const result: RedriveResult = { moved: 0, skippedRepeats: 0 };
   let after = -1;
+  // Entries stored after the redrive began (its own copies, when it targets this queue) are not in it.
+  const endR = await ctx.db.query<{ next_id: string }>(`SELECT next_id FROM ${ctx.t.queues} WHERE queue_id = $1`, [ctx.queueId]);
+  const end = endR.rows.length === 0 ? 0 : num(endR.rows[0].next_id);
   while (result.moved < limit) {
-    const page = await ctx.db.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM ${ctx.t.jobs} WHERE queue_id = $1 AND state = 'waiting' AND id > $2 ORDER BY id LIMIT $3`, [ctx.queueId, after, REDRIVE_ROUND]);
+    const page = await ctx.db.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM ${ctx.t.jobs} WHERE queue_id = $1 AND state = 'waiting' AND id > $2 AND id < $3 ORDER BY id LIMIT $4`, [
+      ctx.queueId,
+      after,
+      end,
+      REDRIVE_ROUND,
+    ]);
     if (page.rows.length === 0) break;
     after = num(page.rows[page.rows.length - 1].id);
     const byTarget = new Map<string, string[]>();
@@ -217,18 +220,21 @@ export async function redrive(ctx: QueueCtx, opts: RedriveOptions, host: Redrive
 
 /** One redrive transaction: the entries still waiting are copied to `target` and deleted here. */
 function moveBack(ctx: QueueCtx, target: string, ids: string[]): Promise<{ n: number; targetId: string }> {
-  return queueTx(ctx, async (c, q) => {
-    const t = ctx.t;
-    const now = ctx.now();
-    const r = await c.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM ${t.jobs} WHERE queue_id = $1 AND id = ANY($2) AND state = 'waiting' ORDER BY id FOR UPDATE`, [ctx.queueId, ids]);
-    const dest = target === ctx.name ? { queueId: ctx.queueId, q } : await lockByName(c, t, target);
-    const first = dest.q.allocate(r.rows.length);
-    await insertJobs(c, t, dest.q, r.rows.map((row) => redriveCopy(row, now)), first, now);
-    if (dest.q !== q) await dest.q.flush(c, t, now);
-    await c.query(`DELETE FROM ${t.jobs} WHERE queue_id = $1 AND id = ANY($2)`, [ctx.queueId, r.rows.map((x) => x.id)]);
-    q.add("live_jobs", -r.rows.length);
-    q.add("live_bytes", -r.rows.reduce((n, x) => n + num(x.size), 0));
-    for (const row of r.rows) q.event({ type: "removed", jobId: row.id });
-    return { n: r.rows.length, targetId: dest.queueId };
-  });
+  return queueTx(
+    ctx,
+    async (c, q, other) => {
+      const t = ctx.t;
+      const now = ctx.now();
+      const r = await c.query<JobRow>(`SELECT ${JOB_COLUMNS} FROM ${t.jobs} WHERE queue_id = $1 AND id = ANY($2) AND state = 'waiting' ORDER BY id FOR UPDATE`, [ctx.queueId, ids]);
+      const dest = other ?? { queueId: ctx.queueId, q };
+      const first = dest.q.allocate(r.rows.length);
+      await insertJobs(c, t, dest.q, r.rows.map((row) => redriveCopy(row, now)), first, now);
+      await c.query(`DELETE FROM ${t.jobs} WHERE queue_id = $1 AND id = ANY($2)`, [ctx.queueId, r.rows.map((x) => x.id)]);
+      q.add("live_jobs", -r.rows.length);
+      q.add("live_bytes", -r.rows.reduce((n, x) => n + num(x.size), 0));
+      for (const row of r.rows) q.event({ type: "removed", jobId: row.id });
+      return { n: r.rows.length, targetId: dest.queueId };
+    },
+    target,
+  );
 }

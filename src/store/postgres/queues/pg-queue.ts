@@ -53,6 +53,8 @@ export interface PgQueueOptions {
   db: Db;
   queueId: string;
   name: string;
+  /** The store's id in NOTIFY payloads. */
+  origin: string;
   settings: QueueSettings;
   now(): number;
   monoNow(): number;
@@ -110,6 +112,7 @@ export class PgQueue implements StoredQueue {
       t: o.db.t,
       queueId: o.queueId,
       name: o.name,
+      origin: o.origin,
       settings: () => this._settings,
       now: o.now,
       eventsWritten: (last) => {

@@ -17,7 +17,7 @@ import type { DeadLetterInfo } from "../../../queues/types.js";
 import type { QueueSettings, StoredJob } from "../../queue-store.js";
 import { num, type Db, type Tables } from "../database.js";
 
-/** NOTIFY channel: the payload is the queue id whose jobs may have become grantable. */
+/** NOTIFY channel: the payload is `<queue id>:<origin>`, a queue whose jobs may have become grantable and the store that said so. */
 export const QUEUE_CHANNEL = "sluice_queue";
 
 /** What the SQL of one open queue needs. */
@@ -26,6 +26,8 @@ export interface QueueCtx {
   readonly t: Tables;
   readonly queueId: string;
   readonly name: string;
+  /** This store's id in NOTIFY payloads (its own notifications are not wake-ups for it). */
+  readonly origin: string;
   settings(): QueueSettings;
   now(): number;
   /** Told after a commit that wrote lifecycle events, the last one's position (readEvents "now"). */
@@ -122,6 +124,7 @@ export class LockedQueue {
     /** Live jobs and bytes before this transaction's changes. */
     readonly liveJobs: number,
     readonly liveBytes: number,
+    private readonly origin: string,
   ) {}
 
   /** `n` consecutive job ids; returns the first. */
@@ -173,28 +176,58 @@ export class LockedQueue {
         [this.queueId, this.nextEvent, at, JSON.stringify(this.events)],
       );
     }
-    if (this.wake) await c.query("SELECT pg_notify($1, $2)", [QUEUE_CHANNEL, this.queueId]);
+    if (this.wake) await c.query("SELECT pg_notify($1, $2)", [QUEUE_CHANNEL, `${this.queueId}:${this.origin}`]);
   }
 }
 
 /** Takes the queue row of `queueId` (FOR UPDATE); BrokerClosedError when it was deleted. */
-export async function lockQueue(c: pg.ClientBase, t: Tables, queueId: string, name: string): Promise<LockedQueue> {
+export async function lockQueue(c: pg.ClientBase, t: Tables, queueId: string, name: string, origin: string): Promise<LockedQueue> {
   const r = await c.query<{ next_id: string; next_event: string; live_jobs: string; live_bytes: string }>(
     `SELECT next_id, next_event, live_jobs, live_bytes FROM ${t.queues} WHERE queue_id = $1 FOR UPDATE`,
     [queueId],
   );
   if (r.rows.length === 0) throw new BrokerClosedError(`queue ${name} was deleted`);
   const row = r.rows[0];
-  return new LockedQueue(queueId, num(row.next_id), num(row.next_event), num(row.live_jobs), num(row.live_bytes));
+  return new LockedQueue(queueId, num(row.next_id), num(row.next_event), num(row.live_jobs), num(row.live_bytes), origin);
 }
 
-/** Runs `fn` in one transaction holding the queue row; resolves once committed (durable). */
-export async function queueTx<T>(ctx: QueueCtx, fn: (c: pg.PoolClient, q: LockedQueue) => Promise<T>): Promise<T> {
+/** Another queue a transaction writes too (a dead-letter or redrive target), locked. */
+export interface OtherQueue {
+  queueId: string;
+  q: LockedQueue;
+}
+
+/**
+ * Locks this queue's row and, when `other` names another queue, that one's too, in queue id
+ * order (two moves in opposite directions never deadlock).
+ */
+async function lockRows(c: pg.ClientBase, ctx: QueueCtx, other: string | null): Promise<{ q: LockedQueue; o: OtherQueue | null }> {
+  if (other === null || other === ctx.name) return { q: await lockQueue(c, ctx.t, ctx.queueId, ctx.name, ctx.origin), o: null };
+  const r = await c.query<{ queue_id: string }>(`SELECT queue_id FROM ${ctx.t.queues} WHERE name = $1`, [other]);
+  if (r.rows.length === 0) throw new BrokerClosedError(`queue ${other} was deleted`);
+  const otherId = r.rows[0].queue_id;
+  const lockOther = (): Promise<LockedQueue> => lockQueue(c, ctx.t, otherId, other, ctx.origin);
+  const lockOwn = (): Promise<LockedQueue> => lockQueue(c, ctx.t, ctx.queueId, ctx.name, ctx.origin);
+  if (otherId < ctx.queueId) {
+    const oq = await lockOther();
+    return { q: await lockOwn(), o: { queueId: otherId, q: oq } };
+  }
+  const q = await lockOwn();
+  return { q, o: { queueId: otherId, q: await lockOther() } };
+}
+
+/**
+ * Runs `fn` in one transaction holding the queue row (and `other`'s, when given: null when it
+ * is this queue); resolves once committed (durable).
+ */
+export async function queueTx<T>(ctx: QueueCtx, fn: (c: pg.PoolClient, q: LockedQueue, other: OtherQueue | null) => Promise<T>, other: string | null = null): Promise<T> {
   let last = 0;
   const out = await ctx.db.tx(async (c) => {
-    const q = await lockQueue(c, ctx.t, ctx.queueId, ctx.name);
-    const r = await fn(c, q);
-    await q.flush(c, ctx.t, ctx.now());
+    const { q, o } = await lockRows(c, ctx, other);
+    const r = await fn(c, q, o);
+    const now = ctx.now();
+    await q.flush(c, ctx.t, now);
+    await o?.q.flush(c, ctx.t, now);
     last = q.lastEvent;
     return r;
   });

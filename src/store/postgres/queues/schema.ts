@@ -17,6 +17,7 @@
  */
 import type { Tables } from "../database.js";
 
+/** Migration 2: queues and jobs, then the tables beside them. */
 export function queueTables(t: Tables): string[] {
   return [
     `CREATE TABLE ${t.queues} (
@@ -73,6 +74,13 @@ export function queueTables(t: Tables): string[] {
     `CREATE INDEX jobs_singleton ON ${t.jobs} (queue_id, singleton) WHERE singleton IS NOT NULL AND state IN ('waiting', 'leased')`,
     `CREATE INDEX jobs_expiring ON ${t.jobs} (queue_id, expires_at) WHERE expires_at IS NOT NULL AND state = 'waiting' AND attempts = 0`,
     `CREATE INDEX jobs_finished ON ${t.jobs} (queue_id, finished_at) WHERE state IN ('done', 'dead')`,
+    ...sideTables(t),
+  ];
+}
+
+/** Dedupe entries, idempotent requests, lifecycle events, rate windows, group turns, schedules. */
+function sideTables(t: Tables): string[] {
+  return [
     `CREATE TABLE ${t.queueDedupe} (
       queue_id uuid NOT NULL REFERENCES ${t.queues} (queue_id) ON DELETE CASCADE,
       dedupe_id text NOT NULL,

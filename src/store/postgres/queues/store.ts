@@ -58,12 +58,16 @@ export class PgQueueStore implements QueueStore {
   private lock: Promise<unknown> = Promise.resolve();
   private readonly wakeups: QueueWakeups;
   private closed = false;
+  /** This store's id in NOTIFY payloads: its own commits already woke its queues. */
+  private readonly origin = randomUUID();
   /** Job schedules (schedules.ts). */
   readonly schedules: PgScheduleStore;
 
   constructor(private readonly o: PgQueueStoreOptions) {
     this.schedules = new PgScheduleStore(o.db);
-    this.wakeups = new QueueWakeups(o.clientConfig, (id) => this.wake(id));
+    this.wakeups = new QueueWakeups(o.clientConfig, (id, origin) => {
+      if (origin !== this.origin) this.wake(id);
+    });
   }
 
   async start(): Promise<void> {
@@ -110,6 +114,7 @@ export class PgQueueStore implements QueueStore {
       db: this.o.db,
       queueId,
       name,
+      origin: this.origin,
       settings,
       now: this.o.now,
       monoNow: () => performance.now(),

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
  * Cross-node wake-ups of PostgreSQL queues: one LISTEN connection per engine on the
- * `sluice_queue` channel, whose payload is the id of a queue that may have grantable jobs
- * (sent by `pg_notify` inside the committing transaction, rows.ts).
+ * `sluice_queue` channel, whose payload is the id of a queue that may have grantable jobs and
+ * the id of the store that committed it (sent by `pg_notify` inside the committing
+ * transaction, rows.ts; a store ignores its own, having woken its queues directly).
  *
  * Why a connection of its own: LISTEN needs a session that stays open; the pool's connections
  * come and go. Notifications are not durable (a dropped connection loses them), so this is
@@ -21,7 +22,7 @@ export class QueueWakeups {
 
   constructor(
     private readonly clientConfig: pg.ClientConfig,
-    private readonly onWake: (queueId: string) => void,
+    private readonly onWake: (queueId: string, origin: string) => void,
   ) {}
 
   /** Opens the listener connection (a failure falls back to polling and is retried). */
@@ -43,7 +44,9 @@ export class QueueWakeups {
     client.on("error", lost);
     client.on("end", lost);
     client.on("notification", (n) => {
-      if (n.channel === QUEUE_CHANNEL && n.payload) this.onWake(n.payload);
+      if (n.channel !== QUEUE_CHANNEL || !n.payload) return;
+      const i = n.payload.indexOf(":");
+      if (i > 0) this.onWake(n.payload.slice(0, i), n.payload.slice(i + 1));
     });
     this.client = client;
     try {
