@@ -312,6 +312,8 @@ export class PgQueue implements StoredQueue {
     l.deadlineMono = l.startedMono + ttl;
     l.deadline = this.o.now() + ttl;
     this.leaseTimer.arm(l.deadlineMono);
+    // Not durable (LEASE-1), but other nodes' sweeps go by the stored deadline: best effort.
+    extendJob(this.ctx, l, l.deadline).catch(() => {});
   }
 
   // ── lease expiry (LEASE-2, LEASE-3) ──

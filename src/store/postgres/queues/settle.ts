@@ -134,11 +134,18 @@ export function requeueExpired(ctx: QueueCtx, l: LeaseRef, rec: AttemptRecord): 
   });
 }
 
+/**
+ * A lease of another node is expired here only this long after its stored deadline: the
+ * granting node runs the exact clock (from the hand-out, LEASE-1, a little after the stored
+ * deadline was computed) and expires it itself while it is alive.
+ */
+export const FOREIGN_EXPIRY_GRACE_MS = 2000;
+
 /** Leases of other nodes (or of a previous run of this one) whose wall-clock deadline passed. */
 export async function expiredElsewhere(ctx: QueueCtx, localTokens: string[], limit: number): Promise<LeaseRef[]> {
   const r = await ctx.db.query<{ id: string; attempts: number; lease_token: string }>(
     `SELECT id, attempts, lease_token FROM ${ctx.t.jobs} WHERE queue_id = $1 AND state = 'leased' AND lease_deadline < $2 AND NOT (lease_token = ANY($3)) ORDER BY lease_deadline LIMIT $4`,
-    [ctx.queueId, ctx.now(), localTokens, limit],
+    [ctx.queueId, ctx.now() - FOREIGN_EXPIRY_GRACE_MS, localTokens, limit],
   );
   return r.rows.map((x) => ({ jobId: x.id, attempt: x.attempts, token: x.lease_token }));
 }
