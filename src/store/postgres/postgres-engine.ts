@@ -23,6 +23,7 @@
 import pg from "pg";
 import { BrokerClosedError } from "../../errors.js";
 import type { PreparedRecord, ProducerInfo, StoredRecord } from "../../log/record-batch.js";
+import type { Logger } from "../../observability/telemetry.js";
 import type { TopicConfig, TopicDescription } from "../../types.js";
 import type { AppendResult, CommittedOffset, EncodedBatches, EngineTopic, OffsetReset, PartitionOffsets, StorageEngine } from "../engine.js";
 import { Db, translateError, validateSchemaName } from "./database.js";
@@ -46,6 +47,8 @@ export interface PostgresEngineOptions {
   poolSize?: number;
   /** Wall clock (tests). */
   now?: () => number;
+  /** Where failures of background queue work (lease expiry, sweeps) are logged; default: nowhere. */
+  logger?: Pick<Logger, "warn">;
 }
 
 export const DEFAULT_SCHEMA = "sluice";
@@ -87,7 +90,7 @@ export class PostgresEngine implements StorageEngine {
     this.notifier = new AppendNotifier(clientConfig, (keys) => this.partitions.ends(keys));
     this.partitions = new PartitionStore(this.db, (key, end) => this.notifier.notify(key, end));
     this.groups = new PgGroupOffsets(this.db, this.now);
-    this.queues = new PgQueueStore({ db: this.db, clientConfig, now: this.now });
+    this.queues = new PgQueueStore({ db: this.db, clientConfig, now: this.now, logger: opts.logger });
   }
 
   /** Connects, applies migrations, starts listening for appends. */

@@ -20,6 +20,7 @@
 import { randomUUID } from "node:crypto";
 import type pg from "pg";
 import { BrokerClosedError, QueueNotFoundError, ValidationError } from "../../../errors.js";
+import type { Logger } from "../../../observability/telemetry.js";
 import type { QueueConfig } from "../../../queues/types.js";
 import type { OpenQueueRequest, QueueSettings, QueueStore, StoredQueue } from "../../queue-store.js";
 import type { Db } from "../database.js";
@@ -32,6 +33,8 @@ export interface PgQueueStoreOptions {
   /** Where the LISTEN connection connects. */
   clientConfig: pg.ClientConfig;
   now(): number;
+  /** Failures of background work (lease expiry, sweeps: retried by the next sweep). */
+  logger?: Pick<Logger, "warn">;
 }
 
 /** Settings this engine cannot honour yet: refused, never ignored. */
@@ -120,7 +123,7 @@ export class PgQueueStore implements QueueStore {
       monoNow: () => performance.now(),
       peer: (n) => req.peer(n),
       wake: (id) => this.wake(id),
-      warn: () => {},
+      warn: (err, what) => this.o.logger?.warn({ err, queue: name }, what),
     });
     this.byId.set(queueId, q);
     return q;
