@@ -54,9 +54,24 @@ export interface ConformanceTarget {
  * registers only the tests of what is offered (default: everything). A target that leaves
  * something out says so where it calls the suite; nothing is registered and then skipped.
  */
+/** The queue areas of the suite, in registration (report) order. */
+export const QUEUE_AREAS = {
+  queueTests,
+  queueResultTests,
+  queueDeclareTests,
+  queueBrowseTests,
+  queueEventTests,
+  queueScheduleTests,
+  queueOptionTests,
+  queueFlowTests,
+  queueLimitTests,
+  queueGroupTests,
+} as const;
+export type QueueArea = keyof typeof QUEUE_AREAS;
+
 export interface ConformanceScope {
-  /** Work queues (every queue area). Default true. */
-  queues?: boolean;
+  /** Work queues: every queue area (true, the default), none (false), or the areas listed. */
+  queues?: boolean | readonly QueueArea[];
   /** Key-compacted topics (`cleanupPolicy: "compact"`). Default true. */
   compaction?: boolean;
 }
@@ -78,15 +93,9 @@ export function defineConformanceSuite(name: string, factory: () => Promise<Conf
   groupTests(t);
   commitTests(t);
   replayTests(t);
-  if (scope.queues === false) return;
-  queueTests(t);
-  queueResultTests(t);
-  queueDeclareTests(t);
-  queueBrowseTests(t);
-  queueEventTests(t);
-  queueScheduleTests(t);
-  queueOptionTests(t);
-  queueFlowTests(t);
-  queueLimitTests(t);
-  queueGroupTests(t);
+  const queues = scope.queues ?? true;
+  if (queues === false) return;
+  for (const [area, register] of Object.entries(QUEUE_AREAS) as [QueueArea, (t: DefineTest) => void][]) {
+    if (queues === true || queues.includes(area)) register(t);
+  }
 }

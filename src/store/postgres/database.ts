@@ -33,6 +33,15 @@ export interface Tables {
   groupOffsets: string;
   offsetResets: string;
   schemaVersion: string;
+  /** Work queues (src/store/postgres/queues/). */
+  queues: string;
+  jobs: string;
+  queueDedupe: string;
+  queueRequests: string;
+  queueEvents: string;
+  queueGrants: string;
+  queueSchedules: string;
+  queueGroupTurns: string;
 }
 
 export function tables(schema: string): Tables {
@@ -48,6 +57,14 @@ export function tables(schema: string): Tables {
     groupOffsets: `${s}.group_offsets`,
     offsetResets: `${s}.offset_resets`,
     schemaVersion: `${s}.schema_version`,
+    queues: `${s}.queues`,
+    jobs: `${s}.jobs`,
+    queueDedupe: `${s}.queue_dedupe`,
+    queueRequests: `${s}.queue_requests`,
+    queueEvents: `${s}.queue_events`,
+    queueGrants: `${s}.queue_grants`,
+    queueSchedules: `${s}.queue_schedules`,
+    queueGroupTurns: `${s}.queue_group_turns`,
   };
 }
 

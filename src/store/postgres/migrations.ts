@@ -16,6 +16,7 @@
 import type pg from "pg";
 import { StorageError } from "../../errors.js";
 import type { Tables } from "./database.js";
+import { queueTables } from "./queues/schema.js";
 
 interface Migration {
   version: number;
@@ -80,6 +81,8 @@ const MIGRATIONS: Migration[] = [
       `CREATE INDEX offset_resets_group ON ${t.offsetResets} (group_name, topic_id, id DESC)`,
     ],
   },
+  // Work queues: one row per job (src/store/postgres/queues/schema.ts).
+  { version: 2, statements: queueTables },
 ];
 
 /** The schema version this code writes and understands. */

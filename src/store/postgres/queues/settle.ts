@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * Settlements of a PostgreSQL queue's leases (ack, retry, giveBack, release, extend, progress,
+ * and the requeue of an expired lease), each one transaction on the job row.
+ *
+ * Why `WHERE id = $ AND lease_token = $`: the token is the lease (Q-3). A settlement of a lease
+ * that is no longer the row's (expired and requeued, perhaps granted again, by this node or
+ * another) matches no row, changes nothing and rejects with LeaseExpiredError. Each resolves
+ * only after COMMIT (Q-2). Dead-letter moves, which touch two queues, are in moves.ts.
+ */
+import type pg from "pg";
+import { LeaseExpiredError } from "../../../errors.js";
+import type { AttemptRecord } from "../../../queues/types.js";
+import { num } from "../database.js";
+import { childFinished } from "./flows.js";
+import { queueTx, type LockedQueue, type QueueCtx } from "./rows.js";
+
+/** What a settlement names: the job and the token of its lease. */
+export interface LeaseRef {
+  jobId: string;
+  attempt: number;
+  token: string;
+}
+
+/** The one row `sql` changed, or LeaseExpiredError when the lease no longer holds it. */
+async function one<R extends pg.QueryResultRow>(c: pg.ClientBase, sql: string, vals: unknown[]): Promise<R> {
+  const r = await c.query<R>(sql, vals);
+  if (r.rows.length === 0) throw new LeaseExpiredError();
+  return r.rows[0];
+}
+
+/** What a finishing job's statement returns. */
+interface Finished {
+  size: string;
+  key: string | null;
+  parent_id: string | null;
+}
+
+/** Frees a finished job's admission room. */
+function finished(q: LockedQueue, size: string): void {
+  q.add("live_jobs", -1);
+  q.add("live_bytes", -num(size));
+}
+
+export function ackJob(ctx: QueueCtx, l: LeaseRef, result: string | undefined): Promise<void> {
+  return queueTx(ctx, async (c, q) => {
+    const t = ctx.t;
+    const now = ctx.now();
+    const vals = [ctx.queueId, l.jobId, l.token];
+    // Q-9: the result is written by the same commit as the completion; without retention nothing is kept.
+    const row =
+      ctx.settings().resultRetentionMs > 0
+        ? await one<Finished>(
+            c,
+            `UPDATE ${t.jobs} SET state = 'done', finished_at = $4, result = $5, lease_token = NULL, progress = NULL, value = NULL, headers = NULL, children = NULL
+             WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING size, key, parent_id`,
+            [...vals, now, result ?? null],
+          )
+        : await one<Finished>(c, `DELETE FROM ${t.jobs} WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING size, key, parent_id`, vals);
+    finished(q, row.size);
+    q.add("completed", 1);
+    q.event({ type: "completed", jobId: l.jobId, attempt: l.attempt, ...(result !== undefined ? { resultText: result } : {}) });
+    // KEY-1: the key's next job may be granted now, on any node.
+    if (row.key !== null) q.notify();
+    // FLOW-2: the parent learns the outcome in the same commit (a completed child fails nobody).
+    if (row.parent_id !== null) await childFinished(c, ctx, q, row.parent_id, l.jobId, { state: "completed", ...(result !== undefined ? { result } : {}) });
+  });
+}
+
+/** Appends `failure` to the job's history (jsonb) in the same UPDATE. */
+const HISTORY = `history = coalesce(history, '[]'::jsonb) || jsonb_build_array($5::jsonb), last_error = $6`;
+
+export function retryJob(ctx: QueueCtx, l: LeaseRef, visibleAt: number, failure: AttemptRecord): Promise<void> {
+  return queueTx(ctx, async (c, q) => {
+    await one(
+      c,
+      `UPDATE ${ctx.t.jobs} SET state = 'waiting', visible_at = $4, lease_token = NULL, lease_deadline = NULL, ${HISTORY}
+       WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING id`,
+      [ctx.queueId, l.jobId, l.token, visibleAt, JSON.stringify(failure), failure.error || failure.errorClass],
+    );
+    q.add("retries", 1);
+    q.event({ type: "failed", jobId: l.jobId, attempt: l.attempt, errorClass: failure.errorClass, error: failure.error, willRetry: true, retryAt: visibleAt });
+    q.notify();
+  });
+}
+
+/**
+ * Back to waiting at `visibleAt` without a failure record: giveBack (RATE-2, never an attempt)
+ * and release (`counted` false: never an attempt). Rejects LeaseExpiredError for a lost lease.
+ */
+export function returnJob(ctx: QueueCtx, l: LeaseRef, visibleAt: number, counted: boolean): Promise<void> {
+  return queueTx(ctx, async (c, q) => {
+    await one(
+      c,
+      `UPDATE ${ctx.t.jobs} SET state = 'waiting', visible_at = $4, lease_token = NULL, lease_deadline = NULL, attempts = attempts - $5
+       WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING id`,
+      [ctx.queueId, l.jobId, l.token, visibleAt, counted ? 0 : 1],
+    );
+    q.event({ type: "released", jobId: l.jobId, attempt: l.attempt, ...(visibleAt > ctx.now() ? { retryAt: visibleAt } : {}) });
+    q.notify();
+  });
+}
+
+export async function extendJob(ctx: QueueCtx, l: LeaseRef, deadline: number): Promise<void> {
+  const r = await ctx.db.query(`UPDATE ${ctx.t.jobs} SET lease_deadline = $4 WHERE queue_id = $1 AND id = $2 AND lease_token = $3`, [ctx.queueId, l.jobId, l.token, deadline]);
+  if (r.rowCount === 0) throw new LeaseExpiredError();
+}
+
+export function progressJob(ctx: QueueCtx, l: LeaseRef, json: string): Promise<void> {
+  return queueTx(ctx, async (c, q) => {
+    await one(c, `UPDATE ${ctx.t.jobs} SET progress = $4 WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING id`, [ctx.queueId, l.jobId, l.token, json]);
+    q.event({ type: "progress", jobId: l.jobId, attempt: l.attempt, progressText: json });
+  });
+}
+
+/**
+ * LEASE-3: an expired lease's job is visible again at once, the expiry in its history; false
+ * when it is at `maxAttempts` (the caller dead-letters it instead) or the lease is gone.
+ */
+export function requeueExpired(ctx: QueueCtx, l: LeaseRef, rec: AttemptRecord): Promise<"requeued" | "dead" | "gone"> {
+  return queueTx(ctx, async (c, q) => {
+    const r = await c.query<{ attempts: number }>(`SELECT attempts FROM ${ctx.t.jobs} WHERE queue_id = $1 AND id = $2 AND lease_token = $3 FOR UPDATE`, [ctx.queueId, l.jobId, l.token]);
+    if (r.rows.length === 0) return "gone";
+    if (r.rows[0].attempts >= ctx.settings().maxAttempts) return "dead";
+    const now = ctx.now();
+    await c.query(
+      `UPDATE ${ctx.t.jobs} SET state = 'waiting', visible_at = $4, lease_token = NULL, lease_deadline = NULL, ${HISTORY}
+       WHERE queue_id = $1 AND id = $2 AND lease_token = $3`,
+      [ctx.queueId, l.jobId, l.token, now, JSON.stringify(rec), rec.error || rec.errorClass],
+    );
+    q.event({ type: "stalled", jobId: l.jobId, attempt: l.attempt, willRetry: true, retryAt: now });
+    q.notify();
+    return "requeued";
+  });
+}
+
+/**
+ * A lease of another node is expired here only this long after its stored deadline: the
+ * granting node runs the exact clock (from the hand-out, LEASE-1, a little after the stored
+ * deadline was computed) and expires it itself while it is alive.
+ */
+export const FOREIGN_EXPIRY_GRACE_MS = 2000;
+
+/** Leases of other nodes (or of a previous run of this one) whose wall-clock deadline passed. */
+export async function expiredElsewhere(ctx: QueueCtx, localTokens: string[], limit: number): Promise<LeaseRef[]> {
+  const r = await ctx.db.query<{ id: string; attempts: number; lease_token: string }>(
+    `SELECT id, attempts, lease_token FROM ${ctx.t.jobs} WHERE queue_id = $1 AND state = 'leased' AND lease_deadline < $2 AND NOT (lease_token = ANY($3)) ORDER BY lease_deadline LIMIT $4`,
+    [ctx.queueId, ctx.now() - FOREIGN_EXPIRY_GRACE_MS, localTokens, limit],
+  );
+  return r.rows.map((x) => ({ jobId: x.id, attempt: x.attempts, token: x.lease_token }));
+}
