@@ -236,7 +236,8 @@ export function resolveServeConfig(argv: string[], env: NodeJS.ProcessEnv = proc
 /** The PostgreSQL engine of `--engine URL` (loaded only then: disk servers never load `pg`). */
 async function openEngineSpec(spec: string, logger: Logger) {
   logger.info({ event: "engine", engine: "postgres", where: parseEngineUrl(spec).description }, "storage: PostgreSQL engine");
-  return postgresEngineFromUrl(spec);
+  // Failures of background queue work (lease expiry, upkeep) go to the server's log.
+  return postgresEngineFromUrl(spec, { logger });
 }
 
 /**

@@ -7,7 +7,7 @@
  * `description` (it is logged). Nothing here loads `pg`: a disk server never does.
  */
 import { ValidationError } from "../../errors.js";
-import type { PostgresEngine } from "./postgres-engine.js";
+import type { PostgresEngine, PostgresEngineOptions } from "./postgres-engine.js";
 import { DEFAULT_SCHEMA, validateSchemaName } from "./schema-name.js";
 
 export const POSTGRES_URL_SCHEMES: readonly string[] = ["postgres:", "postgresql:"];
@@ -33,8 +33,8 @@ export function parseEngineUrl(v: string): ParsedEngineUrl {
 }
 
 /** The engine for a URL (not opened: `openBroker({ engine })` opens it). Loads `pg`. */
-export async function postgresEngineFromUrl(v: string): Promise<PostgresEngine> {
+export async function postgresEngineFromUrl(v: string, opts: Omit<PostgresEngineOptions, "connectionString" | "schema" | "pool"> = {}): Promise<PostgresEngine> {
   const p = parseEngineUrl(v);
   const { PostgresEngine } = await import("./postgres-engine.js");
-  return new PostgresEngine({ connectionString: p.connectionString, schema: p.schema });
+  return new PostgresEngine({ ...opts, connectionString: p.connectionString, schema: p.schema });
 }
