@@ -11,6 +11,10 @@
  * 8 partitions (8 batches can commit at once, as the peer's 8 connections can) and 1
  * partition (a single ordered log). The goal (at least as fast as the raw INSERT) is on the
  * first; both print.
+ *
+ * Jobs: the queue bench's closed loop (a producer enqueueing batches of 100, workers acking
+ * each job) with sluice's queue on the PostgreSQL engine against pg-boss on the same server
+ * (goal: 10x).
  */
 import pg from "pg";
 import { openBroker } from "../src/broker/broker.js";
@@ -18,7 +22,9 @@ import { connect } from "../src/client/index.js";
 import { postgresEngine } from "../src/store/postgres/index.js";
 import type { Broker } from "../src/types.js";
 import { Meter, runGroups, type BenchCase, type BenchGroup, type RunGroupOptions } from "./harness.js";
-import { describePostgresDurability, PG_CONNECTION } from "./peers/pgboss.js";
+import { describePostgresDurability, PG_CONNECTION, pgbossJobs, PGBOSS_SYSTEM } from "./peers/pgboss.js";
+import { processCase } from "./queues.js";
+import { JOB_CONCURRENCY } from "./shapes.js";
 import { pumpWindow, stampedPayload } from "./peers/common.js";
 import type { BenchRow } from "./report.js";
 import { serve } from "./server.js";
@@ -112,6 +118,16 @@ export async function runPostgresBench(opts: { tmpDir: string; run: RunGroupOpti
           rawInsertCase(durability),
         ],
         ratios: [{ sluice: SLUICE_PG, peer: RAW_INSERT, goal: { atLeast: 1 } }],
+      },
+      {
+        // pg-boss is a library on the application's pool, as this embedded broker is: the same
+        // PostgreSQL server, the same closed loop, the same concurrency.
+        id: "pg-jobs",
+        table: "per-message",
+        metrics: [{ key: "rate", name: `queue jobs in PostgreSQL end to end (enqueue, receive, ack), concurrency ${JOB_CONCURRENCY}`, unit: "jobs/s" }],
+        cases: [{ ...processCase(SLUICE_PG, { open: async () => broker, release: async () => {} }, JOB_CONCURRENCY), durability: `${durability}; each enqueue batch, grant round and settlement one transaction` }, pgbossJobs(durability)],
+        ratios: [{ sluice: SLUICE_PG, peer: PGBOSS_SYSTEM, goal: { atLeast: 10 } }],
+        prime: true,
       },
     ];
     const rows = await runGroups(groups, { ...opts.run, only: opts.only });

@@ -37,7 +37,7 @@ const PRODUCER = `${JOB_PRODUCER} (enqueueBatch)`;
 /** The limit of the rate-limited row: below what BullMQ on fsync'd Redis does unlimited here (~2,300-3,500 jobs/s). */
 const RATE_LIMIT = { max: 2000, durationMs: 1000 };
 
-type Open = { open(): Promise<Broker>; release(b: Broker): Promise<void> };
+export type Open = { open(): Promise<Broker>; release(b: Broker): Promise<void> };
 let seq = 0;
 
 /** Runs `driveQueue` against a sluice queue with `startWorkers` consuming it. */
@@ -83,7 +83,7 @@ interface SluiceVariant {
 }
 
 /** `q.process(trivial handler, { concurrency })`: return = ack. Counted when the handler returns (at most `concurrency` acks behind). */
-function processCase(system: string, t: Open, concurrency: number, variant?: SluiceVariant): BenchCase {
+export function processCase(system: string, t: Open, concurrency: number, variant?: SluiceVariant): BenchCase {
   return {
     system,
     durability: SLUICE_DURABILITY,

@@ -41,7 +41,7 @@ import { browseJobs, getJob, idNumber, queueStats, readEvents } from "./inspect.
 import { LeaseTable, PgLease } from "./leases.js";
 import { deadLetterJob, redrive } from "./moves.js";
 import { queueTx, toStoredJob, type QueueCtx } from "./rows.js";
-import { ackJob, extendJob, progressJob, requeueExpired, returnJob, retryJob, type LeaseRef } from "./settle.js";
+import { AckBatcher, extendJob, progressJob, requeueExpired, returnJob, retryJob, type LeaseRef } from "./settle.js";
 import { Sweeper } from "./sweep.js";
 
 /** While workers wait and a grant came back short: look again at least this often. */
@@ -97,6 +97,8 @@ export class PgQueue implements StoredQueue {
   private readonly eventWaiters = new Set<() => void>();
   private readonly background = new Set<Promise<unknown>>();
   private acks: number[] = [];
+  /** Acks committed in groups (settle.ts AckBatcher). */
+  private readonly ackBatcher: AckBatcher;
   /** The last event position this node committed (readEvents "now"). */
   private eventEnd = 0;
   private readonly leaseTimer: EarliestTimer;
@@ -120,6 +122,7 @@ export class PgQueue implements StoredQueue {
         this.notifyEvents();
       },
     };
+    this.ackBatcher = new AckBatcher(this.ctx);
     this.leaseTimer = new EarliestTimer(o.monoNow, () => this.checkLeases());
     this.wakeTimer = new EarliestTimer(o.now, () => this.notify());
     this.sweeper = new Sweeper(this.ctx, {
@@ -251,7 +254,7 @@ export class PgQueue implements StoredQueue {
 
   ack(lease: Lease, result?: string): Promise<void> {
     const l = this.take(lease, true);
-    return this.settled(ackJob(this.ctx, l, result)).then(() => {
+    return this.settled(this.ackBatcher.ack(l, result)).then(() => {
       const now = this.o.now();
       this.acks.push(now);
       if (this.acks.length > 4096 || this.acks[0] < now - RATE_WINDOW_MS) this.acks = this.acks.filter((t) => t >= now - RATE_WINDOW_MS);

@@ -42,29 +42,91 @@ function finished(q: LockedQueue, size: string): void {
   q.add("live_bytes", -num(size));
 }
 
-export function ackJob(ctx: QueueCtx, l: LeaseRef, result: string | undefined): Promise<void> {
-  return queueTx(ctx, async (c, q) => {
-    const t = ctx.t;
-    const now = ctx.now();
-    const vals = [ctx.queueId, l.jobId, l.token];
-    // Q-9: the result is written by the same commit as the completion; without retention nothing is kept.
-    const row =
-      ctx.settings().resultRetentionMs > 0
-        ? await one<Finished>(
-            c,
-            `UPDATE ${t.jobs} SET state = 'done', finished_at = $4, result = $5, lease_token = NULL, progress = NULL, value = NULL, headers = NULL, children = NULL
-             WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING size, key, parent_id`,
-            [...vals, now, result ?? null],
-          )
-        : await one<Finished>(c, `DELETE FROM ${t.jobs} WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING size, key, parent_id`, vals);
-    finished(q, row.size);
-    q.add("completed", 1);
-    q.event({ type: "completed", jobId: l.jobId, attempt: l.attempt, ...(result !== undefined ? { resultText: result } : {}) });
-    // KEY-1: the key's next job may be granted now, on any node.
-    if (row.key !== null) q.notify();
-    // FLOW-2: the parent learns the outcome in the same commit (a completed child fails nobody).
-    if (row.parent_id !== null) await childFinished(c, ctx, q, row.parent_id, l.jobId, { state: "completed", ...(result !== undefined ? { result } : {}) });
-  });
+/** An ack waiting for its batch's transaction. */
+export interface PendingAck {
+  lease: LeaseRef;
+  result: string | undefined;
+  resolve(): void;
+  reject(e: unknown): void;
+}
+
+/**
+ * Acks in one transaction, so they share one commit (one WAL flush) and one lock of the queue
+ * row: every ack that arrived while the previous batch committed (AckBatcher). Each ack's
+ * statement stands alone inside it: an ack whose lease is gone matched no row and rejects with
+ * LeaseExpiredError; the others commit. A failure of the transaction itself rejects them all
+ * (none was stored: the jobs are redelivered, as after a crash).
+ */
+export async function ackJobs(ctx: QueueCtx, acks: readonly PendingAck[]): Promise<void> {
+  let held: boolean[];
+  try {
+    held = await queueTx(ctx, async (c, q) => {
+      const out: boolean[] = [];
+      for (const a of acks) out.push(await ackIn(c, ctx, q, a.lease, a.result));
+      return out;
+    });
+  } catch (e) {
+    for (const a of acks) a.reject(e);
+    return;
+  }
+  acks.forEach((a, i) => (held[i] ? a.resolve() : a.reject(new LeaseExpiredError())));
+}
+
+/** One ack's statements inside the batch's transaction; false when the lease no longer holds the row. */
+async function ackIn(c: pg.ClientBase, ctx: QueueCtx, q: LockedQueue, l: LeaseRef, result: string | undefined): Promise<boolean> {
+  const t = ctx.t;
+  const vals = [ctx.queueId, l.jobId, l.token];
+  // Q-9: the result is written by the same commit as the completion; without retention nothing is kept.
+  const r =
+    ctx.settings().resultRetentionMs > 0
+      ? await c.query<Finished>(
+          `UPDATE ${t.jobs} SET state = 'done', finished_at = $4, result = $5, lease_token = NULL, progress = NULL, value = NULL, headers = NULL, children = NULL
+           WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING size, key, parent_id`,
+          [...vals, ctx.now(), result ?? null],
+        )
+      : await c.query<Finished>(`DELETE FROM ${t.jobs} WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING size, key, parent_id`, vals);
+  const row = r.rows[0];
+  if (row === undefined) return false;
+  finished(q, row.size);
+  q.add("completed", 1);
+  q.event({ type: "completed", jobId: l.jobId, attempt: l.attempt, ...(result !== undefined ? { resultText: result } : {}) });
+  // KEY-1: the key's next job may be granted now, on any node.
+  if (row.key !== null) q.notify();
+  // FLOW-2: the parent learns the outcome in the same commit (a completed child fails nobody).
+  if (row.parent_id !== null) await childFinished(c, ctx, q, row.parent_id, l.jobId, { state: "completed", ...(result !== undefined ? { result } : {}) });
+  return true;
+}
+
+/** Most acks one transaction carries (its statements run one after the other). */
+export const MAX_ACK_BATCH = 256;
+
+/**
+ * Group commit for acks: the first ack starts a transaction at once; acks arriving meanwhile
+ * wait for it and go together in the next one (at most MAX_ACK_BATCH each). With N workers
+ * acking, a queue commits about once per round trip instead of N times, and the queue row is
+ * locked once per batch instead of once per job.
+ */
+export class AckBatcher {
+  private waiting: PendingAck[] = [];
+  private running = false;
+
+  constructor(private readonly ctx: QueueCtx) {}
+
+  ack(lease: LeaseRef, result: string | undefined): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      this.waiting.push({ lease, result, resolve, reject });
+      if (!this.running) void this.run();
+    });
+  }
+
+  private async run(): Promise<void> {
+    this.running = true;
+    while (this.waiting.length > 0) {
+      const batch = this.waiting.splice(0, MAX_ACK_BATCH);
+      await ackJobs(this.ctx, batch);
+    }
+    this.running = false;
+  }
 }
 
 /** Appends `failure` to the job's history (jsonb) in the same UPDATE. */
