@@ -52,49 +52,59 @@ export interface PendingAck {
 
 /**
  * Acks in one transaction, so they share one commit (one WAL flush) and one lock of the queue
- * row: every ack that arrived while the previous batch committed (AckBatcher). Each ack's
- * statement stands alone inside it: an ack whose lease is gone matched no row and rejects with
+ * row: every ack that arrived while the previous batch committed (AckBatcher). One statement
+ * settles them all (the rows whose id and lease token match), so the queue row is held for one
+ * round trip, not one per ack. An ack whose lease is gone matched no row and rejects with
  * LeaseExpiredError; the others commit. A failure of the transaction itself rejects them all
  * (none was stored: the jobs are redelivered, as after a crash).
  */
 export async function ackJobs(ctx: QueueCtx, acks: readonly PendingAck[]): Promise<void> {
-  let held: boolean[];
+  let held: Set<string>;
   try {
-    held = await queueTx(ctx, async (c, q) => {
-      const out: boolean[] = [];
-      for (const a of acks) out.push(await ackIn(c, ctx, q, a.lease, a.result));
-      return out;
-    });
+    held = await queueTx(ctx, (c, q) => ackIn(c, ctx, q, acks));
   } catch (e) {
     for (const a of acks) a.reject(e);
     return;
   }
-  acks.forEach((a, i) => (held[i] ? a.resolve() : a.reject(new LeaseExpiredError())));
+  for (const a of acks) (held.has(a.lease.jobId) ? a.resolve() : a.reject(new LeaseExpiredError()));
 }
 
-/** One ack's statements inside the batch's transaction; false when the lease no longer holds the row. */
-async function ackIn(c: pg.ClientBase, ctx: QueueCtx, q: LockedQueue, l: LeaseRef, result: string | undefined): Promise<boolean> {
+/** The batch's statements inside its transaction; the ids of the jobs whose lease still held them. */
+async function ackIn(c: pg.ClientBase, ctx: QueueCtx, q: LockedQueue, acks: readonly PendingAck[]): Promise<Set<string>> {
   const t = ctx.t;
-  const vals = [ctx.queueId, l.jobId, l.token];
+  const ids = acks.map((a) => a.lease.jobId);
+  const tokens = acks.map((a) => a.lease.token);
   // Q-9: the result is written by the same commit as the completion; without retention nothing is kept.
   const r =
     ctx.settings().resultRetentionMs > 0
-      ? await c.query<Finished>(
-          `UPDATE ${t.jobs} SET state = 'done', finished_at = $4, result = $5, lease_token = NULL, progress = NULL, value = NULL, headers = NULL, children = NULL
-           WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING size, key, parent_id`,
-          [...vals, ctx.now(), result ?? null],
+      ? await c.query<Finished & { id: string }>(
+          `UPDATE ${t.jobs} j SET state = 'done', finished_at = $2, result = x.result, lease_token = NULL, progress = NULL, value = NULL, headers = NULL, children = NULL
+             FROM unnest($3::bigint[], $4::text[], $5::text[]) AS x(id, token, result)
+            WHERE j.queue_id = $1 AND j.id = x.id AND j.lease_token = x.token
+            RETURNING j.id, j.size, j.key, j.parent_id`,
+          [ctx.queueId, ctx.now(), ids, tokens, acks.map((a) => a.result ?? null)],
         )
-      : await c.query<Finished>(`DELETE FROM ${t.jobs} WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING size, key, parent_id`, vals);
-  const row = r.rows[0];
-  if (row === undefined) return false;
-  finished(q, row.size);
-  q.add("completed", 1);
-  q.event({ type: "completed", jobId: l.jobId, attempt: l.attempt, ...(result !== undefined ? { resultText: result } : {}) });
-  // KEY-1: the key's next job may be granted now, on any node.
-  if (row.key !== null) q.notify();
-  // FLOW-2: the parent learns the outcome in the same commit (a completed child fails nobody).
-  if (row.parent_id !== null) await childFinished(c, ctx, q, row.parent_id, l.jobId, { state: "completed", ...(result !== undefined ? { result } : {}) });
-  return true;
+      : await c.query<Finished & { id: string }>(
+          `DELETE FROM ${t.jobs} j USING unnest($2::bigint[], $3::text[]) AS x(id, token)
+            WHERE j.queue_id = $1 AND j.id = x.id AND j.lease_token = x.token
+            RETURNING j.id, j.size, j.key, j.parent_id`,
+          [ctx.queueId, ids, tokens],
+        );
+  const rows = new Map(r.rows.map((row) => [String(row.id), row]));
+  // Events in the order the acks were made.
+  for (const a of acks) {
+    const row = rows.get(a.lease.jobId);
+    if (row === undefined) continue;
+    const l = a.lease;
+    finished(q, row.size);
+    q.add("completed", 1);
+    q.event({ type: "completed", jobId: l.jobId, attempt: l.attempt, ...(a.result !== undefined ? { resultText: a.result } : {}) });
+    // KEY-1: the key's next job may be granted now, on any node.
+    if (row.key !== null) q.notify();
+    // FLOW-2: the parent learns the outcome in the same commit (a completed child fails nobody).
+    if (row.parent_id !== null) await childFinished(c, ctx, q, row.parent_id, l.jobId, { state: "completed", ...(a.result !== undefined ? { result: a.result } : {}) });
+  }
+  return new Set(rows.keys());
 }
 
 /** Most acks one transaction carries (its statements run one after the other). */
