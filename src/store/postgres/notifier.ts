@@ -9,13 +9,12 @@
  * while anyone waits the partitions waited on are also polled (POLL_INTERVAL_MS): a lost
  * notification only delays a wake-up. Appends on this node wake local waiters directly.
  */
-import pg from "pg";
+import type pg from "pg";
+import { ListenConnection } from "./listen-connection.js";
 
 export const APPEND_CHANNEL = "sluice_append";
 /** Period of the polling fallback while someone waits. */
 export const POLL_INTERVAL_MS = 500;
-/** Pause before reconnecting a lost listener connection. */
-const RELISTEN_DELAY_MS = 1000;
 
 interface Waiter {
   offset: number;
@@ -27,48 +26,20 @@ export type EndReader = (keys: string[]) => Promise<Map<string, number>>;
 
 export class AppendNotifier {
   private waiters = new Map<string, Set<Waiter>>();
-  private client: pg.Client | null = null;
+  private readonly listener: ListenConnection;
   private pollTimer: NodeJS.Timeout | null = null;
-  private relistenTimer: NodeJS.Timeout | null = null;
   private closed = false;
 
   constructor(
-    private readonly clientConfig: pg.ClientConfig,
+    clientConfig: pg.ClientConfig,
     private readonly readEnds: EndReader,
-  ) {}
-
-  /** Opens the listener connection (failures fall back to polling and are retried). */
-  async start(): Promise<void> {
-    await this.listen();
+  ) {
+    this.listener = new ListenConnection(clientConfig, APPEND_CHANNEL, (payload) => this.onPayload(payload));
   }
 
-  private async listen(): Promise<void> {
-    if (this.closed || this.client !== null) return;
-    const client = new pg.Client(this.clientConfig);
-    const lost = (): void => {
-      if (this.client !== client) return;
-      this.client = null;
-      client.end().catch(() => {});
-      if (!this.closed && this.relistenTimer === null) {
-        this.relistenTimer = setTimeout(() => {
-          this.relistenTimer = null;
-          void this.listen();
-        }, RELISTEN_DELAY_MS);
-        this.relistenTimer.unref();
-      }
-    };
-    client.on("error", lost);
-    client.on("end", lost);
-    client.on("notification", (n) => {
-      if (n.channel === APPEND_CHANNEL && n.payload) this.onPayload(n.payload);
-    });
-    this.client = client;
-    try {
-      await client.connect();
-      await client.query(`LISTEN ${APPEND_CHANNEL}`);
-    } catch {
-      lost();
-    }
+  /** Opens the listener connection (failures fall back to polling and are retried). */
+  start(): Promise<void> {
+    return this.listener.start();
   }
 
   private onPayload(payload: string): void {
@@ -153,9 +124,6 @@ export class AppendNotifier {
     this.closed = true;
     for (const set of [...this.waiters.values()]) for (const w of [...set]) w.done(false);
     if (this.pollTimer !== null) clearTimeout(this.pollTimer);
-    if (this.relistenTimer !== null) clearTimeout(this.relistenTimer);
-    const c = this.client;
-    this.client = null;
-    await c?.end().catch(() => {});
+    await this.listener.close();
   }
 }

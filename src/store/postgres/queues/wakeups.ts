@@ -5,63 +5,29 @@
  * the id of the store that committed it (sent by `pg_notify` inside the committing
  * transaction, rows.ts; a store ignores its own, having woken its queues directly).
  *
- * Why a connection of its own: LISTEN needs a session that stays open; the pool's connections
- * come and go. Notifications are not durable (a dropped connection loses them), so this is
- * only the fast path: an open queue whose workers wait also polls (pg-queue.ts,
- * GRANT_POLL_MS). A lost connection is re-established after a pause.
+ * The connection is a ListenConnection (listen-connection.ts): notifications are only the fast
+ * path, and an open queue whose workers wait also polls (pg-queue.ts, GRANT_POLL_MS).
  */
-import pg from "pg";
+import type pg from "pg";
+import { ListenConnection } from "../listen-connection.js";
 import { QUEUE_CHANNEL } from "./rows.js";
 
-const RELISTEN_DELAY_MS = 1000;
-
 export class QueueWakeups {
-  private client: pg.Client | null = null;
-  private relistenTimer: NodeJS.Timeout | null = null;
-  private closed = false;
+  private readonly listener: ListenConnection;
 
-  constructor(
-    private readonly clientConfig: pg.ClientConfig,
-    private readonly onWake: (queueId: string, origin: string) => void,
-  ) {}
-
-  /** Opens the listener connection (a failure falls back to polling and is retried). */
-  async start(): Promise<void> {
-    if (this.closed || this.client !== null) return;
-    const client = new pg.Client(this.clientConfig);
-    const lost = (): void => {
-      if (this.client !== client) return;
-      this.client = null;
-      client.end().catch(() => {});
-      if (!this.closed && this.relistenTimer === null) {
-        this.relistenTimer = setTimeout(() => {
-          this.relistenTimer = null;
-          void this.start();
-        }, RELISTEN_DELAY_MS);
-        this.relistenTimer.unref();
-      }
-    };
-    client.on("error", lost);
-    client.on("end", lost);
-    client.on("notification", (n) => {
-      if (n.channel !== QUEUE_CHANNEL || !n.payload) return;
-      const i = n.payload.indexOf(":");
-      if (i > 0) this.onWake(n.payload.slice(0, i), n.payload.slice(i + 1));
+  constructor(clientConfig: pg.ClientConfig, onWake: (queueId: string, origin: string) => void) {
+    this.listener = new ListenConnection(clientConfig, QUEUE_CHANNEL, (payload) => {
+      const i = payload.indexOf(":");
+      if (i > 0) onWake(payload.slice(0, i), payload.slice(i + 1));
     });
-    this.client = client;
-    try {
-      await client.connect();
-      await client.query(`LISTEN ${QUEUE_CHANNEL}`);
-    } catch {
-      lost();
-    }
   }
 
-  async close(): Promise<void> {
-    this.closed = true;
-    if (this.relistenTimer !== null) clearTimeout(this.relistenTimer);
-    const c = this.client;
-    this.client = null;
-    await c?.end().catch(() => {});
+  /** Opens the listener connection (a failure falls back to polling and is retried). */
+  start(): Promise<void> {
+    return this.listener.start();
+  }
+
+  close(): Promise<void> {
+    return this.listener.close();
   }
 }
