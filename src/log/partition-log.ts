@@ -152,18 +152,7 @@ export class PartitionLog {
       const i = records.findIndex((r) => r.key === null);
       if (i >= 0) throw keyRequiredError(this.topic, i);
     }
-    const max = this.config.maxMessageBytes;
-    if (producer) {
-      // Records first, then the producer fields, before encoding them (appendBatch checks
-      // sequences); without a producer the encoder's size pass checks the records (one walk).
-      for (const r of records) {
-        const size = recordSize(r);
-        if (size > max) throw new RecordTooLargeError(size, max);
-        if (!Number.isSafeInteger(r.timestamp) || r.timestamp < 0) throw new ValidationError(`invalid timestamp ${r.timestamp}`);
-      }
-      ProducerStateManager.validate(producer, records.length);
-    }
-    return this.appendBatch(encodeBatch(records, producer, max), records.length, producer, signal, false);
+    return this.appendBatch(encodeAppend(records, producer, this.config.maxMessageBytes), records.length, producer, signal, false);
   }
 
   /**
@@ -373,6 +362,24 @@ export class PartitionLog {
   describeSegments(): { baseOffset: number; endOffset: number; size: number; sealed: boolean; file: string }[] {
     return this.st.segments.map((s) => ({ baseOffset: s.baseOffset, endOffset: s.endOffset, size: s.size, sealed: s.sealed, file: s.logPath }));
   }
+}
+
+/**
+ * Validates and encodes the records of one append (any engine): with a producer, the records
+ * first, then the producer fields, before encoding them (the append checks sequences); without
+ * one the encoder's size pass checks the records (one walk). Throws RecordTooLargeError or
+ * ValidationError.
+ */
+export function encodeAppend(records: readonly PreparedRecord[], producer: ProducerInfo | undefined, maxMessageBytes: number): Buffer {
+  if (producer) {
+    for (const r of records) {
+      const size = recordSize(r);
+      if (size > maxMessageBytes) throw new RecordTooLargeError(size, maxMessageBytes);
+      if (!Number.isSafeInteger(r.timestamp) || r.timestamp < 0) throw new ValidationError(`invalid timestamp ${r.timestamp}`);
+    }
+    ProducerStateManager.validate(producer, records.length);
+  }
+  return encodeBatch(records, producer, maxMessageBytes);
 }
 
 /**

@@ -17,13 +17,13 @@
  *    order, so pipelined batches of one producer reach the sequence check in the order sent
  *    (as the disk engine's enqueue); other nodes are ordered by the row lock.
  *  - Sizes are checked before the database is asked anything, with the disk engine's own
- *    functions and limits (encodeBatch with maxMessageBytes, validateEncodedBatch and
+ *    functions and limits (encodeAppend with maxMessageBytes, validateEncodedBatch and
  *    checkRecordSizes with MAX_BATCH_BYTES).
  */
-import { AbortedError, CorruptRecordError, InvalidBatchError, OffsetOutOfRangeError, RecordTooLargeError, TopicNotFoundError, ValidationError } from "../../errors.js";
-import { checkRecordSizes } from "../../log/partition-log.js";
+import { AbortedError, CorruptRecordError, InvalidBatchError, OffsetOutOfRangeError, TopicNotFoundError, ValidationError } from "../../errors.js";
+import { checkRecordSizes, encodeAppend } from "../../log/partition-log.js";
 import { ProducerStateManager } from "../../log/producer-state.js";
-import { decodeRecords, encodeBatch, MAX_BATCH_BYTES, readHeader, recordSize, restampBatch, stampBatch, validateEncodedBatch, verifyBatch, type BatchHeader, type PreparedRecord, type ProducerInfo, type StoredRecord } from "../../log/record-batch.js";
+import { decodeRecords, MAX_BATCH_BYTES, readHeader, restampBatch, stampBatch, validateEncodedBatch, verifyBatch, type BatchHeader, type PreparedRecord, type ProducerInfo, type StoredRecord } from "../../log/record-batch.js";
 import type { AppendResult, EngineTopic, PartitionOffsets } from "../engine.js";
 import { num, translateError, type Db } from "./database.js";
 import type { SqlTransaction } from "../../types.js";
@@ -58,17 +58,7 @@ export class PartitionStore {
   /** Validates and encodes records (before any database call), then appends the batch. */
   append(topic: EngineTopic, partition: number, records: readonly PreparedRecord[], producer?: ProducerInfo, signal?: AbortSignal): Promise<AppendResult> {
     if (records.length === 0) throw new ValidationError("append needs at least one record");
-    const max = topic.config.maxMessageBytes;
-    if (producer) {
-      // As PartitionLog.append: records, then producer fields, before encoding.
-      for (const r of records) {
-        const size = recordSize(r);
-        if (size > max) throw new RecordTooLargeError(size, max);
-        if (!Number.isSafeInteger(r.timestamp) || r.timestamp < 0) throw new ValidationError(`invalid timestamp ${r.timestamp}`);
-      }
-      ProducerStateManager.validate(producer, records.length);
-    }
-    const buf = encodeBatch(records, producer, max);
+    const buf = encodeAppend(records, producer, topic.config.maxMessageBytes);
     return this.store(topic, partition, buf, readHeader(buf, 0), producer, signal, false);
   }
 
@@ -114,7 +104,7 @@ export class PartitionStore {
    */
   async appendInTransaction(tx: SqlTransaction, topic: EngineTopic, partition: number, records: readonly PreparedRecord[]): Promise<AppendResult> {
     if (records.length === 0) throw new ValidationError("append needs at least one record");
-    const buf = encodeBatch(records, undefined, topic.config.maxMessageBytes);
+    const buf = encodeAppend(records, undefined, topic.config.maxMessageBytes);
     let r: { baseOffset: number };
     try {
       r = await this.appendWith(tx, topic, partition, buf, readHeader(buf, 0), undefined, false);
