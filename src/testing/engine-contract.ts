@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import type { EncodedBatches, StorageEngine } from "../store/engine.js";
 import { resolveTopicConfig } from "../store/topic-config.js";
 import { decodeRecords, encodeBatch, stampBatch, verifyBatch, type PreparedRecord } from "../log/record-batch.js";
-import { InvalidBatchError, OffsetOutOfRangeError, ProducerFencedError, RecordTooLargeError, TopicExistsError, TopicNotFoundError, OutOfOrderSequenceError } from "../errors.js";
+import { BrokerClosedError, InvalidBatchError, OffsetOutOfRangeError, ProducerFencedError, RecordTooLargeError, TopicExistsError, TopicNotFoundError, OutOfOrderSequenceError } from "../errors.js";
 
 export interface EngineFixture {
   engine: StorageEngine;
@@ -45,6 +45,17 @@ export function defineEngineContract(name: string, factory: () => Promise<Engine
   withEngine("group offsets are durable and per topic incarnation", groupOffsets);
   withEngine("replay marks: a reset back sets one in the same write, a commit or reset reaching it clears it, durable across reopen", replayMarks);
   withEngine("idempotent producers: duplicates, sequence gaps, epoch fencing, across reopen", idempotentProducers);
+  withEngine("a closed engine serves no reads (BrokerClosedError), raw or decoded", closedReads);
+}
+
+async function closedReads(f: EngineFixture): Promise<void> {
+  const e = f.engine;
+  await e.createTopic("t", resolveTopicConfig({}));
+  await e.append("t", 0, [rec("a")]);
+  assert.equal((await e.read("t", 0, 0, 1 << 20)).records.length, 1);
+  await e.close();
+  await assert.rejects(e.read("t", 0, 0, 1 << 20), BrokerClosedError);
+  if (e.encoded) await assert.rejects(e.encoded.readRaw("t", 0, 0, 1 << 20), BrokerClosedError);
 }
 
 async function topicIncarnations(f: EngineFixture): Promise<void> {

@@ -100,7 +100,7 @@ export class DiskEngine implements StorageEngine {
   /** The encoded-batch capability: client batches stored as sent, raw reads for the server's push. */
   readonly encoded: EncodedBatches = {
     appendEncoded: (topic, partition, batch, signal) => this.appendEncoded(topic, partition, batch, signal),
-    readRaw: (topic, partition, offset, maxBytes, maxRecords) => this.log(topic, partition).readRaw(offset, maxBytes, maxRecords),
+    readRaw: (topic, partition, offset, maxBytes, maxRecords) => (this.closed ? Promise.reject(new BrokerClosedError()) : this.log(topic, partition).readRaw(offset, maxBytes, maxRecords)),
   };
   private readonly dataDir: string;
   private readonly fs: FileSystem;
@@ -440,6 +440,8 @@ export class DiskEngine implements StorageEngine {
   }
 
   read(topic: string, partition: number, offset: number, maxBytes: number): Promise<{ records: StoredRecord[]; nextOffset: number }> {
+    // A closed engine serves nothing: its files may be going away (the next owner's, perhaps).
+    if (this.closed) return Promise.reject(new BrokerClosedError());
     return this.log(topic, partition).read(offset, maxBytes);
   }
 
