@@ -147,3 +147,31 @@ test("producer: a batch refused with STORAGE_ERROR, or stored but answered with 
     assert.ok((w.innerErrors.get("OUT_OF_ORDER_SEQUENCE") ?? 0) >= 1, `gap refusals at the broker: ${JSON.stringify([...w.innerErrors])}`);
   });
 });
+
+test("producer: a re-send still unanswered at the delivery deadline fails the publish with the error that made it retry, not with TIMEOUT", { timeout: 60_000 }, async () => {
+  let tries = 0;
+  const refuse: Refuse = async (batch) => {
+    if (!batch.toString("latin1").includes("HELD")) return "pass";
+    tries++;
+    // The first attempt is refused retriably; the re-sends hang past the delivery deadline.
+    if (tries === 1) return new StorageError("injected by the test server");
+    await new Promise((r) => setTimeout(r, 3_000));
+    return new StorageError("injected by the test server, late");
+  };
+  await withWrappedServer(refuse, async (url) => {
+    const client = await connect({ url, deliveryTimeoutMs: 800 });
+    try {
+      await client.createTopic("s", { partitions: 1 });
+      const err = await client.publish("s", "HELD").then(
+        () => null,
+        (e: unknown) => e as { code: string; message: string },
+      );
+      assert.ok(tries >= 2, `re-sent after the first refusal (attempts: ${tries})`);
+      assert.equal(err?.code, "STORAGE_ERROR", `failed with ${err?.code}: ${err?.message}`);
+      // The partition goes on: a later publish is stored.
+      assert.equal((await client.publish("s", "after")).offset >= 0, true);
+    } finally {
+      await client.close();
+    }
+  });
+});

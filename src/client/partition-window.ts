@@ -359,8 +359,13 @@ export class PartitionWindow {
     } else if (code === "CONNECTION_CLOSED" || code === "TIMEOUT" || code === "STORAGE_ERROR" || code === "STORAGE_FULL" || code === "BROKER_CLOSED" || (err as { retriable?: unknown } | null)?.retriable === true) {
       // May or may not be stored (BROKER_CLOSED here comes from a server shutting down).
       b.state = St.Retry;
-      b.lastError = err;
-      this.lastRetriable = err;
+      // A re-send cut at the delivery deadline times out; the caller is better served by the
+      // error that made it retry (QUOTA_EXCEEDED, STORAGE_FULL, ...) than by that TIMEOUT.
+      const cutAtDeadline = code === "TIMEOUT" && b.lastError != null && b.deadline <= Date.now();
+      if (!cutAtDeadline) {
+        b.lastError = err;
+        this.lastRetriable = err;
+      }
     } else {
       // Refused for good (VALIDATION, RECORD_TOO_LARGE, INVALID_BATCH, TOPIC_NOT_FOUND,
       // PRODUCER_FENCED, ...): not stored, the callers get the error.
