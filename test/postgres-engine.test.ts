@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * The PostgreSQL engine beyond the shared contract: one broker node per schema (PG-1) and
- * several engines on one schema when exclusivity is turned off (concurrent migrations, a
- * waitFor on one engine woken by an append on another).
+ * The PostgreSQL engine beyond the shared contract: `exclusive: true` (one broker node per
+ * schema, for deployments that want it) and several engines on one schema, the default
+ * (concurrent migrations, a waitFor on one engine woken by an append on another).
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -16,11 +16,11 @@ import { dropSchema, freshSchema, needingPostgres, openPgEngine, PG_TEST_URL } f
 
 const rec = (v: string) => ({ key: null, value: Buffer.from(v), valueKind: 1 as const, timestamp: Date.now(), headers: [] });
 
-test("PG-1: a second node on the same schema is refused, naming the holder; once the first closes it opens", async () => {
+test("exclusive: a second node on the same schema is refused, naming the holder; once the first closes it opens", async () => {
   const schema = freshSchema();
-  const a = await openPgEngine(schema);
+  const a = await openPgEngine(schema, { exclusive: true });
   try {
-    const b = new PostgresEngine({ connectionString: PG_TEST_URL, schema });
+    const b = new PostgresEngine({ connectionString: PG_TEST_URL, schema, exclusive: true });
     const err = await b.open().then(
       () => null,
       (e: unknown) => e,
@@ -33,7 +33,7 @@ test("PG-1: a second node on the same schema is refused, naming the holder; once
     assert.match(err.message, new RegExp(`PostgreSQL schema "${schema}"`));
     await a.createTopic("t", resolveTopicConfig({}));
     await a.close();
-    const c = await openPgEngine(schema);
+    const c = await openPgEngine(schema, { exclusive: true });
     assert.deepEqual(await c.listTopics(), ["t"], "the refused node changed nothing; the next one sees the data");
     await c.close();
   } finally {
@@ -42,9 +42,9 @@ test("PG-1: a second node on the same schema is refused, naming the holder; once
   }
 });
 
-test("PG-1: a node whose lock connection is cut refuses calls (retriable) until it holds the lock again", async () => {
+test("exclusive: a node whose lock connection is cut refuses calls (retriable) until it holds the lock again", async () => {
   const schema = freshSchema();
-  const e = await openPgEngine(schema);
+  const e = await openPgEngine(schema, { exclusive: true });
   const admin = new pg.Client({ connectionString: PG_TEST_URL });
   await admin.connect();
   try {
@@ -70,9 +70,9 @@ test("PG-1: a node whose lock connection is cut refuses calls (retriable) until 
   }
 });
 
-test("exclusive: false — engines opening one schema at once migrate it once; an append on one wakes a waitFor on the other", async () => {
+test("several engines opening one schema at once migrate it once; an append on one wakes a waitFor on the other", async () => {
   const schema = freshSchema();
-  const engines = [0, 1, 2].map(() => new PostgresEngine({ connectionString: PG_TEST_URL, schema, exclusive: false, poolSize: 2 }));
+  const engines = [0, 1, 2].map(() => new PostgresEngine({ connectionString: PG_TEST_URL, schema, poolSize: 2 }));
   try {
     await needingPostgres(() => Promise.all(engines.map((x) => x.open())));
     const [a, b] = engines;

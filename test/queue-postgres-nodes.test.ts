@@ -4,9 +4,7 @@
  * conformance suite, one broker per target, cannot show): a worker on one node wakes for jobs
  * enqueued on the other (LISTEN/NOTIFY), per-key FIFO and `maxInFlight` hold across nodes, and
  * a lease of a node that went away expires on the other at its stored deadline (LEASE-1/3).
- * Queues keep all their state in the database, so this holds across nodes; the nodes here
- * open the schema with `exclusive: false` because a broker serves a schema alone for now
- * (PG-1: consumer groups are still coordinated in process, which these tests do not use).
+ * Queues keep all their state in the database, so this holds across nodes.
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -19,7 +17,7 @@ import { dropSchema, freshSchema, needingPostgres, newPgEngine } from "./fixture
 
 async function twoNodes(): Promise<{ a: Broker; b: Broker; close(): Promise<void> }> {
   const schema = freshSchema();
-  const open = (): Promise<Broker> => needingPostgres(() => openBroker({ engine: newPgEngine(schema, { exclusive: false }), retentionCheckIntervalMs: 0 }));
+  const open = (): Promise<Broker> => needingPostgres(() => openBroker({ engine: newPgEngine(schema), retentionCheckIntervalMs: 0 }));
   const a = await open();
   const b = await open();
   return {

@@ -15,6 +15,7 @@ import { resolveTopicAlteration, resolveTopicConfig } from "../store/topic-confi
 import type { EngineTopic, StorageEngine } from "../store/engine.js";
 import { validateName } from "../store/names.js";
 import { GroupCoordinator } from "../streams/group-coordinator.js";
+import type { GroupCoordination } from "../store/group-coordination.js";
 import { QueueManager } from "../queues/index.js";
 import type { QueueConfig } from "../queues/types.js";
 import type { HostQueue } from "../queues/host-api.js";
@@ -117,7 +118,8 @@ const MAX_FETCH_BYTES = 64 * 1024 * 1024;
 const MAX_WAIT_MS = 5 * 60_000;
 export class EmbeddedBroker implements Broker, BrokerHost {
   readonly engine: StorageEngine;
-  readonly coordinator = new GroupCoordinator();
+  /** The engine's shared group coordination when it has one (PG-1), else one in this process. */
+  readonly coordinator: GroupCoordination;
   readonly logger: Logger;
   readonly telemetry: Telemetry;
   readonly dataDir: string;
@@ -147,6 +149,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     this.dataDir = opts.dataDir ?? "";
     this.fs = opts.fs ?? new NodeFileSystem();
     this.engine = opts.engine ?? new DiskEngine({ dataDir: this.dataDir, fs: this.fs, telemetry: this.telemetry, encryptionKeys: opts.encryptionKeys });
+    this.coordinator = this.engine.groupCoordination ?? new GroupCoordinator();
     this.publisher = new Publisher(this.engine, () => this.closed);
     this.schemas = opts.schemas ?? null;
     this.onCommitFailure = commitFailureCounter(this.telemetry.metrics);
@@ -378,8 +381,8 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     if (dryRun) return this.planReset(group, topic, t, to, true);
     // GRP-2: a member joining while the reset is computed and written is assigned only after
     // it, so it starts from the new offsets; one already there refuses the reset.
-    return this.coordinator.exclusive(group, topic, () => {
-      if (this.coordinator.hasMembers(group, topic)) throw new GroupActiveError(group);
+    return this.coordinator.exclusive(group, topic, async () => {
+      if (await this.coordinator.hasMembers(group, topic)) throw new GroupActiveError(group);
       return this.planReset(group, topic, t, to, false);
     });
   }
@@ -424,7 +427,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
     this.check();
     if (opts.topic !== undefined) await this.engine.getTopic(opts.topic); // TOPIC_NOT_FOUND for a typo
     const members = new Map<string, number>();
-    for (const a of this.coordinator.activeGroups()) members.set(`${a.group}\u0000${a.topic}`, a.members);
+    for (const a of await this.coordinator.activeGroups()) members.set(`${a.group}\u0000${a.topic}`, a.members);
     const keys = new Set<string>(members.keys());
     for (const c of await this.engine.listCommittedGroups()) keys.add(`${c.group}\u0000${c.topic}`);
     const out: GroupListing[] = [];
@@ -480,8 +483,8 @@ export class EmbeddedBroker implements Broker, BrokerHost {
       totalRecords: partitions.reduce((s, x) => s + x.lagRecords, 0),
       maxLagMs: partitions.reduce((s, x) => Math.max(s, x.lagMs), 0),
       minHeadroomMs: headrooms.length === 0 ? null : Math.min(...headrooms),
-      generation: this.coordinator.generation(group, topic),
-      members: this.coordinator.members(group, topic),
+      generation: await this.coordinator.generation(group, topic),
+      members: await this.coordinator.members(group, topic),
       recentResets: (await this.engine.recentResets?.(group, topic)) ?? [],
       partitions,
     };

@@ -12,6 +12,7 @@
  * samples of earlier scrapes within `rateWindowMs`, kept per group (a few numbers each, and
  * only for groups that still exist).
  */
+import type { GroupCoordination } from "../store/group-coordination.js";
 import { statfs } from "node:fs/promises";
 import { CorruptRecordError } from "../errors.js";
 import type { StorageEngine } from "../store/engine.js";
@@ -45,10 +46,7 @@ export interface CollectorLimits {
 export interface CollectSource {
   readonly dataDir: string;
   readonly engine: Pick<StorageEngine, "listTopics" | "describeTopic" | "read" | "getCommitted" | "listCommittedGroups">;
-  readonly coordinator: {
-    activeGroups(): { group: string; topic: string; members: number }[];
-    generation(group: string, topic: string): number;
-  };
+  readonly coordinator: Pick<GroupCoordination, "activeGroups" | "generation">;
   readonly telemetry: { readonly clock: Clock };
   listQueues(): Promise<string[]>;
   /** A queue's stats and the name of its dead-letter queue (null: none). */
@@ -166,7 +164,7 @@ export class BrokerCollector {
   private async groups(sc: Scrape, topics: Map<string, TopicDescription>): Promise<void> {
     const found = new Map<string, { group: string; topic: string; members: number }>();
     for (const c of await this.src.engine.listCommittedGroups()) found.set(`${c.group}\u0000${c.topic}`, { ...c, members: 0 });
-    for (const a of this.src.coordinator.activeGroups()) found.set(`${a.group}\u0000${a.topic}`, a);
+    for (const a of await this.src.coordinator.activeGroups()) found.set(`${a.group}\u0000${a.topic}`, a);
     const seen = new Set<string>();
     const timestamps = new Map<string, number | null>();
     let used = 0;
@@ -184,7 +182,7 @@ export class BrokerCollector {
       if (await this.group(sc, g.group, t, rateKey, timestamps)) seen.add(rateKey);
       const labels = { group: g.group, topic: g.topic };
       sc.out.push(s(METRICS.groupMembers, g.members, labels));
-      sc.out.push(s(METRICS.groupRebalances, this.src.coordinator.generation(g.group, g.topic), labels));
+      sc.out.push(s(METRICS.groupRebalances, await this.src.coordinator.generation(g.group, g.topic), labels));
     }
     for (const k of this.rates.keys()) if (!seen.has(k)) this.rates.delete(k);
   }

@@ -14,6 +14,7 @@
  * engine's encoded-batch fast path is an optional capability (`encoded`), with a fallback in
  * the broker for engines without it.
  */
+import type { CommitFence, GroupCoordination } from "./group-coordination.js";
 import type { PreparedRecord, StoredRecord, ProducerInfo } from "../log/record-batch.js";
 import type { SqlTransaction, TopicConfig, TopicDescription } from "../types.js";
 import type { QueueStore } from "./queue-store.js";
@@ -141,6 +142,12 @@ export interface StorageEngine {
   readonly encoded?: EncodedBatches;
   /** Present when the engine can append inside an application's transaction (see TransactionalAppends). */
   readonly transactional?: TransactionalAppends;
+  /**
+   * Present when the engine coordinates consumer groups itself, shared by every broker node on
+   * it (PG-1); the broker then uses it instead of its in-process coordinator, and the engine
+   * checks `commitOffsets`' fence inside the write.
+   */
+  readonly groupCoordination?: GroupCoordination;
 
   // ── idempotent producers ──
   /** A new producer id (epoch 0), or the next epoch of an existing one (fencing older ones). */
@@ -153,7 +160,7 @@ export interface StorageEngine {
    * Durable once resolved; refuses offsets beyond a partition's high watermark (META-3). A
    * partition's replay mark is dropped in the same write once its offset reaches the mark.
    */
-  commitOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void>;
+  commitOffsets(group: string, topic: string, offsets: Map<number, number>, fence?: CommitFence): Promise<void>;
   /**
    * An administrative reset (`resetGroup`): commits `offsets` as `commitOffsets` does and, in
    * the same durable write, keeps the replay marks (META-4): a partition moved below its

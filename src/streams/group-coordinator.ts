@@ -9,14 +9,10 @@
  * NotAssignedError), so a revoked member that is still busy cannot move the group's position.
  */
 import { NotAssignedError } from "../errors.js";
+import type { GroupCoordination, GroupMember } from "../store/group-coordination.js";
 import { assignPartitions, type AssignmentStrategy } from "./assignment.js";
 
-export interface GroupMember {
-  readonly memberId: string;
-  /** Stop using these partitions. Ownership is already gone when this is called. */
-  revoke(partitions: number[], generation: number): void | Promise<void>;
-  assign(partitions: number[], generation: number): void;
-}
+export type { GroupMember };
 
 interface GroupState {
   key: string;
@@ -33,7 +29,7 @@ export function newMemberId(prefix = "member"): string {
   return `${prefix}-${process.pid}-${++memberSeq}-${Math.random().toString(36).slice(2, 8)}`;
 }
 
-export class GroupCoordinator {
+export class GroupCoordinator implements GroupCoordination {
   private groups = new Map<string, GroupState>();
   /** Administrative sections running per group and topic (`exclusive`); rebalances wait for them. */
   private admin = new Map<string, Promise<void>>();
@@ -55,7 +51,7 @@ export class GroupCoordinator {
   }
 
   /** (group, topic, members) of every group with members now. */
-  activeGroups(): { group: string; topic: string; members: number }[] {
+  async activeGroups(): Promise<{ group: string; topic: string; members: number }[]> {
     const out: { group: string; topic: string; members: number }[] = [];
     for (const [k, g] of this.groups) {
       if (g.members.size === 0) continue;
@@ -66,7 +62,7 @@ export class GroupCoordinator {
   }
 
   /** The group's members now and the partitions each owns (empty when it has none here). */
-  members(group: string, topic: string): { memberId: string; partitions: number[] }[] {
+  async members(group: string, topic: string): Promise<{ memberId: string; partitions: number[] }[]> {
     const g = this.groups.get(this.key(group, topic));
     if (!g) return [];
     const owned = new Map<string, number[]>([...g.members.keys()].map((id) => [id, []]));
@@ -96,11 +92,11 @@ export class GroupCoordinator {
     }
   }
 
-  hasMembers(group: string, topic: string): boolean {
+  async hasMembers(group: string, topic: string): Promise<boolean> {
     return (this.groups.get(this.key(group, topic))?.members.size ?? 0) > 0;
   }
 
-  generation(group: string, topic: string): number {
+  async generation(group: string, topic: string): Promise<number> {
     const k = this.key(group, topic);
     return this.groups.get(k)?.generation ?? this.lastGeneration.get(k) ?? 0;
   }

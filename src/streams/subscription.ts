@@ -9,7 +9,8 @@ import { BrokerClosedError, CorruptRecordError, NotAssignedError, OffsetOutOfRan
 import type { Logger } from "../observability/telemetry.js";
 import type { StorageEngine } from "../store/engine.js";
 import type { Message, MessageBatch, SubscribeOptions, Subscription } from "../types.js";
-import { newMemberId, type GroupCoordinator, type GroupMember } from "./group-coordinator.js";
+import { newMemberId } from "./group-coordinator.js";
+import type { GroupCoordination, GroupMember } from "../store/group-coordination.js";
 import { decodeValue, encodeBatch, stampBatch, type StoredRecord } from "../log/record-batch.js";
 import { validateName } from "../store/names.js";
 import type { MemberListener } from "../broker/host.js";
@@ -84,7 +85,7 @@ class LocalMessage<T> implements Message<T> {
 
 export interface SubscriptionDeps {
   engine: StorageEngine;
-  coordinator: GroupCoordinator;
+  coordinator: GroupCoordination;
   logger: Logger;
   /** Counts a failed offsets write (`sluice_group_commit_failures_total`); none without metrics. */
   onCommitFailure?(group: string, topic: string): void;
@@ -169,13 +170,16 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
     // (GRP-1), so writing them without checkOwner cannot overwrite a new owner's commits.
     const taken = this.commits.take(partitions);
     const next = new Map<number, number>();
+    const generations = new Map<number, number>();
     for (const [p, t] of taken) {
-      if (t.mark.signal === this.assigned.get(p)?.ac.signal) next.set(p, t.mark.offset + 1);
-      else t.settle(new NotAssignedError(`partition ${this.topic}/${p} was revoked from this member before its commit was written`));
+      if (t.mark.signal === this.assigned.get(p)?.ac.signal) {
+        next.set(p, t.mark.offset + 1);
+        generations.set(p, t.mark.generation);
+      } else t.settle(new NotAssignedError(`partition ${this.topic}/${p} was revoked from this member before its commit was written`));
     }
     // After the write in flight (it may hold older marks of these partitions): commits reach
     // the engine in the order they were made, whatever the engine.
-    const written = next.size === 0 ? null : this.commits.idle().then(() => this.writeOffsets(next));
+    const written = next.size === 0 ? null : this.commits.idle().then(() => this.writeOffsets(next, generations));
     for (const p of partitions) {
       this.assigned.get(p)?.ac.abort(new Error(`partition ${p} revoked`));
       this.assigned.delete(p);
@@ -375,16 +379,18 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
   private async writeCommits(marks: Map<number, CommitMark>): Promise<Map<number, Error>> {
     const refused = new Map<number, Error>();
     const next = new Map<number, number>();
+    const generations = new Map<number, number>();
     for (const [p, m] of marks) {
       try {
         this.checkPeriod(m.signal, p);
         this.deps.coordinator.checkOwner(this.group, this.topic, p, this.memberId);
         next.set(p, m.offset + 1);
+        generations.set(p, m.generation);
       } catch (e) {
         refused.set(p, e as Error);
       }
     }
-    if (next.size > 0) await this.writeOffsets(next);
+    if (next.size > 0) await this.writeOffsets(next, generations);
     return refused;
   }
 
@@ -407,13 +413,21 @@ export class GroupSubscription<T> implements Subscription<T>, GroupMember {
    * the server, which commits for remote members without keeping their messages.
    */
   async commitOffsets(next: Map<number, number>): Promise<void> {
-    for (const p of next.keys()) this.deps.coordinator.checkOwner(this.group, this.topic, p, this.memberId);
-    await this.writeOffsets(next);
+    const generations = new Map<number, number>();
+    for (const p of next.keys()) {
+      this.deps.coordinator.checkOwner(this.group, this.topic, p, this.memberId);
+      generations.set(p, this.assigned.get(p)?.generation ?? -1);
+    }
+    await this.writeOffsets(next, generations);
   }
 
-  /** The one place offsets are written: a failed write is counted, then rethrown unchanged. */
-  private writeOffsets(next: Map<number, number>): Promise<void> {
-    const w = this.deps.engine.commitOffsets(this.group, this.topic, next);
+  /**
+   * The one place offsets are written, fenced by this member and the ownership periods of the
+   * commit (an engine with shared coordination checks them inside the write: PG-1); a failed
+   * write is counted, then rethrown unchanged.
+   */
+  private writeOffsets(next: Map<number, number>, generations: Map<number, number>): Promise<void> {
+    const w = this.deps.engine.commitOffsets(this.group, this.topic, next, { memberId: this.memberId, generations });
     const onFailure = this.deps.onCommitFailure;
     if (onFailure === undefined) return w;
     return w.catch((e: unknown) => {

@@ -6,6 +6,7 @@
  * only through `StorageEngine` (a reach-around would bypass the counts, and any method the
  * interface lacks would not compile here).
  */
+import type { CommitFence, GroupCoordination } from "../store/group-coordination.js";
 import type { AppendResult, CommittedOffset, EncodedBatches, EngineTopic, OffsetReset, PartitionOffsets, PreparedRecord, ProducerInfo, StorageEngine, StoredRecord, TransactionalAppends } from "../store/engine.js";
 import type { TopicConfig, TopicDescription } from "../types.js";
 import type { QueueStore } from "../store/queue-store.js";
@@ -17,6 +18,8 @@ export class CountingEngine implements StorageEngine {
   readonly kind: string;
   readonly encoded?: EncodedBatches;
   readonly transactional?: TransactionalAppends;
+  /** The inner engine's group coordination, as is (its calls are not counted). */
+  readonly groupCoordination?: GroupCoordination;
   /** The inner engine's queues, counted as `queues.<method>` (every opened queue wrapped too). */
   readonly queues: QueueStore;
 
@@ -37,6 +40,7 @@ export class CountingEngine implements StorageEngine {
         readRaw: (topic, partition, offset, maxBytes, maxRecords) => this.count("encoded.readRaw", () => enc.readRaw(topic, partition, offset, maxBytes, maxRecords)),
       };
     }
+    this.groupCoordination = inner.groupCoordination;
     const tr = inner.transactional;
     if (tr !== undefined) this.transactional = { append: (tx, topic, partition, records) => this.count("transactional.append", () => tr.append(tx, topic, partition, records)) };
   }
@@ -98,8 +102,8 @@ export class CountingEngine implements StorageEngine {
   getCommitted(group: string, topic: string): Promise<Map<number, CommittedOffset>> {
     return this.count("getCommitted", () => this.inner.getCommitted(group, topic));
   }
-  commitOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void> {
-    return this.count("commitOffsets", () => this.inner.commitOffsets(group, topic, offsets));
+  commitOffsets(group: string, topic: string, offsets: Map<number, number>, fence?: CommitFence): Promise<void> {
+    return this.count("commitOffsets", () => this.inner.commitOffsets(group, topic, offsets, fence));
   }
   resetOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void> {
     return this.count("resetOffsets", () => this.inner.resetOffsets(group, topic, offsets));

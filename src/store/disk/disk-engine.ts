@@ -544,6 +544,7 @@ export class DiskEngine implements StorageEngine {
     return out.sort((a, b) => (a.group === b.group ? (a.topic < b.topic ? -1 : 1) : a.group < b.group ? -1 : 1));
   }
 
+  /** No fence argument: groups on the disk engine are coordinated in process, which checks ownership before the call (GRP-1). */
   async commitOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void> {
     const t = this.checkOffsets(topic, offsets);
     return this.groupStore(group).commit(topic, t.topicId, offsets);

@@ -32,6 +32,10 @@ export interface Tables {
   producerState: string;
   groupOffsets: string;
   offsetResets: string;
+  /** Consumer groups across nodes (group-membership.ts). */
+  groups: string;
+  groupMembers: string;
+  groupOwners: string;
   schemaVersion: string;
   /** Work queues (src/store/postgres/queues/). */
   queues: string;
@@ -56,6 +60,9 @@ export function tables(schema: string): Tables {
     producerState: `${s}.producer_state`,
     groupOffsets: `${s}.group_offsets`,
     offsetResets: `${s}.offset_resets`,
+    groups: `${s}.groups`,
+    groupMembers: `${s}.group_members`,
+    groupOwners: `${s}.group_owners`,
     schemaVersion: `${s}.schema_version`,
     queues: `${s}.queues`,
     jobs: `${s}.jobs`,

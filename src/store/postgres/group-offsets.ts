@@ -12,7 +12,8 @@
  * too. The marks follow the shared rules of src/store/engine.ts (markAfterCommit,
  * markAfterReset), so both engines keep the same marks.
  */
-import { OffsetOutOfRangeError, PartitionNotFoundError, ValidationError } from "../../errors.js";
+import { NotAssignedError, OffsetOutOfRangeError, PartitionNotFoundError, ValidationError } from "../../errors.js";
+import type { CommitFence } from "../group-coordination.js";
 import { markAfterCommit, markAfterReset, MAX_REMEMBERED_RESETS, type CommittedOffset, type EngineTopic, type OffsetReset } from "../engine.js";
 import { validateName } from "../names.js";
 import { num, type Db } from "./database.js";
@@ -68,15 +69,15 @@ export class PgGroupOffsets {
     return r.rows.map((x) => ({ group: x.group_name, topic: x.name }));
   }
 
-  commit(group: string, topic: EngineTopic, offsets: Map<number, number>): Promise<void> {
-    return this.write(group, topic, offsets, false);
+  commit(group: string, topic: EngineTopic, offsets: Map<number, number>, fence?: CommitFence): Promise<void> {
+    return this.write(group, topic, offsets, false, fence);
   }
 
   reset(group: string, topic: EngineTopic, offsets: Map<number, number>): Promise<void> {
     return this.write(group, topic, offsets, true);
   }
 
-  private async write(group: string, topic: EngineTopic, offsets: Map<number, number>, isReset: boolean): Promise<void> {
+  private async write(group: string, topic: EngineTopic, offsets: Map<number, number>, isReset: boolean, fence?: CommitFence): Promise<void> {
     validateName("group", group);
     for (const [p, o] of offsets) {
       if (!Number.isInteger(p) || p < 0 || p >= topic.config.partitions) throw new PartitionNotFoundError(topic.name, p);
@@ -86,6 +87,7 @@ export class PgGroupOffsets {
     const at = this.now();
     await this.db.tx(async (c) => {
       await c.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`sluice-group:${this.db.schemaName}:${topic.topicId}:${group}`]);
+      if (fence !== undefined) await checkFence(c, this.db, group, topic, offsets, fence);
       await checkHighWatermarks(c, this.db, topic, offsets);
       const cur = await c.query<OffsetRow>(
         `SELECT partition, committed_offset, committed_at, metadata, replay_until FROM ${t.groupOffsets} WHERE group_name = $1 AND topic_id = $2`,
@@ -113,6 +115,25 @@ export class PgGroupOffsets {
         [group, topic.topicId, MAX_REMEMBERED_RESETS],
       );
     });
+  }
+}
+
+/**
+ * PG-1: the committing member owns every partition of the commit, in the ownership period
+ * (generation) the commit belongs to. FOR SHARE holds the owner rows until this transaction
+ * ends, so the rows cannot be deleted (the partition handed to another member) between this
+ * check and the write.
+ */
+async function checkFence(c: pg.PoolClient, db: Db, group: string, topic: EngineTopic, offsets: Map<number, number>, fence: CommitFence): Promise<void> {
+  const r = await c.query<{ partition: number; generation: string }>(
+    `SELECT partition, generation FROM ${db.t.groupOwners} WHERE group_name = $1 AND topic = $2 AND member_id = $3 AND partition = ANY($4::int[]) FOR SHARE`,
+    [group, topic.name, fence.memberId, [...offsets.keys()]],
+  );
+  const owned = new Map(r.rows.map((x) => [x.partition, num(x.generation)]));
+  for (const p of offsets.keys()) {
+    const g = owned.get(p);
+    if (g === undefined || g !== fence.generations.get(p))
+      throw new NotAssignedError(`partition ${topic.name}/${p} is not assigned to this member of group ${group} (in this generation); the new owner resumes from the last commit`);
   }
 }
 

@@ -83,6 +83,40 @@ const MIGRATIONS: Migration[] = [
   },
   // Work queues: one row per job (src/store/postgres/queues/schema.ts).
   { version: 2, statements: queueTables },
+  // Consumer groups coordinated through the database (group-membership.ts, PG-1). Keyed by
+  // topic name: membership is of a subscription, which names the topic.
+  {
+    version: 3,
+    statements: (t) => [
+      `CREATE TABLE ${t.groups} (
+        group_name text NOT NULL,
+        topic text NOT NULL,
+        generation bigint NOT NULL,
+        partitions int NOT NULL,
+        strategy text NOT NULL,
+        PRIMARY KEY (group_name, topic))`,
+      `CREATE TABLE ${t.groupMembers} (
+        group_name text NOT NULL,
+        topic text NOT NULL,
+        member_id text NOT NULL,
+        node_id text NOT NULL,
+        seq bigserial NOT NULL,
+        heartbeat_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (group_name, topic, member_id))`,
+      `CREATE INDEX group_members_node ON ${t.groupMembers} (node_id)`,
+      `CREATE INDEX group_members_heartbeat ON ${t.groupMembers} (heartbeat_at)`,
+      // At most one owner per partition (GRP-1 across nodes); a member's rows go with it.
+      `CREATE TABLE ${t.groupOwners} (
+        group_name text NOT NULL,
+        topic text NOT NULL,
+        partition int NOT NULL,
+        member_id text NOT NULL,
+        generation bigint NOT NULL,
+        PRIMARY KEY (group_name, topic, partition),
+        FOREIGN KEY (group_name, topic, member_id) REFERENCES ${t.groupMembers} (group_name, topic, member_id) ON DELETE CASCADE)`,
+      `CREATE INDEX group_owners_member ON ${t.groupOwners} (group_name, topic, member_id)`,
+    ],
+  },
 ];
 
 /** The schema version this code writes and understands. */

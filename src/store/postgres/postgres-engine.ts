@@ -11,6 +11,7 @@
  *   partition-store.ts appends, reads, offsets, time lookups (one row per batch, disk format)
  *   producer-state.ts  producer ids, epochs, sequence state
  *   group-offsets.ts   committed offsets, replay marks, reset history
+ *   group-membership.ts consumer groups across nodes: members, generations, owners (PG-1)
  *   retention.ts       retention by time and size
  *   notifier.ts        waitFor: LISTEN/NOTIFY with a polling fallback
  *   queues/            work queues, one row per job (queues/store.ts lists the parts)
@@ -21,7 +22,9 @@
  * whatever its `durability` (PostgreSQL's commit is the sync).
  */
 import pg from "pg";
-import { BrokerClosedError } from "../../errors.js";
+import { BrokerClosedError, ValidationError } from "../../errors.js";
+import type { CommitFence } from "../group-coordination.js";
+import { PgGroupMembership } from "./group-membership.js";
 import type { PreparedRecord, ProducerInfo, StoredRecord } from "../../log/record-batch.js";
 import type { Logger } from "../../observability/telemetry.js";
 import type { TopicConfig, TopicDescription } from "../../types.js";
@@ -48,11 +51,16 @@ export interface PostgresEngineOptions {
   /** Connections of the engine's own pool (default DEFAULT_POOL_SIZE), plus one for LISTEN. */
   poolSize?: number;
   /**
-   * Refuse to open while another node has this schema open (default true; PG-1): consumer
-   * groups are coordinated inside one broker process for now, so two broker nodes on one
-   * schema would each run their own. A second node gets DataDirLockedError naming the holder.
+   * Refuse to open while another node has this schema open (default false): for a deployment
+   * that wants exactly one broker node on a schema. A second node gets DataDirLockedError
+   * naming the holder. Several nodes are safe without it: consumer groups are coordinated
+   * through the database (PG-1).
    */
   exclusive?: boolean;
+  /** A consumer group member whose node is silent this long is removed and its partitions reassigned (default 10 s). */
+  groupSessionTimeoutMs?: number;
+  /** How often a node stamps its members' heartbeats and re-checks its groups' assignments (default 1 s). */
+  groupHeartbeatMs?: number;
   /** Wall clock (tests). */
   now?: () => number;
   /** Where failures of background queue work (lease expiry, sweeps) are logged; default: nowhere. */
@@ -79,6 +87,8 @@ export class PostgresEngine implements StorageEngine {
   };
   /** Work queues: one row per job (queues/store.ts). */
   readonly queues: PgQueueStore;
+  /** Consumer groups shared by every broker node on the schema (group-membership.ts, PG-1). */
+  readonly groupCoordination: PgGroupMembership;
   private readonly pool: pg.Pool;
   private readonly ownsPool: boolean;
   private readonly db: Db;
@@ -88,7 +98,7 @@ export class PostgresEngine implements StorageEngine {
   private readonly notifier: AppendNotifier;
   private readonly now: () => number;
   private state: "new" | "open" | "closed" = "new";
-  /** PG-1: held while open (null with `exclusive: false`). */
+  /** Held while open with `exclusive: true`, else null. */
   readonly schemaLock: SchemaLock | null;
 
   constructor(opts: PostgresEngineOptions = {}) {
@@ -104,7 +114,11 @@ export class PostgresEngine implements StorageEngine {
     this.notifier = new AppendNotifier(clientConfig, (keys) => this.partitions.ends(keys));
     this.partitions = new PartitionStore(this.db, (key, end) => this.notifier.notify(key, end));
     this.groups = new PgGroupOffsets(this.db, this.now);
-    this.schemaLock = opts.exclusive === false ? null : new SchemaLock(clientConfig, schema);
+    this.schemaLock = opts.exclusive === true ? new SchemaLock(clientConfig, schema) : null;
+    for (const [name, v] of [["groupSessionTimeoutMs", opts.groupSessionTimeoutMs], ["groupHeartbeatMs", opts.groupHeartbeatMs]] as const) {
+      if (v !== undefined && (!Number.isInteger(v) || v < 10)) throw new ValidationError(`${name} must be an integer number of milliseconds >= 10, got ${String(v)}`);
+    }
+    this.groupCoordination = new PgGroupMembership(this.db, clientConfig, { sessionTimeoutMs: opts.groupSessionTimeoutMs, heartbeatMs: opts.groupHeartbeatMs, logger: opts.logger });
     this.queues = new PgQueueStore({ db: this.db, clientConfig, now: this.now, logger: opts.logger });
   }
 
@@ -134,12 +148,14 @@ export class PostgresEngine implements StorageEngine {
     }
     await this.notifier.start();
     await this.queues.start();
+    await this.groupCoordination.start();
     this.state = "open";
   }
 
   async close(): Promise<void> {
     if (this.state === "closed") return;
     this.state = "closed";
+    await this.groupCoordination.close();
     await this.queues.close();
     await this.notifier.close();
     await this.schemaLock?.release();
@@ -148,7 +164,7 @@ export class PostgresEngine implements StorageEngine {
 
   private check(): void {
     if (this.state !== "open") throw new BrokerClosedError(this.state === "new" ? "engine is not open" : "broker is closed");
-    // PG-1: without the lock another node may be serving this schema.
+    // With `exclusive`, without the lock another node may be serving this schema.
     if (this.schemaLock?.lost) throw this.schemaLock.lost;
   }
 
@@ -260,8 +276,8 @@ export class PostgresEngine implements StorageEngine {
   async getCommitted(group: string, topic: string): Promise<Map<number, CommittedOffset>> {
     return this.groups.get(group, await this.current(topic));
   }
-  async commitOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void> {
-    return this.groups.commit(group, await this.current(topic), offsets);
+  async commitOffsets(group: string, topic: string, offsets: Map<number, number>, fence?: CommitFence): Promise<void> {
+    return this.groups.commit(group, await this.current(topic), offsets, fence);
   }
   async resetOffsets(group: string, topic: string, offsets: Map<number, number>): Promise<void> {
     return this.groups.reset(group, await this.current(topic), offsets);
