@@ -4,7 +4,7 @@
  * SIGKILLed under load (many publishes in flight, keys over 4 partitions) and restarted on the
  * same port, several times: every acknowledged record is stored exactly once, at the offset
  * its receipt gave (the client's idempotent retries across reconnects meet the producer state
- * kept in the database). A second server on the same schema is refused (PG-1).
+ * kept in the database). With `exclusive=true` a second server on the same schema is refused.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -23,7 +23,7 @@ function engineUrl(schema: string): string {
   return u.toString();
 }
 
-const serveArgs = (schema: string, dir: string, port: number) => ["--engine", engineUrl(schema), "--data", dir, "--port", String(port), "--http-port", "off", "--log-level", "error"];
+const serveArgs = (schema: string, dir: string, port: number, params = "") => ["--engine", engineUrl(schema) + params, "--data", dir, "--port", String(port), "--http-port", "off", "--log-level", "error"];
 
 /** Starts a server on `port`; right after a SIGKILL the database may not have ended the old session (and its lock) yet. */
 async function startOn(schema: string, dir: string, port: number): Promise<SpawnedServer> {
@@ -100,13 +100,13 @@ test(`serve --engine postgres: SIGKILLed ${KILLS}x under load, every acknowledge
   }
 });
 
-test("serve --engine postgres: a second server on the same schema exits with DATA_DIR_LOCKED", { timeout: 60_000 }, async () => {
+test("serve --engine postgres with exclusive=true: a second server on the same schema exits with DATA_DIR_LOCKED", { timeout: 60_000 }, async () => {
   const schema = freshSchema();
   const a = tempDir();
   const b = tempDir();
-  const first = await spawnServer(serveArgs(schema, a.dir, 0));
+  const first = await spawnServer(serveArgs(schema, a.dir, 0, "&exclusive=true"));
   try {
-    const err = await spawnServer(serveArgs(schema, b.dir, 0)).then(
+    const err = await spawnServer(serveArgs(schema, b.dir, 0, "&exclusive=true")).then(
       () => null,
       (e: unknown) => e as Error,
     );

@@ -214,11 +214,17 @@ export class PgGroupMembership implements GroupCoordination {
   /** One pass: revoke what the target moves away from this node's members, then claim what is free for them. */
   private async rebalance(g: LocalGroup): Promise<void> {
     const t = this.db.t;
-    const [st, mem, own] = await Promise.all([
-      this.db.query<{ generation: string; partitions: number; strategy: AssignmentStrategy }>(`SELECT generation, partitions, strategy FROM ${t.groups} WHERE group_name = $1 AND topic = $2`, [g.group, g.topic]),
-      this.db.query<MemberRow>(`SELECT member_id FROM ${t.groupMembers} WHERE group_name = $1 AND topic = $2 ORDER BY seq`, [g.group, g.topic]),
-      this.db.query<OwnerRow>(`SELECT partition, member_id FROM ${t.groupOwners} WHERE group_name = $1 AND topic = $2`, [g.group, g.topic]),
-    ]);
+    // One snapshot: the generation with exactly the members it counts, so every node computes
+    // the same target for a generation (no partition given to two members in one generation).
+    const [st, mem, own] = await this.db.tx(async (c) => {
+      await c.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY");
+      const args = [g.group, g.topic];
+      return [
+        await c.query<{ generation: string; partitions: number; strategy: AssignmentStrategy }>(`SELECT generation, partitions, strategy FROM ${t.groups} WHERE group_name = $1 AND topic = $2`, args),
+        await c.query<MemberRow>(`SELECT member_id FROM ${t.groupMembers} WHERE group_name = $1 AND topic = $2 ORDER BY seq`, args),
+        await c.query<OwnerRow>(`SELECT partition, member_id FROM ${t.groupOwners} WHERE group_name = $1 AND topic = $2`, args),
+      ] as const;
+    });
     if (st.rows.length === 0) return;
     const generation = num(st.rows[0].generation);
     const ids = mem.rows.map((r) => r.member_id);
