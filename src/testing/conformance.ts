@@ -5,7 +5,8 @@
  * `connect()` to a `sluice serve` process, and future engines (e.g. PostgreSQL).
  *
  * The tests live by area in conformance-topics.ts, conformance-produce.ts,
- * conformance-groups.ts, conformance-commits.ts, conformance-replay.ts, conformance-queues.ts
+ * conformance-groups.ts, conformance-commits.ts, conformance-replay.ts, conformance-contracts.ts
+ * (the consumer contracts end to end, application state in SQLite), conformance-queues.ts
  * conformance-queue-results.ts, conformance-queue-declare.ts, conformance-queue-browse.ts,
  * conformance-queue-events.ts, conformance-queue-options.ts and conformance-queue-limits.ts (shared helpers:
  * conformance-helpers.ts).
@@ -26,6 +27,7 @@ import type { DefineTest } from "./conformance-helpers.js";
 import { groupTests } from "./conformance-groups.js";
 import { commitTests } from "./conformance-commits.js";
 import { replayTests } from "./conformance-replay.js";
+import { contractTests } from "./conformance-contracts.js";
 import { produceTests } from "./conformance-produce.js";
 import { queueResultTests } from "./conformance-queue-results.js";
 import { queueDeclareTests } from "./conformance-queue-declare.js";
@@ -93,6 +95,7 @@ export function defineConformanceSuite(name: string, factory: () => Promise<Conf
   groupTests(t);
   commitTests(t);
   replayTests(t);
+  contractTests(t);
   const queues = scope.queues ?? true;
   if (queues === false) return;
   for (const [area, register] of Object.entries(QUEUE_AREAS) as [QueueArea, (t: DefineTest) => void][]) {
