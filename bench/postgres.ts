@@ -15,6 +15,8 @@
  * Jobs: the queue bench's closed loop (a producer enqueueing batches of 100, workers acking
  * each job) with sluice's queue on the PostgreSQL engine against pg-boss on the same server
  * (goal: 10x).
+ *
+ * Nodes: publishing and jobs through 1, 2 and 3 broker nodes on one schema (postgres-nodes.ts).
  */
 import pg from "pg";
 import { openBroker } from "../src/broker/broker.js";
@@ -28,6 +30,7 @@ import { JOB_CONCURRENCY } from "./shapes.js";
 import { pumpWindow, stampedPayload } from "./peers/common.js";
 import type { BenchRow } from "./report.js";
 import { serve } from "./server.js";
+import { runNodesBench } from "./postgres-nodes.js";
 import { fmt, RECORD_BYTES } from "./shapes.js";
 
 const BATCH = 1000;
@@ -131,7 +134,7 @@ export async function runPostgresBench(opts: { tmpDir: string; run: RunGroupOpti
       },
     ];
     const rows = await runGroups(groups, { ...opts.run, only: opts.only });
-    // The same through a server on the engine (the embedded broker gives the schema up first: one node per schema).
+    // The same through a server on the engine (the embedded broker closes first, so the server's figure is its own).
     if (!opts.only || opts.only.has("pg-publish-server")) {
       await broker.close();
       server = await serve(`${opts.tmpDir}/pg-node`, ["--engine", `${PG_CONNECTION}?schema=${SCHEMA}`]);
@@ -150,6 +153,13 @@ export async function runPostgresBench(opts: { tmpDir: string; run: RunGroupOpti
           { ...opts.run, only: null },
         )),
       );
+    }
+    await server?.stop();
+    server = null;
+    if (!opts.only || opts.only.has("pg-nodes-publish") || opts.only.has("pg-nodes-jobs")) {
+      await broker.close();
+      const only = opts.only ? new Set([...opts.only].filter((id) => id.startsWith("pg-nodes"))) : null;
+      rows.push(...(await runNodesBench({ tmpDir: opts.tmpDir, engineUrl: `${PG_CONNECTION}?schema=${SCHEMA}`, durability, run: opts.run, only })));
     }
     return rows;
   } finally {
