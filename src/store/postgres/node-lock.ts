@@ -1,15 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 /**
- * One broker node per schema, for now: a session-level advisory lock, keyed by the schema,
- * held on a connection of its own for as long as the engine is open (PG-1 in
- * docs/ARCHITECTURE.md).
+ * One broker node per schema when the deployment asks for it (`exclusive: true`): a
+ * session-level advisory lock, keyed by the schema, held on a connection of its own for as
+ * long as the engine is open.
  *
- * Why: the engine's own writes are safe from several nodes (offsets are allocated in the
- * inserting transaction, commits serialize on a lock of their own), but consumer groups are
- * still coordinated inside one broker process (src/streams). Two nodes on one schema would
- * each run a coordinator and could hand one partition to two members of the same generation.
- * Until group coordination moves into the database, a second node is refused at open, with
- * the holder named, as a second process on a data directory is (DataDirLockedError).
+ * Several nodes on one schema are safe without it (consumer groups are coordinated in the
+ * database, PG-1 in docs/ARCHITECTURE.md); this is for operators who want exactly one, with a
+ * second node refused at open and the holder named, as a second process on a data directory
+ * is (DataDirLockedError).
  *
  * Why fence on loss: the lock lives as long as its connection. If that connection drops (a
  * database restart, a network cut), another node may take the lock meanwhile, so the engine
