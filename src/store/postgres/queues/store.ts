@@ -137,6 +137,17 @@ export class PgQueueStore implements QueueStore {
   /** The queue's row, created or its config replaced as `req` asks (one transaction). */
   private async register(name: string, req: OpenQueueRequest): Promise<{ queueId: string; settings: QueueSettings; change: "create" | "alter" | null }> {
     const t = this.o.db.t;
+    // An existing queue whose config stays is opened without locking its row: an application's
+    // transaction that enqueued to it holds that lock until it commits, and may be opening
+    // this queue again meanwhile (a second handle declaring the same config).
+    const seen = await this.o.db.query<{ queue_id: string; config: QueueConfig }>(`SELECT queue_id, config FROM ${t.queues} WHERE name = $1`, [name]);
+    const row = seen.rows[0];
+    if (row !== undefined && (req.config === undefined || canonical(req.config) === canonical(row.config))) {
+      const settings = req.settings(row.config);
+      refuseUnsupported(name, settings);
+      if (req.implicit && req.encrypted === true) refuseUnsupported(name, { ...settings, encrypted: true });
+      return { queueId: row.queue_id, settings, change: null };
+    }
     for (let tries = 0; ; tries++) {
       try {
         return await this.o.db.tx(async (c) => {
