@@ -11,12 +11,11 @@
  * (Q-1): the grant query cannot see uncommitted rows. `insertJobs` is also the copy step of
  * dead-letter moves and redrives (moves.ts), inside their own transaction.
  */
-import type pg from "pg";
 import { AbortedError, QueueFullError } from "../../../errors.js";
 import { ENQUEUE_REQUESTS_KEPT, validateIdentity, type EnqueueIdentity } from "../../../queues/idempotence.js";
 import type { EnqueueResult } from "../../../queues/types.js";
 import { SYSTEM_DEDUPE_PREFIX, type EnqueueOutcome, type EnqueueRequestOptions, type NewJob } from "../../queue-store.js";
-import type { Tables } from "../database.js";
+import type { Queryable, Tables } from "../database.js";
 import { encodeHeaders, queueTx, type LockedQueue, type QueueCtx } from "./rows.js";
 import { SingletonRound, singletonTag } from "./singletons.js";
 import { flowColumns } from "./flows.js";
@@ -46,7 +45,7 @@ function flowArgs(jobs: readonly NewJob[], first: number): unknown[] {
 }
 
 /** Inserts `jobs` with ids `first ..` into the locked queue `q`, with their `enqueued` events. */
-export async function insertJobs(c: pg.ClientBase, t: Tables, q: LockedQueue, jobs: readonly NewJob[], first: number, storedAt: number): Promise<void> {
+export async function insertJobs(c: Queryable, t: Tables, q: LockedQueue, jobs: readonly NewJob[], first: number, storedAt: number): Promise<void> {
   if (jobs.length === 0) return;
   const cols = {
     id: [] as number[],
@@ -106,7 +105,7 @@ function windowOf(ctx: QueueCtx, id: string): number {
 
 /** Which jobs are duplicates (of a stored job, or of an earlier one of the call), which are new. */
 async function classify(
-  c: pg.ClientBase,
+  c: Queryable,
   ctx: QueueCtx,
   q: LockedQueue,
   jobs: readonly NewJob[],
@@ -146,14 +145,14 @@ function fits(ctx: QueueCtx, q: LockedQueue, n: number, bytes: number): boolean 
 }
 
 /** The user dedupe entries the queue may still hold (`maxDedupeEntries`). */
-async function checkDedupeRoom(c: pg.ClientBase, ctx: QueueCtx, q: LockedQueue, fresh: readonly NewJob[], now: number): Promise<void> {
+async function checkDedupeRoom(c: Queryable, ctx: QueueCtx, q: LockedQueue, fresh: readonly NewJob[], now: number): Promise<void> {
   const adding = fresh.filter((j) => j.dedupeId !== null && !j.dedupeId.startsWith(SYSTEM_DEDUPE_PREFIX) && windowOf(ctx, j.dedupeId) > 0).length;
   if (adding === 0) return;
   const r = await c.query<{ n: string }>(`SELECT count(*) AS n FROM ${ctx.t.queueDedupe} WHERE queue_id = $1 AND expires_at > $2 AND dedupe_id NOT LIKE 'sys:%'`, [ctx.queueId, now]);
   if (Number(r.rows[0].n) + adding > ctx.settings().maxDedupeEntries) throw new QueueFullError(ctx.name, q.liveJobs, q.liveBytes);
 }
 
-type Attempt = { done: true; outcome: EnqueueOutcome } | { done: false };
+export type Attempt = { done: true; outcome: EnqueueOutcome } | { done: false };
 
 /** Thrown inside the transaction to roll it back when the request must wait for room. */
 class NoRoom extends Error {}
@@ -169,7 +168,17 @@ async function attempt(ctx: QueueCtx, jobs: readonly NewJob[], identity: Enqueue
 }
 
 function tryOnce(ctx: QueueCtx, jobs: readonly NewJob[], identity: EnqueueIdentity | null, compact: boolean, mayWait: boolean): Promise<Attempt> {
-  return queueTx(ctx, async (c, q): Promise<Attempt> => {
+  return queueTx(ctx, (c, q) => storeRequest(c, ctx, q, jobs, identity, compact, mayWait));
+}
+
+/**
+ * The request's statements on `c`, inside a transaction holding the queue row `q` (the
+ * engine's own, or the application's: tx-enqueue.ts). Throws QueueFullError (or NoRoom when
+ * `mayWait`) before anything is inserted, though a debounce may already have removed a job:
+ * the caller's transaction must then be rolled back (to its savepoint).
+ */
+export async function storeRequest(c: Queryable, ctx: QueueCtx, q: LockedQueue, jobs: readonly NewJob[], identity: EnqueueIdentity | null, compact: boolean, mayWait: boolean): Promise<Attempt> {
+  {
     const t = ctx.t;
     if (identity !== null) {
       const r = await c.query<{ answer: EnqueueOutcome }>(`SELECT answer FROM ${t.queueRequests} WHERE queue_id = $1 AND producer_id = $2 AND sequence = $3`, [ctx.queueId, identity.producerId, identity.sequence]);
@@ -208,7 +217,7 @@ function tryOnce(ctx: QueueCtx, jobs: readonly NewJob[], identity: EnqueueIdenti
       await c.query(`DELETE FROM ${t.queueRequests} WHERE queue_id = $1 AND producer_id = $2 AND sequence <= $3`, [ctx.queueId, identity.producerId, identity.sequence - ENQUEUE_REQUESTS_KEPT]);
     }
     return { done: true, outcome };
-  });
+  }
 }
 
 /**

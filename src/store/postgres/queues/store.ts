@@ -15,14 +15,15 @@
  * singletons.ts, flows.ts, groups.ts, grant.ts, rate-limit.ts, settle.ts (settlements),
  * moves.ts (dead letters, redrive), expire.ts (job expiry), inspect.ts (stats, getJob, browse,
  * events), leases.ts (this node's leases), sweep.ts (upkeep), wakeups.ts (LISTEN),
- * schedules.ts (schedule store), pg-queue.ts (one open queue).
+ * schedules.ts (schedule store), tx-enqueue.ts (enqueues in the application's transaction),
+ * pg-queue.ts (one open queue).
  */
 import { randomUUID } from "node:crypto";
 import type pg from "pg";
 import { BrokerClosedError, QueueNotFoundError, ValidationError } from "../../../errors.js";
 import type { Logger } from "../../../observability/telemetry.js";
 import type { QueueConfig } from "../../../queues/types.js";
-import type { OpenQueueRequest, QueueSettings, QueueStore, StoredQueue } from "../../queue-store.js";
+import type { OpenQueueRequest, QueueSettings, QueueStore, StoredQueue, TransactionalEnqueues } from "../../queue-store.js";
 import type { Db } from "../database.js";
 import { PgQueue } from "./pg-queue.js";
 import { PgScheduleStore } from "./schedules.js";
@@ -65,6 +66,15 @@ export class PgQueueStore implements QueueStore {
   private readonly origin = randomUUID();
   /** Job schedules (schedules.ts). */
   readonly schedules: PgScheduleStore;
+  /** Enqueues inside the application's transaction (tx-enqueue.ts), on a queue this store opened. */
+  readonly transactional: TransactionalEnqueues = {
+    enqueue: (tx, queue, jobs) => {
+      // By incarnation: the queue may reach us wrapped (the policy's peers, counting stores).
+      const q = this.byId.get(queue.incarnation);
+      if (q === undefined) return Promise.reject(new BrokerClosedError(`queue ${queue.name} is closed`));
+      return q.enqueueInTransaction(tx, jobs);
+    },
+  };
 
   constructor(private readonly o: PgQueueStoreOptions) {
     this.schedules = new PgScheduleStore(o.db);
