@@ -19,6 +19,7 @@ import { openBroker } from "../src/broker/broker.js";
 import { connect } from "../src/client/index.js";
 import { QueueFullError, ValidationError } from "../src/errors.js";
 import { startServer } from "../src/server/index.js";
+import { PostgresEngine } from "../src/store/postgres/postgres-engine.js";
 import { nextJob } from "../src/testing/conformance-helpers.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";
 import type { EmbeddedBroker as Broker } from "../src/broker/broker.js";
@@ -218,6 +219,33 @@ test("an ack and a lease expiry of the queue wait for the open transaction and f
     assert.equal(s.depth, 0);
     assert.equal(s.completed, 4);
   });
+});
+
+test("the sweep's cleanup skips a dedupe entry an open transaction took again, so the transaction can take another: no lock cycle", { timeout: 60_000 }, async () => {
+  const schema = freshSchema();
+  let skew = 0;
+  const broker = await needingPostgres(() => openBroker({ engine: new PostgresEngine({ connectionString: PG_TEST_URL, schema, poolSize: 4, now: () => Date.now() + skew }), retentionCheckIntervalMs: 0 }));
+  const pool = new pg.Pool({ connectionString: PG_TEST_URL, max: 4 });
+  const dedupeRows = async (id: string): Promise<number> => (await pool.query(`SELECT count(*)::int AS n FROM "${schema}".queue_dedupe WHERE dedupe_id = $1`, [id])).rows[0].n;
+  try {
+    const q = broker.queue<string>("dd", { dedupeWindowMs: 60_000 });
+    await q.enqueueBatch([{ data: "a", dedupeId: "d1" }, { data: "b", dedupeId: "d2" }]);
+    skew = 120_000; // both entries expired: the cleanup may delete them
+    let tx1 = "";
+    await inTx(pool, true, async (c) => {
+      tx1 = (await q.enqueue("a2", { dedupeId: "d1", transaction: c })).id;
+      // The cleanup (every few seconds) deletes d2 while the transaction holds d1's row.
+      await waitUntil(async () => (await dedupeRows("d2")) === 0, "the sweep's cleanup deleting the other expired entry", 30_000, 100);
+      assert.equal(await dedupeRows("d1"), 1, "the entry the transaction holds is left to it");
+      assert.equal((await q.enqueue("b2", { dedupeId: "d2", transaction: c })).duplicate, false);
+    });
+    assert.deepEqual(await q.enqueue("a3", { dedupeId: "d1" }), { id: tx1, duplicate: true }, "the committed transaction's entry counts");
+    assert.equal((await q.stats()).depth, 4);
+  } finally {
+    await broker.close();
+    await pool.end();
+    await dropSchema(schema);
+  }
 });
 
 test("dedupe ids, singleton keys and debounced jobs of a rolled-back transaction are as before it; a refused call leaves the transaction usable", async () => {
