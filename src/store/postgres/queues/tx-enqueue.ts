@@ -65,7 +65,11 @@ export async function enqueueInTransaction(tx: Queryable, ctx: QueueCtx, jobs: r
     return r.outcome;
   } catch (e) {
     // Leaves the caller's transaction as it was before the call (a dead connection: theirs to see).
-    await tx.query(`ROLLBACK TO SAVEPOINT ${SAVEPOINT}; RELEASE SAVEPOINT ${SAVEPOINT}`).catch(() => {});
+    // Two statements, not one string: a client may speak only the extended protocol.
+    await tx
+      .query(`ROLLBACK TO SAVEPOINT ${SAVEPOINT}`)
+      .then(() => tx.query(`RELEASE SAVEPOINT ${SAVEPOINT}`))
+      .catch(() => {});
     if (e instanceof BrokerClosedError && (await queueExists(ctx))) throw new ValidationError("the transaction's client does not see this queue: it must be connected to the broker's database");
     throw refusal(e);
   }
