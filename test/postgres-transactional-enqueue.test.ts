@@ -17,7 +17,7 @@ import { dirname, join } from "node:path";
 import pg from "pg";
 import { openBroker } from "../src/broker/broker.js";
 import { connect } from "../src/client/index.js";
-import { QueueFullError, ValidationError } from "../src/errors.js";
+import { QueueFullError, StorageError, ValidationError } from "../src/errors.js";
 import { startServer } from "../src/server/index.js";
 import { PostgresEngine } from "../src/store/postgres/postgres-engine.js";
 import { nextJob } from "../src/testing/conformance-helpers.js";
@@ -138,13 +138,17 @@ test("until the commit the jobs are invisible and other enqueues to the queue wa
     const config = { visibilityTimeoutMs: 30_000 };
     await a.queue<string>("mail", config).stats();
     await listener.connect();
+    // The channel is the database's: only this queue's notifications count.
+    const queueId = (await pool.query(`SELECT queue_id FROM "${schema}".queues WHERE name = 'mail'`)).rows[0].queue_id as string;
     const notified: string[] = [];
-    listener.on("notification", (n) => notified.push(n.payload ?? ""));
+    listener.on("notification", (n) => void (n.payload?.startsWith(`${queueId}:`) && notified.push(n.payload)));
     await listener.query("LISTEN sluice_queue");
     const wa = a.queue<string>("mail").work({ prefetch: 1 });
     const wb = b.queue<string>("mail").work({ prefetch: 1 });
     const gotA = nextJob(wa[Symbol.asyncIterator](), 20_000);
     const gotB = nextJob(wb[Symbol.asyncIterator](), 20_000);
+    // Awaited below; a failure before that must report itself, not these.
+    for (const p of [gotA, gotB]) p.catch(() => {});
     const c = await pool.connect();
     try {
       await c.query("BEGIN");
@@ -163,7 +167,8 @@ test("until the commit the jobs are invisible and other enqueues to the queue wa
     } finally {
       c.release();
     }
-    await waitUntil(() => notified.length > 0, "the NOTIFY delivered at the commit");
+    // Addressed to every store, the enqueuing node's own included (it does not see the commit).
+    await waitUntil(() => notified.some((p) => p.endsWith(":app")), () => `the transaction's NOTIFY delivered at the commit (got ${JSON.stringify(notified)})`);
     const [ja, jb] = await Promise.all([gotA, gotB]);
     assert.deepEqual([ja.data, jb.data].sort(), ["first", "second"], "each node's waiting worker got one of the committed jobs");
     await Promise.all([ja.ack(), jb.ack()]);
@@ -396,6 +401,23 @@ test("refused where it cannot work: the disk engine, a network client, a signal,
       c.release();
     }
     assert.equal((await q.stats()).depth, 0, "nothing stored by the refused calls");
+    // REPEATABLE READ: fine on a queue unchanged since the snapshot; a retriable failure otherwise.
+    const rr = async (changeFirst: boolean): Promise<void> => {
+      const tx = await pool.connect();
+      try {
+        await tx.query("BEGIN ISOLATION LEVEL REPEATABLE READ");
+        await tx.query("SELECT 1");
+        if (changeFirst) await q.enqueue("plain");
+        await q.enqueue("rr", { transaction: tx });
+        await tx.query("COMMIT");
+      } finally {
+        await tx.query("ROLLBACK").catch(() => {});
+        tx.release();
+      }
+    };
+    await rr(false);
+    await assert.rejects(rr(true), (e: unknown) => e instanceof StorageError && /serialize/.test(e.message));
+    assert.equal((await q.stats()).depth, 2, "the first repeatable-read transaction's job and the plain one");
     // A flow in a transaction: all of it at the commit.
     const flow = await inTx(pool, true, (tx) => q.enqueueFlow({ data: "parent", children: [{ data: "child" }] }, { transaction: tx }));
     assert.equal((await q.getJob(flow.id))?.state, "waiting-children");

@@ -70,7 +70,10 @@ export async function enqueueInTransaction(tx: Queryable, ctx: QueueCtx, jobs: r
       .query(`ROLLBACK TO SAVEPOINT ${SAVEPOINT}`)
       .then(() => tx.query(`RELEASE SAVEPOINT ${SAVEPOINT}`))
       .catch(() => {});
-    if (e instanceof BrokerClosedError && (await queueExists(ctx))) throw new ValidationError("the transaction's client does not see this queue: it must be connected to the broker's database");
+    if (e instanceof BrokerClosedError && (await queueExists(ctx)))
+      throw new ValidationError(
+        "the transaction does not see this queue: its client must be connected to the broker's database, and under REPEATABLE READ or SERIALIZABLE the queue must exist before the transaction's first statement (use it once beforehand)",
+      );
     throw refusal(e);
   }
 }
