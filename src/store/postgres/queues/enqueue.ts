@@ -9,7 +9,8 @@
  * names a job that does not exist, and admission counts what is really live (`live_jobs`,
  * `live_bytes` of the locked queue row). A job is grantable only once that COMMIT returned
  * (Q-1): the grant query cannot see uncommitted rows. `insertJobs` is also the copy step of
- * dead-letter moves and redrives (moves.ts), inside their own transaction.
+ * dead-letter moves and redrives (moves.ts), inside their own transaction, and `storeRequest`
+ * runs inside the application's own transaction too (tx-enqueue.ts).
  */
 import { AbortedError, QueueFullError } from "../../../errors.js";
 import { ENQUEUE_REQUESTS_KEPT, validateIdentity, type EnqueueIdentity } from "../../../queues/idempotence.js";
@@ -178,46 +179,44 @@ function tryOnce(ctx: QueueCtx, jobs: readonly NewJob[], identity: EnqueueIdenti
  * the caller's transaction must then be rolled back (to its savepoint).
  */
 export async function storeRequest(c: Queryable, ctx: QueueCtx, q: LockedQueue, jobs: readonly NewJob[], identity: EnqueueIdentity | null, compact: boolean, mayWait: boolean): Promise<Attempt> {
-  {
-    const t = ctx.t;
-    if (identity !== null) {
-      const r = await c.query<{ answer: EnqueueOutcome }>(`SELECT answer FROM ${t.queueRequests} WHERE queue_id = $1 AND producer_id = $2 AND sequence = $3`, [ctx.queueId, identity.producerId, identity.sequence]);
-      if (r.rows.length > 0) return { done: true, outcome: r.rows[0].answer };
-    }
-    const now = ctx.now();
-    const { results, fresh, sg } = await classify(c, ctx, q, jobs, now);
-    const newJobs = fresh.map((i) => jobs[i]);
-    const bytes = newJobs.reduce((n, j) => n + jobSize(j), 0);
-    if (newJobs.length > 0 && !fits(ctx, q, newJobs.length, bytes)) {
-      if (mayWait) throw new NoRoom();
-      throw new QueueFullError(ctx.name, q.liveJobs, q.liveBytes);
-    }
-    await checkDedupeRoom(c, ctx, q, newJobs, now);
-    const first = q.allocate(newJobs.length);
-    await insertJobs(c, t, q, newJobs, first, now);
-    if (newJobs.length > 0) await joinTurns(c, ctx, newJobs);
-    const dd = newJobs.flatMap((j, k) => (j.dedupeId !== null && windowOf(ctx, j.dedupeId) > 0 ? [{ d: j.dedupeId, id: first + k, exp: now + windowOf(ctx, j.dedupeId) }] : []));
-    if (dd.length > 0)
-      await c.query(
-        `INSERT INTO ${t.queueDedupe} (queue_id, dedupe_id, job_id, expires_at) SELECT $1, x.d, x.id, x.exp FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS x(d, id, exp)
-         ON CONFLICT (queue_id, dedupe_id) DO UPDATE SET job_id = EXCLUDED.job_id, expires_at = EXCLUDED.expires_at`,
-        [ctx.queueId, dd.map((x) => x.d), dd.map((x) => x.id), dd.map((x) => x.exp)],
-      );
-    const idOf = new Map(fresh.map((i, k) => [i, first + k]));
-    await sg?.store((i) => idOf.get(i)!);
-    fresh.forEach((i, k) => {
-      const replaced = sg?.replacedBy.get(i);
-      results[i] = { id: String(first + k), duplicate: false, ...(replaced !== undefined ? { replaced } : {}) };
-    });
-    const out = results.map((r) => (typeof r === "number" ? { id: (results[r] as EnqueueResult).id, duplicate: true } : r!));
-    const outcome: EnqueueOutcome = compact && fresh.length === jobs.length && sg === null ? { first, count: jobs.length } : out;
-    // IDEM-1: remembered with the jobs, in the same commit; a request that stored nothing leaves no entry.
-    if (identity !== null && newJobs.length > 0) {
-      await c.query(`INSERT INTO ${t.queueRequests} (queue_id, producer_id, sequence, answer) VALUES ($1, $2, $3, $4)`, [ctx.queueId, identity.producerId, identity.sequence, JSON.stringify(outcome)]);
-      await c.query(`DELETE FROM ${t.queueRequests} WHERE queue_id = $1 AND producer_id = $2 AND sequence <= $3`, [ctx.queueId, identity.producerId, identity.sequence - ENQUEUE_REQUESTS_KEPT]);
-    }
-    return { done: true, outcome };
+  const t = ctx.t;
+  if (identity !== null) {
+    const r = await c.query<{ answer: EnqueueOutcome }>(`SELECT answer FROM ${t.queueRequests} WHERE queue_id = $1 AND producer_id = $2 AND sequence = $3`, [ctx.queueId, identity.producerId, identity.sequence]);
+    if (r.rows.length > 0) return { done: true, outcome: r.rows[0].answer };
   }
+  const now = ctx.now();
+  const { results, fresh, sg } = await classify(c, ctx, q, jobs, now);
+  const newJobs = fresh.map((i) => jobs[i]);
+  const bytes = newJobs.reduce((n, j) => n + jobSize(j), 0);
+  if (newJobs.length > 0 && !fits(ctx, q, newJobs.length, bytes)) {
+    if (mayWait) throw new NoRoom();
+    throw new QueueFullError(ctx.name, q.liveJobs, q.liveBytes);
+  }
+  await checkDedupeRoom(c, ctx, q, newJobs, now);
+  const first = q.allocate(newJobs.length);
+  await insertJobs(c, t, q, newJobs, first, now);
+  if (newJobs.length > 0) await joinTurns(c, ctx, newJobs);
+  const dd = newJobs.flatMap((j, k) => (j.dedupeId !== null && windowOf(ctx, j.dedupeId) > 0 ? [{ d: j.dedupeId, id: first + k, exp: now + windowOf(ctx, j.dedupeId) }] : []));
+  if (dd.length > 0)
+    await c.query(
+      `INSERT INTO ${t.queueDedupe} (queue_id, dedupe_id, job_id, expires_at) SELECT $1, x.d, x.id, x.exp FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS x(d, id, exp)
+       ON CONFLICT (queue_id, dedupe_id) DO UPDATE SET job_id = EXCLUDED.job_id, expires_at = EXCLUDED.expires_at`,
+      [ctx.queueId, dd.map((x) => x.d), dd.map((x) => x.id), dd.map((x) => x.exp)],
+    );
+  const idOf = new Map(fresh.map((i, k) => [i, first + k]));
+  await sg?.store((i) => idOf.get(i)!);
+  fresh.forEach((i, k) => {
+    const replaced = sg?.replacedBy.get(i);
+    results[i] = { id: String(first + k), duplicate: false, ...(replaced !== undefined ? { replaced } : {}) };
+  });
+  const out = results.map((r) => (typeof r === "number" ? { id: (results[r] as EnqueueResult).id, duplicate: true } : r!));
+  const outcome: EnqueueOutcome = compact && fresh.length === jobs.length && sg === null ? { first, count: jobs.length } : out;
+  // IDEM-1: remembered with the jobs, in the same commit; a request that stored nothing leaves no entry.
+  if (identity !== null && newJobs.length > 0) {
+    await c.query(`INSERT INTO ${t.queueRequests} (queue_id, producer_id, sequence, answer) VALUES ($1, $2, $3, $4)`, [ctx.queueId, identity.producerId, identity.sequence, JSON.stringify(outcome)]);
+    await c.query(`DELETE FROM ${t.queueRequests} WHERE queue_id = $1 AND producer_id = $2 AND sequence <= $3`, [ctx.queueId, identity.producerId, identity.sequence - ENQUEUE_REQUESTS_KEPT]);
+  }
+  return { done: true, outcome };
 }
 
 /**
