@@ -184,7 +184,7 @@ export class EmbeddedBroker implements Broker, BrokerHost {
       b.auditor = new LogAuditor(b.auditLog, b.logger);
     }
     // Queues reach storage only through the engine's queue store.
-    b.queues = new QueueManager({ store: b.engine.queues, clock: b.telemetry.clock, schemas: opts.schemas, logger: b.logger, auditor: b.auditor });
+    b.queues = new QueueManager({ store: b.engine.queues, clock: b.telemetry.clock, schemas: opts.schemas, logger: b.logger, auditor: b.auditor, engineKind: b.engine.kind });
     // Job schedules run in the process holding the data dir (FS-3), never in network clients.
     await b.queues.startSchedules(opts.runSchedules ?? true);
     const every = opts.retentionCheckIntervalMs ?? 5 * 60_000;

@@ -12,6 +12,7 @@ import type { HostQueue } from "../queues/host-api.js";
 import type {
   BrowseOptions,
   BrowsePage,
+  EnqueueBatchOptions,
   EnqueueItem,
   EnqueueOptions,
   EnqueueResult,
@@ -72,11 +73,11 @@ export class GuardedQueue<T = unknown> implements Queue<T> {
     return this.run(() => QUEUE_NEEDS.enqueue(this.ref, data, opts), (q) => q.enqueue(data, opts));
   }
 
-  enqueueBatch(items: EnqueueItem[], opts?: { signal?: AbortSignal }): Promise<EnqueueResult[]> {
+  enqueueBatch(items: EnqueueItem[], opts?: EnqueueBatchOptions): Promise<EnqueueResult[]> {
     return this.run(() => QUEUE_NEEDS.enqueueBatch(this.ref, items, opts), (q) => q.enqueueBatch(items, opts));
   }
 
-  enqueueFlow(flow: FlowJob, opts?: { signal?: AbortSignal }): Promise<FlowResult> {
+  enqueueFlow(flow: FlowJob, opts?: EnqueueBatchOptions): Promise<FlowResult> {
     return this.run(() => QUEUE_NEEDS.enqueueFlow(this.ref, flow, opts), (q) => q.enqueueFlow(flow, opts));
   }
 

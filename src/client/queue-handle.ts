@@ -10,7 +10,7 @@ import { processWorkerOptions, runProcess } from "../queues/process.js";
 import { tracing } from "../observability/tracing.js";
 import { browseRequest, readableHeaders } from "../queues/results.js";
 import type { ResolvedQueueConfig } from "../queues/config.js";
-import type { BrowsedJob, BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, FlowJob, FlowResult, Job, JobInfo, ProcessOptions, Queue, QueueConfig, QueueEvent, QueueEvents, QueueEventsOptions, QueueStats, RedriveOptions, RedriveResult, ScheduleInfo, ScheduleOptions, WorkOptions, Worker } from "../queues/types.js";
+import type { BrowsedJob, BrowseOptions, BrowsePage, EnqueueBatchOptions, EnqueueItem, EnqueueOptions, EnqueueResult, FlowJob, FlowResult, Job, JobInfo, ProcessOptions, Queue, QueueConfig, QueueEvent, QueueEvents, QueueEventsOptions, QueueStats, RedriveOptions, RedriveResult, ScheduleInfo, ScheduleOptions, WorkOptions, Worker } from "../queues/types.js";
 import { QueueEventStream } from "../queues/events.js";
 import type { PublishValue } from "../value-types.js";
 import { Op, decodePublishRecords, encodePublishRecords, parseJobJson } from "../wire/index.js";
@@ -64,6 +64,11 @@ function wireItemOptions(it: EnqueueItem): Record<string, unknown> {
   };
 }
 
+/** `transaction` needs the broker in the application's process: a server cannot join its transaction. */
+function notOverTheNetwork(): ValidationError {
+  return new ValidationError("enqueueing inside a transaction works only with the embedded broker on the PostgreSQL engine (openBroker({ engine: postgresEngine(...) })): a server cannot join the application's transaction");
+}
+
 export class RemoteQueue<T> implements Queue<T> {
   constructor(
     private readonly transport: Transport,
@@ -84,12 +89,13 @@ export class RemoteQueue<T> implements Queue<T> {
   }
 
   async enqueue(data: T & PublishValue, opts: EnqueueOptions = {}): Promise<EnqueueResult> {
-    const { signal, ...rest } = opts;
-    const [r] = await this.enqueueBatch([{ ...rest, data }], { signal });
+    const { signal, transaction, ...rest } = opts;
+    const [r] = await this.enqueueBatch([{ ...rest, data }], transaction === undefined ? { signal } : { signal, transaction });
     return r;
   }
 
-  enqueueBatch(items: EnqueueItem[], opts: { signal?: AbortSignal } = {}): Promise<EnqueueResult[]> {
+  enqueueBatch(items: EnqueueItem[], opts: EnqueueBatchOptions = {}): Promise<EnqueueResult[]> {
+    if (opts.transaction !== undefined) return Promise.reject(notOverTheNetwork());
     // One PRODUCER span per call when tracing is on (src/observability/tracing.ts).
     if (tracing !== null && Array.isArray(items)) return tracing.enqueue(this.name, items, (its) => this.sendBatch(its, opts));
     return this.sendBatch(items, opts);
@@ -132,7 +138,7 @@ export class RemoteQueue<T> implements Queue<T> {
   }
 
   /** One QUEUE_ENQUEUE call of the flow's jobs (one append on the server: FLOW-1). */
-  async enqueueFlow(flow: FlowJob, opts: { signal?: AbortSignal } = {}): Promise<FlowResult> {
+  async enqueueFlow(flow: FlowJob, opts: EnqueueBatchOptions = {}): Promise<FlowResult> {
     const items = flattenFlow(flow);
     return flowResult(items, await this.enqueueBatch(items, opts));
   }

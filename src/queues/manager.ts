@@ -11,7 +11,7 @@ import type { AuditActor, AuditDetails } from "../security/audit/record.js";
 import { silentLogger, systemClock, type Clock, type Logger } from "../observability/telemetry.js";
 import { tracing } from "../observability/tracing.js";
 import { Scheduler } from "./schedules/scheduler.js";
-import type { EnqueueOutcome, QueueSettings, QueueStore, StoredQueue } from "../store/queue-store.js";
+import type { EnqueueOutcome, QueueSettings, QueueStore, StoredQueue, TransactionalEnqueues } from "../store/queue-store.js";
 import { MAX_BATCH_ITEMS, resolveQueueConfig, validateQueueName } from "./config.js";
 import type { EnqueueCallsOutcome, HostQueue, PushWorker, PushWorkerOptions, QueueHostApi, RawEnqueueItem } from "./host-api.js";
 import type { EnqueueIdentity } from "./idempotence.js";
@@ -26,7 +26,7 @@ import { TurnYield } from "../turn-yield.js";
 
 /** `stats()` completes without waiting for I/O: a polling loop over it must still yield (turn-yield.ts). */
 const statsYield = new TurnYield();
-import type { BrowseOptions, BrowsePage, EnqueueItem, EnqueueOptions, EnqueueResult, FlowJob, FlowResult, Job, JobInfo, ProcessOptions, QueueConfig, QueueEvents, QueueEventsOptions, QueueStats, RedriveOptions, RedriveResult, ScheduleInfo, ScheduleOptions, WorkOptions, Worker } from "./types.js";
+import type { BrowseOptions, BrowsePage, EnqueueBatchOptions, EnqueueItem, EnqueueOptions, EnqueueResult, FlowJob, FlowResult, Job, JobInfo, ProcessOptions, QueueConfig, QueueEvents, QueueEventsOptions, QueueStats, RedriveOptions, RedriveResult, ScheduleInfo, ScheduleOptions, WorkOptions, Worker } from "./types.js";
 import type { PublishValue } from "../value-types.js";
 import type { NewJob } from "../store/queue-store.js";
 import type { SchemaRegistry } from "../contracts/schemas.js";
@@ -42,6 +42,8 @@ export interface QueueManagerOptions {
   logger?: Logger;
   /** Audits queue creation, config changes, purges, removals and redrives (AUD-1). Default: none. */
   auditor?: Auditor;
+  /** The engine's name, for errors about what it cannot do ("disk", ...). */
+  engineKind?: string;
 }
 
 export class QueueManager implements QueueHostApi {
@@ -61,6 +63,7 @@ export class QueueManager implements QueueHostApi {
     this.random = opts.random ?? Math.random;
     this.clock = opts.clock ?? systemClock;
     this.schemas = opts.schemas ?? null;
+    this.engineKind = opts.engineKind ?? "configured";
     const sched = opts.store.schedules;
     this.scheduler =
       sched === undefined
@@ -84,6 +87,23 @@ export class QueueManager implements QueueHostApi {
 
   /** @internal Schemas per queue, checked by every enqueue of this process. */
   readonly schemas: SchemaRegistry | null;
+  private readonly engineKind: string;
+
+  /**
+   * @internal The store's capability for `opts.transaction`, or the ValidationError saying why
+   * not (checked before the queue is opened: a refused call creates nothing).
+   */
+  transactionalEnqueues(opts: EnqueueBatchOptions): TransactionalEnqueues {
+    const cap = this.store.transactional;
+    if (cap === undefined) throw new ValidationError(`enqueueing inside a transaction needs the PostgreSQL engine (openBroker({ engine: postgresEngine(...) })); this broker runs on the ${this.engineKind} engine`);
+    const tx = opts.transaction as { query?: unknown } | null;
+    if (tx === null || typeof tx !== "object" || typeof tx.query !== "function") throw new ValidationError("transaction must be the application's database client (a pg Client or PoolClient) after BEGIN");
+    // A blocked enqueue would wait for room holding the queue's lock in the caller's
+    // transaction, and only settlements, which need that lock, free room: it never waits.
+    if (opts.signal !== undefined)
+      throw new ValidationError("an enqueue inside a transaction takes no signal: it never waits for room (a full queue rejects it at once with QueueFullError), so there is nothing to abort");
+    return cap;
+  }
 
   /**
    * Returns a handle. With `config` the queue is declared: validated now (ValidationError),
@@ -267,20 +287,23 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
   }
 
   async enqueue(data: T & PublishValue, opts: EnqueueOptions = {}): Promise<EnqueueResult> {
-    const { signal, ...item } = opts;
-    const [r] = await this.enqueueBatch([{ ...item, data }], { signal });
+    const { signal, transaction, ...item } = opts;
+    const [r] = await this.enqueueBatch([{ ...item, data }], transaction === undefined ? { signal } : { signal, transaction });
     return r;
   }
 
-  enqueueBatch(items: EnqueueItem[], opts: { signal?: AbortSignal } = {}): Promise<EnqueueResult[]> {
+  enqueueBatch(items: EnqueueItem[], opts: EnqueueBatchOptions = {}): Promise<EnqueueResult[]> {
     // One PRODUCER span per call when tracing is on (src/observability/tracing.ts).
     if (tracing !== null && Array.isArray(items)) return tracing.enqueue(this.name, items, (its) => this.storeBatch(its, opts));
     return this.storeBatch(items, opts);
   }
 
-  private async storeBatch(items: EnqueueItem[], opts: { signal?: AbortSignal }): Promise<EnqueueResult[]> {
+  private async storeBatch(items: EnqueueItem[], opts: EnqueueBatchOptions): Promise<EnqueueResult[]> {
     if (!Array.isArray(items)) throw new ValidationError("enqueueBatch needs an array");
     if (items.length > MAX_BATCH_ITEMS) throw new ValidationError(`at most ${MAX_BATCH_ITEMS} jobs per batch`);
+    // On a job it would be ignored, and the job committed outside the caller's transaction.
+    if (items.some((it) => typeof it === "object" && it !== null && "transaction" in it)) throw new ValidationError("transaction is an option of the call (enqueueBatch(jobs, { transaction })), not of a job");
+    const inTx = opts.transaction === undefined ? null : this.mgr.transactionalEnqueues(opts);
     // A batch with one invalid job is refused whole, before anything is stored.
     if (this.mgr.schemas !== null) for (const it of items) this.mgr.schemas.validate("queue", this.name, it?.data, it?.headers);
     const rt = await this.runtime();
@@ -288,10 +311,11 @@ export class EmbeddedQueue<T> implements HostQueue<T> {
     const now = rt.now();
     const jobs = items.map((it) => prepareItem(it, max, rt.settings.dedupeWindowMs, now));
     checkFlowShape(jobs);
+    if (inTx !== null) return results(await inTx.enqueue(opts.transaction!, rt.stored, jobs));
     return results(await rt.stored.enqueue(jobs, { signal: opts.signal }));
   }
 
-  async enqueueFlow(flow: FlowJob, opts: { signal?: AbortSignal } = {}): Promise<FlowResult> {
+  async enqueueFlow(flow: FlowJob, opts: EnqueueBatchOptions = {}): Promise<FlowResult> {
     const items = flattenFlow(flow);
     return flowResult(items, await this.enqueueBatch(items, opts));
   }

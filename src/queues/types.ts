@@ -5,6 +5,7 @@
  */
 
 import type { Durability, Headers, PublishValue } from "../value-types.js";
+import type { SqlTransaction } from "../types.js";
 
 export type { Durability, Headers, PublishValue };
 
@@ -158,9 +159,28 @@ export interface EnqueueOptions {
   singletonWindowMs?: number;
   /** Aborts a blocked enqueue (overflow: block). */
   signal?: AbortSignal;
+  /** Enqueue inside the application's own transaction: see `EnqueueBatchOptions.transaction`. Not with `signal`. */
+  transaction?: SqlTransaction;
 }
 
-export interface EnqueueItem extends Omit<EnqueueOptions, "signal"> {
+/** Options of one `enqueueBatch()` / `enqueueFlow()` call. */
+export interface EnqueueBatchOptions {
+  /** Aborts a blocked enqueue (overflow: block). */
+  signal?: AbortSignal;
+  /**
+   * Enqueue inside the application's own transaction (a job written with the rows it is about,
+   * without an outbox relay): the jobs take their ids now and become visible to workers when
+   * the caller commits; a rollback leaves no trace (no id used, no dedupe or singleton key
+   * taken, no event). The embedded broker on the PostgreSQL engine only, with `tx` a client of
+   * the same database after `BEGIN` (`ValidationError` otherwise). Until the caller commits or
+   * rolls back, the queue's other state changes wait: other enqueues, grants and settlements
+   * (acks, retries) of that queue, on every node. It never waits for room: a full queue rejects
+   * it at once with QueueFullError, whatever `overflow`. Not with `signal` (nothing to abort).
+   */
+  transaction?: SqlTransaction;
+}
+
+export interface EnqueueItem extends Omit<EnqueueOptions, "signal" | "transaction"> {
   data: PublishValue;
 }
 
@@ -531,12 +551,12 @@ export interface QueueEvents extends AsyncIterable<QueueEvent> {
 export interface Queue<T = unknown> extends QueueSchedules<T> {
   readonly name: string;
   enqueue(data: T & PublishValue, opts?: EnqueueOptions): Promise<EnqueueResult>;
-  enqueueBatch(items: EnqueueItem[], opts?: { signal?: AbortSignal }): Promise<EnqueueResult[]>;
+  enqueueBatch(items: EnqueueItem[], opts?: EnqueueBatchOptions): Promise<EnqueueResult[]>;
   /**
    * Stores a flow: parents run only after all their children finished (FLOW-1, FLOW-2). One
    * durable write for the whole tree (at most `MAX_BATCH_ITEMS` jobs): all of it or nothing.
    */
-  enqueueFlow(flow: FlowJob, opts?: { signal?: AbortSignal }): Promise<FlowResult>;
+  enqueueFlow(flow: FlowJob, opts?: EnqueueBatchOptions): Promise<FlowResult>;
   work(opts?: WorkOptions): Worker<T>;
   /**
    * Runs `fn` per job: return = ack (the return value, when not undefined, is the job's result,

@@ -29,6 +29,7 @@
 import { ENVELOPE_HEADERS } from "../contracts/envelope.js";
 import type { PreparedRecord, ValueKind } from "../log/record-batch.js";
 import type { ScheduleStore } from "./schedule-store.js";
+import type { SqlTransaction } from "../types.js";
 import type {
   AttemptRecord,
   DeadLetterInfo,
@@ -446,6 +447,20 @@ export interface OpenQueueRequest {
   changed?(kind: "create" | "alter"): void;
 }
 
+/**
+ * Optional capability of a queue store: enqueues inside the caller's open SQL transaction
+ * (`queue.enqueue(data, { transaction })`). The jobs take their ids, dedupe entries and
+ * admission room at once and become grantable only when the caller commits; a rollback undoes
+ * all of it (ids, counters, dedupe and singleton keys, events). The queue stays locked for the
+ * queue's other state changes (enqueues, grants, settlements, on every node) until the
+ * caller's transaction ends. A call that fails leaves the caller's transaction as it was. It
+ * never waits for room: a full queue rejects with QueueFullError at once.
+ */
+export interface TransactionalEnqueues {
+  /** Stores `jobs` in `queue` (a queue this store opened) inside `tx`; results in job order. */
+  enqueue(tx: SqlTransaction, queue: StoredQueue, jobs: readonly NewJob[]): Promise<EnqueueOutcome>;
+}
+
 export interface QueueStore {
   /** Opens (creating if needed) the current incarnation of `name`, recovered. */
   open(name: string, req: OpenQueueRequest): Promise<StoredQueue>;
@@ -459,4 +474,6 @@ export interface QueueStore {
   delete(name: string): Promise<void>;
   /** Job schedules (src/store/schedule-store.ts); an engine without them refuses schedule calls. */
   readonly schedules?: ScheduleStore;
+  /** Present when the store can enqueue inside an application's transaction (see TransactionalEnqueues). */
+  readonly transactional?: TransactionalEnqueues;
 }

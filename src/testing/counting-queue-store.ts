@@ -18,6 +18,7 @@ import type {
   QueueListener,
   QueueSettings,
   QueueStore,
+  TransactionalEnqueues,
   StoredBrowsePage,
   StoredBrowseRequest,
   StoredEventsPage,
@@ -48,6 +49,12 @@ export class CountingQueueStore implements QueueStore {
   }
   delete(name: string): Promise<void> {
     return this.count("queues.delete", () => this.inner.delete(name));
+  }
+  get transactional(): TransactionalEnqueues | undefined {
+    const tr = this.inner.transactional;
+    if (tr === undefined) return undefined;
+    // The wrapped queue names the same incarnation: the inner store finds its own queue by it.
+    return { enqueue: (tx, queue, jobs) => this.count("queues.transactional.enqueue", () => tr.enqueue(tx, queue, jobs)) };
   }
   get schedules(): ScheduleStore | undefined {
     const s = this.inner.schedules;

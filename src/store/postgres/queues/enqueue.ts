@@ -9,14 +9,14 @@
  * names a job that does not exist, and admission counts what is really live (`live_jobs`,
  * `live_bytes` of the locked queue row). A job is grantable only once that COMMIT returned
  * (Q-1): the grant query cannot see uncommitted rows. `insertJobs` is also the copy step of
- * dead-letter moves and redrives (moves.ts), inside their own transaction.
+ * dead-letter moves and redrives (moves.ts), inside their own transaction, and `storeRequest`
+ * runs inside the application's own transaction too (tx-enqueue.ts).
  */
-import type pg from "pg";
 import { AbortedError, QueueFullError } from "../../../errors.js";
 import { ENQUEUE_REQUESTS_KEPT, validateIdentity, type EnqueueIdentity } from "../../../queues/idempotence.js";
 import type { EnqueueResult } from "../../../queues/types.js";
 import { SYSTEM_DEDUPE_PREFIX, type EnqueueOutcome, type EnqueueRequestOptions, type NewJob } from "../../queue-store.js";
-import type { Tables } from "../database.js";
+import type { Queryable, Tables } from "../database.js";
 import { encodeHeaders, queueTx, type LockedQueue, type QueueCtx } from "./rows.js";
 import { SingletonRound, singletonTag } from "./singletons.js";
 import { flowColumns } from "./flows.js";
@@ -46,7 +46,7 @@ function flowArgs(jobs: readonly NewJob[], first: number): unknown[] {
 }
 
 /** Inserts `jobs` with ids `first ..` into the locked queue `q`, with their `enqueued` events. */
-export async function insertJobs(c: pg.ClientBase, t: Tables, q: LockedQueue, jobs: readonly NewJob[], first: number, storedAt: number): Promise<void> {
+export async function insertJobs(c: Queryable, t: Tables, q: LockedQueue, jobs: readonly NewJob[], first: number, storedAt: number): Promise<void> {
   if (jobs.length === 0) return;
   const cols = {
     id: [] as number[],
@@ -106,7 +106,7 @@ function windowOf(ctx: QueueCtx, id: string): number {
 
 /** Which jobs are duplicates (of a stored job, or of an earlier one of the call), which are new. */
 async function classify(
-  c: pg.ClientBase,
+  c: Queryable,
   ctx: QueueCtx,
   q: LockedQueue,
   jobs: readonly NewJob[],
@@ -146,14 +146,14 @@ function fits(ctx: QueueCtx, q: LockedQueue, n: number, bytes: number): boolean 
 }
 
 /** The user dedupe entries the queue may still hold (`maxDedupeEntries`). */
-async function checkDedupeRoom(c: pg.ClientBase, ctx: QueueCtx, q: LockedQueue, fresh: readonly NewJob[], now: number): Promise<void> {
+async function checkDedupeRoom(c: Queryable, ctx: QueueCtx, q: LockedQueue, fresh: readonly NewJob[], now: number): Promise<void> {
   const adding = fresh.filter((j) => j.dedupeId !== null && !j.dedupeId.startsWith(SYSTEM_DEDUPE_PREFIX) && windowOf(ctx, j.dedupeId) > 0).length;
   if (adding === 0) return;
   const r = await c.query<{ n: string }>(`SELECT count(*) AS n FROM ${ctx.t.queueDedupe} WHERE queue_id = $1 AND expires_at > $2 AND dedupe_id NOT LIKE 'sys:%'`, [ctx.queueId, now]);
   if (Number(r.rows[0].n) + adding > ctx.settings().maxDedupeEntries) throw new QueueFullError(ctx.name, q.liveJobs, q.liveBytes);
 }
 
-type Attempt = { done: true; outcome: EnqueueOutcome } | { done: false };
+export type Attempt = { done: true; outcome: EnqueueOutcome } | { done: false };
 
 /** Thrown inside the transaction to roll it back when the request must wait for room. */
 class NoRoom extends Error {}
@@ -169,46 +169,54 @@ async function attempt(ctx: QueueCtx, jobs: readonly NewJob[], identity: Enqueue
 }
 
 function tryOnce(ctx: QueueCtx, jobs: readonly NewJob[], identity: EnqueueIdentity | null, compact: boolean, mayWait: boolean): Promise<Attempt> {
-  return queueTx(ctx, async (c, q): Promise<Attempt> => {
-    const t = ctx.t;
-    if (identity !== null) {
-      const r = await c.query<{ answer: EnqueueOutcome }>(`SELECT answer FROM ${t.queueRequests} WHERE queue_id = $1 AND producer_id = $2 AND sequence = $3`, [ctx.queueId, identity.producerId, identity.sequence]);
-      if (r.rows.length > 0) return { done: true, outcome: r.rows[0].answer };
-    }
-    const now = ctx.now();
-    const { results, fresh, sg } = await classify(c, ctx, q, jobs, now);
-    const newJobs = fresh.map((i) => jobs[i]);
-    const bytes = newJobs.reduce((n, j) => n + jobSize(j), 0);
-    if (newJobs.length > 0 && !fits(ctx, q, newJobs.length, bytes)) {
-      if (mayWait) throw new NoRoom();
-      throw new QueueFullError(ctx.name, q.liveJobs, q.liveBytes);
-    }
-    await checkDedupeRoom(c, ctx, q, newJobs, now);
-    const first = q.allocate(newJobs.length);
-    await insertJobs(c, t, q, newJobs, first, now);
-    if (newJobs.length > 0) await joinTurns(c, ctx, newJobs);
-    const dd = newJobs.flatMap((j, k) => (j.dedupeId !== null && windowOf(ctx, j.dedupeId) > 0 ? [{ d: j.dedupeId, id: first + k, exp: now + windowOf(ctx, j.dedupeId) }] : []));
-    if (dd.length > 0)
-      await c.query(
-        `INSERT INTO ${t.queueDedupe} (queue_id, dedupe_id, job_id, expires_at) SELECT $1, x.d, x.id, x.exp FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS x(d, id, exp)
-         ON CONFLICT (queue_id, dedupe_id) DO UPDATE SET job_id = EXCLUDED.job_id, expires_at = EXCLUDED.expires_at`,
-        [ctx.queueId, dd.map((x) => x.d), dd.map((x) => x.id), dd.map((x) => x.exp)],
-      );
-    const idOf = new Map(fresh.map((i, k) => [i, first + k]));
-    await sg?.store((i) => idOf.get(i)!);
-    fresh.forEach((i, k) => {
-      const replaced = sg?.replacedBy.get(i);
-      results[i] = { id: String(first + k), duplicate: false, ...(replaced !== undefined ? { replaced } : {}) };
-    });
-    const out = results.map((r) => (typeof r === "number" ? { id: (results[r] as EnqueueResult).id, duplicate: true } : r!));
-    const outcome: EnqueueOutcome = compact && fresh.length === jobs.length && sg === null ? { first, count: jobs.length } : out;
-    // IDEM-1: remembered with the jobs, in the same commit; a request that stored nothing leaves no entry.
-    if (identity !== null && newJobs.length > 0) {
-      await c.query(`INSERT INTO ${t.queueRequests} (queue_id, producer_id, sequence, answer) VALUES ($1, $2, $3, $4)`, [ctx.queueId, identity.producerId, identity.sequence, JSON.stringify(outcome)]);
-      await c.query(`DELETE FROM ${t.queueRequests} WHERE queue_id = $1 AND producer_id = $2 AND sequence <= $3`, [ctx.queueId, identity.producerId, identity.sequence - ENQUEUE_REQUESTS_KEPT]);
-    }
-    return { done: true, outcome };
+  return queueTx(ctx, (c, q) => storeRequest(c, ctx, q, jobs, identity, compact, mayWait));
+}
+
+/**
+ * The request's statements on `c`, inside a transaction holding the queue row `q` (the
+ * engine's own, or the application's: tx-enqueue.ts). Throws QueueFullError (or NoRoom when
+ * `mayWait`) before anything is inserted, though a debounce may already have removed a job:
+ * the caller's transaction must then be rolled back (to its savepoint).
+ */
+export async function storeRequest(c: Queryable, ctx: QueueCtx, q: LockedQueue, jobs: readonly NewJob[], identity: EnqueueIdentity | null, compact: boolean, mayWait: boolean): Promise<Attempt> {
+  const t = ctx.t;
+  if (identity !== null) {
+    const r = await c.query<{ answer: EnqueueOutcome }>(`SELECT answer FROM ${t.queueRequests} WHERE queue_id = $1 AND producer_id = $2 AND sequence = $3`, [ctx.queueId, identity.producerId, identity.sequence]);
+    if (r.rows.length > 0) return { done: true, outcome: r.rows[0].answer };
+  }
+  const now = ctx.now();
+  const { results, fresh, sg } = await classify(c, ctx, q, jobs, now);
+  const newJobs = fresh.map((i) => jobs[i]);
+  const bytes = newJobs.reduce((n, j) => n + jobSize(j), 0);
+  if (newJobs.length > 0 && !fits(ctx, q, newJobs.length, bytes)) {
+    if (mayWait) throw new NoRoom();
+    throw new QueueFullError(ctx.name, q.liveJobs, q.liveBytes);
+  }
+  await checkDedupeRoom(c, ctx, q, newJobs, now);
+  const first = q.allocate(newJobs.length);
+  await insertJobs(c, t, q, newJobs, first, now);
+  if (newJobs.length > 0) await joinTurns(c, ctx, newJobs);
+  const dd = newJobs.flatMap((j, k) => (j.dedupeId !== null && windowOf(ctx, j.dedupeId) > 0 ? [{ d: j.dedupeId, id: first + k, exp: now + windowOf(ctx, j.dedupeId) }] : []));
+  if (dd.length > 0)
+    await c.query(
+      `INSERT INTO ${t.queueDedupe} (queue_id, dedupe_id, job_id, expires_at) SELECT $1, x.d, x.id, x.exp FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS x(d, id, exp)
+       ON CONFLICT (queue_id, dedupe_id) DO UPDATE SET job_id = EXCLUDED.job_id, expires_at = EXCLUDED.expires_at`,
+      [ctx.queueId, dd.map((x) => x.d), dd.map((x) => x.id), dd.map((x) => x.exp)],
+    );
+  const idOf = new Map(fresh.map((i, k) => [i, first + k]));
+  await sg?.store((i) => idOf.get(i)!);
+  fresh.forEach((i, k) => {
+    const replaced = sg?.replacedBy.get(i);
+    results[i] = { id: String(first + k), duplicate: false, ...(replaced !== undefined ? { replaced } : {}) };
   });
+  const out = results.map((r) => (typeof r === "number" ? { id: (results[r] as EnqueueResult).id, duplicate: true } : r!));
+  const outcome: EnqueueOutcome = compact && fresh.length === jobs.length && sg === null ? { first, count: jobs.length } : out;
+  // IDEM-1: remembered with the jobs, in the same commit; a request that stored nothing leaves no entry.
+  if (identity !== null && newJobs.length > 0) {
+    await c.query(`INSERT INTO ${t.queueRequests} (queue_id, producer_id, sequence, answer) VALUES ($1, $2, $3, $4)`, [ctx.queueId, identity.producerId, identity.sequence, JSON.stringify(outcome)]);
+    await c.query(`DELETE FROM ${t.queueRequests} WHERE queue_id = $1 AND producer_id = $2 AND sequence <= $3`, [ctx.queueId, identity.producerId, identity.sequence - ENQUEUE_REQUESTS_KEPT]);
+  }
+  return { done: true, outcome };
 }
 
 /**

@@ -13,14 +13,14 @@
  */
 import type pg from "pg";
 import type { NewJob } from "../../queue-store.js";
-import { num } from "../database.js";
+import { num, type Queryable } from "../database.js";
 import { JOB_COLUMNS, type JobRow, type QueueCtx } from "./rows.js";
 
 /** The rotation member of a job's group (`''`: ungrouped). */
 const member = (g: string | null): string => g ?? "";
 
 /** Enqueue: the call's groups join the rotation (at its back) unless they are in it already. */
-export async function joinTurns(c: pg.ClientBase, ctx: QueueCtx, jobs: readonly NewJob[]): Promise<void> {
+export async function joinTurns(c: Queryable, ctx: QueueCtx, jobs: readonly NewJob[]): Promise<void> {
   const groups = [...new Set(jobs.map((j) => member(j.group ?? null)))];
   if (groups.length === 1 && groups[0] === "") {
     // Ungrouped jobs only: nothing to do unless the queue rotates groups at all.

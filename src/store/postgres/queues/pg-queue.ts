@@ -43,6 +43,8 @@ import { deadLetterJob, redrive } from "./moves.js";
 import { queueTx, toStoredJob, type QueueCtx } from "./rows.js";
 import { AckBatcher, extendJob, progressJob, requeueExpired, returnJob, retryJob, type LeaseRef } from "./settle.js";
 import { Sweeper } from "./sweep.js";
+import { enqueueInTransaction } from "./tx-enqueue.js";
+import type { Queryable } from "../database.js";
 
 /** While workers wait and a grant came back short: look again at least this often. */
 export const GRANT_POLL_MS = 500;
@@ -182,6 +184,21 @@ export class PgQueue implements StoredQueue {
       this.notify();
       return r;
     });
+  }
+
+  /**
+   * Stores jobs inside the application's transaction (tx-enqueue.ts). Nobody is told here: the
+   * jobs exist only once the caller commits, and its NOTIFY wakes the workers then (a local wake
+   * now would start a grant round that waits for the caller's lock).
+   */
+  enqueueInTransaction(tx: Queryable, jobs: readonly NewJob[]): Promise<EnqueueOutcome> {
+    try {
+      this.check();
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    if (jobs.some((j) => j.flow)) this.hasFlows = true;
+    return enqueueInTransaction(tx, this.ctx, jobs);
   }
 
   grant(requests: readonly GrantRequest[]): Promise<GrantedJob[][]> {

@@ -15,10 +15,16 @@ import { BrokerClosedError } from "../../../errors.js";
 import type { ValueKind } from "../../../log/record-batch.js";
 import type { DeadLetterInfo } from "../../../queues/types.js";
 import type { QueueSettings, StoredJob } from "../../queue-store.js";
-import { num, type Db, type Tables } from "../database.js";
+import { num, type Db, type Queryable, type Tables } from "../database.js";
 
 /** NOTIFY channel: the payload is `<queue id>:<origin>`, a queue whose jobs may have become grantable and the store that said so. */
 export const QUEUE_CHANNEL = "sluice_queue";
+/**
+ * Origin of a commit made by the application (an enqueue inside its transaction,
+ * tx-enqueue.ts): no store saw that commit to wake its queues directly, so every store, the
+ * enqueuing one included, wakes on its NOTIFY.
+ */
+export const APP_ORIGIN = "app";
 
 /** What the SQL of one open queue needs. */
 export interface QueueCtx {
@@ -153,7 +159,7 @@ export class LockedQueue {
   }
 
   /** Writes the allocations, counters and events (the last statements of the transaction). */
-  async flush(c: pg.ClientBase, t: Tables, at: number): Promise<void> {
+  async flush(c: Queryable, t: Tables, at: number): Promise<void> {
     const sets: string[] = [];
     const vals: unknown[] = [this.queueId];
     for (const [col, d] of this.deltas) {
@@ -181,7 +187,7 @@ export class LockedQueue {
 }
 
 /** Takes the queue row of `queueId` (FOR UPDATE); BrokerClosedError when it was deleted. */
-export async function lockQueue(c: pg.ClientBase, t: Tables, queueId: string, name: string, origin: string): Promise<LockedQueue> {
+export async function lockQueue(c: Queryable, t: Tables, queueId: string, name: string, origin: string): Promise<LockedQueue> {
   const r = await c.query<{ next_id: string; next_event: string; live_jobs: string; live_bytes: string }>(
     `SELECT next_id, next_event, live_jobs, live_bytes FROM ${t.queues} WHERE queue_id = $1 FOR UPDATE`,
     [queueId],

@@ -11,7 +11,7 @@
  * first job of a singleton or throttle key takes it, and the last job of a debounce key
  * replaces the others.
  */
-import type pg from "pg";
+import type { Queryable } from "../database.js";
 import type { EnqueueResult } from "../../../queues/types.js";
 import type { NewJob } from "../../queue-store.js";
 import type { LockedQueue, QueueCtx } from "./rows.js";
@@ -37,7 +37,7 @@ export class SingletonRound {
   readonly throttles: { i: number; key: string; until: number }[] = [];
 
   constructor(
-    private readonly c: pg.ClientBase,
+    private readonly c: Queryable,
     private readonly ctx: QueueCtx,
     private readonly q: LockedQueue,
     private readonly jobs: readonly NewJob[],

@@ -15,14 +15,15 @@
  * singletons.ts, flows.ts, groups.ts, grant.ts, rate-limit.ts, settle.ts (settlements),
  * moves.ts (dead letters, redrive), expire.ts (job expiry), inspect.ts (stats, getJob, browse,
  * events), leases.ts (this node's leases), sweep.ts (upkeep), wakeups.ts (LISTEN),
- * schedules.ts (schedule store), pg-queue.ts (one open queue).
+ * schedules.ts (schedule store), tx-enqueue.ts (enqueues in the application's transaction),
+ * pg-queue.ts (one open queue).
  */
 import { randomUUID } from "node:crypto";
 import type pg from "pg";
 import { BrokerClosedError, QueueNotFoundError, ValidationError } from "../../../errors.js";
 import type { Logger } from "../../../observability/telemetry.js";
 import type { QueueConfig } from "../../../queues/types.js";
-import type { OpenQueueRequest, QueueSettings, QueueStore, StoredQueue } from "../../queue-store.js";
+import type { OpenQueueRequest, QueueSettings, QueueStore, StoredQueue, TransactionalEnqueues } from "../../queue-store.js";
 import type { Db } from "../database.js";
 import { PgQueue } from "./pg-queue.js";
 import { PgScheduleStore } from "./schedules.js";
@@ -65,6 +66,15 @@ export class PgQueueStore implements QueueStore {
   private readonly origin = randomUUID();
   /** Job schedules (schedules.ts). */
   readonly schedules: PgScheduleStore;
+  /** Enqueues inside the application's transaction (tx-enqueue.ts), on a queue this store opened. */
+  readonly transactional: TransactionalEnqueues = {
+    enqueue: (tx, queue, jobs) => {
+      // By incarnation: the queue may reach us wrapped (the policy's peers, counting stores).
+      const q = this.byId.get(queue.incarnation);
+      if (q === undefined) return Promise.reject(new BrokerClosedError(`queue ${queue.name} is closed`));
+      return q.enqueueInTransaction(tx, jobs);
+    },
+  };
 
   constructor(private readonly o: PgQueueStoreOptions) {
     this.schedules = new PgScheduleStore(o.db);
@@ -137,6 +147,17 @@ export class PgQueueStore implements QueueStore {
   /** The queue's row, created or its config replaced as `req` asks (one transaction). */
   private async register(name: string, req: OpenQueueRequest): Promise<{ queueId: string; settings: QueueSettings; change: "create" | "alter" | null }> {
     const t = this.o.db.t;
+    // An existing queue whose config stays is opened without locking its row: an application's
+    // transaction that enqueued to it holds that lock until it commits, and may be opening
+    // this queue again meanwhile (a second handle declaring the same config).
+    const seen = await this.o.db.query<{ queue_id: string; config: QueueConfig }>(`SELECT queue_id, config FROM ${t.queues} WHERE name = $1`, [name]);
+    const row = seen.rows[0];
+    if (row !== undefined && (req.config === undefined || canonical(req.config) === canonical(row.config))) {
+      const settings = req.settings(row.config);
+      refuseUnsupported(name, settings);
+      if (req.implicit && req.encrypted === true) refuseUnsupported(name, { ...settings, encrypted: true });
+      return { queueId: row.queue_id, settings, change: null };
+    }
     for (let tries = 0; ; tries++) {
       try {
         return await this.o.db.tx(async (c) => {

@@ -9,6 +9,12 @@
  * for such rows periodically and requeues or dead-letters them (LEASE-3). Finished jobs past
  * `resultRetentionMs`, dedupe entries past their window and old lifecycle events are deleted
  * less often; reads already ignore what retention dropped (inspect.ts), so this only frees space.
+ *
+ * Why the deletes skip locked rows: they run without the queue row lock, and a row another
+ * transaction holds (an expired dedupe entry an enqueue is taking again, possibly in an
+ * application's transaction that stays open until the application commits) would otherwise
+ * make them wait, holding the rows they already took, which that transaction may want next:
+ * a lock cycle. Skipped rows are deleted by a later sweep.
  */
 import type { AttemptRecord } from "../../../queues/types.js";
 import type { QueueCtx } from "./rows.js";
@@ -72,8 +78,11 @@ export class Sweeper {
 
   private async cleanup(now: number): Promise<void> {
     const { db, t, queueId } = this.ctx;
-    await db.query(`DELETE FROM ${t.jobs} WHERE queue_id = $1 AND state IN ('done', 'dead') AND finished_at <= $2`, [queueId, now - this.ctx.settings().resultRetentionMs]);
-    await db.query(`DELETE FROM ${t.queueDedupe} WHERE queue_id = $1 AND expires_at <= $2`, [queueId, now]);
+    await db.query(
+      `DELETE FROM ${t.jobs} WHERE queue_id = $1 AND id IN (SELECT id FROM ${t.jobs} WHERE queue_id = $1 AND state IN ('done', 'dead') AND finished_at <= $2 FOR UPDATE SKIP LOCKED)`,
+      [queueId, now - this.ctx.settings().resultRetentionMs],
+    );
+    await db.query(`DELETE FROM ${t.queueDedupe} WHERE queue_id = $1 AND dedupe_id IN (SELECT dedupe_id FROM ${t.queueDedupe} WHERE queue_id = $1 AND expires_at <= $2 FOR UPDATE SKIP LOCKED)`, [queueId, now]);
     await db.query(`DELETE FROM ${t.queueEvents} WHERE queue_id = $1 AND seq <= (SELECT next_event FROM ${t.queues} WHERE queue_id = $1) - $2`, [queueId, EVENTS_KEPT]);
   }
 }

@@ -3,7 +3,8 @@
  * Cross-node wake-ups of PostgreSQL queues: one LISTEN connection per engine on the
  * `sluice_queue` channel, whose payload is the id of a queue that may have grantable jobs and
  * the id of the store that committed it (sent by `pg_notify` inside the committing
- * transaction, rows.ts; a store ignores its own, having woken its queues directly).
+ * transaction, rows.ts; a store ignores its own, having woken its queues directly, but not
+ * those of enqueues in an application's transaction, whose commit it does not see: APP_ORIGIN).
  *
  * The connection is a ListenConnection (listen-connection.ts): notifications are only the fast
  * path, and an open queue whose workers wait also polls (pg-queue.ts, GRANT_POLL_MS).
