@@ -17,7 +17,7 @@
 import { randomUUID } from "node:crypto";
 import type { GrantRequest } from "../../queue-store.js";
 import { num } from "../database.js";
-import { pickGrouped, usesGroups } from "./groups.js";
+import { pickGrouped } from "./groups.js";
 import { countRound, readWindow } from "./rate-limit.js";
 import { JOB_COLUMNS, queueTx, type JobRow, type QueueCtx } from "./rows.js";
 
@@ -53,7 +53,12 @@ export function grantJobs(ctx: QueueCtx, requests: readonly GrantRequest[], want
   return queueTx(ctx, async (c, q) => {
     const t = ctx.t;
     const now = ctx.now();
-    const inFlight = await c.query<{ n: string }>(`SELECT count(*) AS n FROM ${t.jobs} WHERE queue_id = $1 AND state = 'leased'`, [ctx.queueId]);
+    // One round trip while the queue row is held: the leases out (maxInFlight) and whether jobs are grouped.
+    const inFlight = await c.query<{ n: string; grouped: boolean }>(
+      `SELECT (SELECT count(*) FROM ${t.jobs} WHERE queue_id = $1 AND state = 'leased') AS n,
+              EXISTS (SELECT 1 FROM ${t.queueGroupTurns} WHERE queue_id = $1 AND grp <> '') AS grouped`,
+      [ctx.queueId],
+    );
     const rate = ctx.settings().rateLimit ?? null;
     const win = rate === null ? null : await readWindow(c, ctx, rate, now);
     const room = Math.min(win?.room ?? Infinity, Math.max(0, ctx.settings().maxInFlight - num(inFlight.rows[0].n)));
@@ -62,7 +67,7 @@ export function grantJobs(ctx: QueueCtx, requests: readonly GrantRequest[], want
     let rows: JobRow[] = [];
     let groupOpening = Infinity;
     const vals = [ctx.queueId, now, requestedAt];
-    if (total > 0 && (await usesGroups(c, ctx))) {
+    if (total > 0 && inFlight.rows[0].grouped) {
       const pick = await pickGrouped(c, ctx, grantable(t.jobs), vals, total, now);
       rows = pick.rows;
       groupOpening = pick.opening;

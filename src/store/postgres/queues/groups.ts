@@ -36,12 +36,6 @@ export async function joinTurns(c: Queryable, ctx: QueueCtx, jobs: readonly NewJ
   );
 }
 
-/** Whether the queue rotates groups (some grouped job was ever enqueued). */
-export async function usesGroups(c: pg.ClientBase, ctx: QueueCtx): Promise<boolean> {
-  const r = await c.query(`SELECT 1 FROM ${ctx.t.queueGroupTurns} WHERE queue_id = $1 AND grp <> '' LIMIT 1`, [ctx.queueId]);
-  return r.rows.length > 0;
-}
-
 export interface GroupPick {
   /** In the order they are granted (round-robin over the groups). */
   rows: JobRow[];

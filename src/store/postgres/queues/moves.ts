@@ -103,6 +103,8 @@ export function deadLetterJob(ctx: QueueCtx, incarnation: string, l: LeaseRef | 
       return target === null ? null : (dest?.queueId ?? ctx.queueId);
     },
     target,
+    // The job is leased (and its flow parent may be locked by a child's ack): PG-2.
+    { locksLeased: true },
   );
 }
 

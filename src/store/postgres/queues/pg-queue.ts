@@ -374,13 +374,18 @@ export class PgQueue implements StoredQueue {
 
   async purge(): Promise<number> {
     this.check();
-    const { n, before } = await queueTx(this.ctx, async (c, q) => {
-      const r = await c.query<{ size: string }>(`DELETE FROM ${this.ctx.t.jobs} WHERE queue_id = $1 AND state IN ('waiting', 'leased', 'children') RETURNING size`, [this.ctx.queueId]);
-      q.add("live_jobs", -r.rows.length);
-      q.add("live_bytes", -r.rows.reduce((s, x) => s + Number(x.size), 0));
-      q.event({ type: "purged", beforeId: String(q.nextId) });
-      return { n: r.rows.length, before: q.nextId };
-    });
+    const { n, before } = await queueTx(
+      this.ctx,
+      async (c, q) => {
+        const r = await c.query<{ size: string }>(`DELETE FROM ${this.ctx.t.jobs} WHERE queue_id = $1 AND state IN ('waiting', 'leased', 'children') RETURNING size`, [this.ctx.queueId]);
+        q.add("live_jobs", -r.rows.length);
+        q.add("live_bytes", -r.rows.reduce((s, x) => s + Number(x.size), 0));
+        q.event({ type: "purged", beforeId: String(q.nextId) });
+        return { n: r.rows.length, before: q.nextId };
+      },
+      null,
+      { locksLeased: true }, // PG-2
+    );
     for (const l of this.leases.all()) if (Number(l.jobId) < before) this.lose(l, new LeaseExpiredError("job was purged"));
     this.notify();
     return n;
@@ -403,7 +408,7 @@ export class PgQueue implements StoredQueue {
       // FLOW-2: a removed child counts as finished for its parent.
       if (row.parent_id !== null) await childFinished(c, this.ctx, q, row.parent_id, id, { state: "removed" });
       return true;
-    });
+    }, null, { locksLeased: true }); // PG-2: the row may be leased, its parent locked by a child's ack
     if (removed) this.notify();
     return removed;
   }

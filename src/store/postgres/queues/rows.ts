@@ -11,7 +11,7 @@
  * in one place keeps each operation's file about its own SQL.
  */
 import type pg from "pg";
-import { BrokerClosedError } from "../../../errors.js";
+import { BrokerClosedError, BrokerError, StorageError } from "../../../errors.js";
 import type { ValueKind } from "../../../log/record-batch.js";
 import type { DeadLetterInfo } from "../../../queues/types.js";
 import type { QueueSettings, StoredJob } from "../../queue-store.js";
@@ -158,6 +158,53 @@ export class LockedQueue {
     return this.events.length === 0 ? 0 : this.nextEvent + this.events.length - 1;
   }
 
+  /**
+   * The queue's changes of a transaction that has not locked the queue row (queueTxLast):
+   * counter deltas, events and the wake-up only; ids and the live counts are not known here.
+   */
+  static deferred(queueId: string, origin: string): LockedQueue {
+    return new LockedQueue(queueId, Number.NaN, Number.NaN, Number.NaN, Number.NaN, origin);
+  }
+
+  /**
+   * The flush of a deferred queue: one statement that takes the queue row (so events are
+   * numbered in commit order, as in queue-first transactions) and writes counters, events and
+   * the wake-up. Returns the position of the last event written (0: none). Takes no lock when
+   * there is nothing to count or number.
+   */
+  async flushLocking(c: Queryable, t: Tables, at: number, name: string): Promise<number> {
+    // PG-2: ids are allocated only under the queue row taken first.
+    if (this.ids > 0 || !Number.isNaN(this.nextId)) throw new Error("flushLocking is for deferred queues that allocate no ids");
+    const vals: unknown[] = [this.queueId];
+    const sets: string[] = [];
+    for (const [col, d] of this.deltas) {
+      vals.push(d);
+      sets.push(`${col} = ${col} + $${vals.length}`);
+    }
+    const n = this.events.length;
+    const notify = this.wake ? `pg_notify($${vals.push(QUEUE_CHANNEL)}, $${vals.push(`${this.queueId}:${this.origin}`)})` : "NULL";
+    if (sets.length === 0 && n === 0) {
+      if (this.wake) await c.query(`SELECT ${notify}`, vals.slice(1));
+      return 0;
+    }
+    const k = vals.push(n);
+    sets.push(`next_event = next_event + $${k}`);
+    let events = "";
+    if (n > 0) {
+      const atP = vals.push(at);
+      const evP = vals.push(JSON.stringify(this.events));
+      events = `, e AS (INSERT INTO ${t.queueEvents} (queue_id, seq, at, body)
+        SELECT $1, q.first + x.o - 1, $${atP}, x.e FROM q, jsonb_array_elements($${evP}::jsonb) WITH ORDINALITY AS x(e, o))`;
+    }
+    const r = await c.query<{ first: string }>(
+      `WITH q AS (UPDATE ${t.queues} SET ${sets.join(", ")} WHERE queue_id = $1 RETURNING next_event - $${k}::bigint AS first)${events}
+       SELECT first, ${notify} FROM q`,
+      vals,
+    );
+    if (r.rows.length === 0) throw new BrokerClosedError(`queue ${name} was deleted`);
+    return n === 0 ? 0 : num(r.rows[0].first) + n - 1;
+  }
+
   /** Writes the allocations, counters and events (the last statements of the transaction). */
   async flush(c: Queryable, t: Tables, at: number): Promise<void> {
     const sets: string[] = [];
@@ -174,15 +221,20 @@ export class LockedQueue {
       vals.push(this.events.length);
       sets.push(`next_event = next_event + $${vals.length}`);
     }
-    if (sets.length > 0) await c.query(`UPDATE ${t.queues} SET ${sets.join(", ")} WHERE queue_id = $1`, vals);
+    // One statement (one round trip while the queue row is held): the row, the events, the wake-up.
+    const parts: string[] = [];
+    if (sets.length > 0) parts.push(`u AS (UPDATE ${t.queues} SET ${sets.join(", ")} WHERE queue_id = $1)`);
     if (this.events.length > 0) {
-      await c.query(
-        `INSERT INTO ${t.queueEvents} (queue_id, seq, at, body)
-         SELECT $1, $2 + x.o - 1, $3, x.e FROM jsonb_array_elements($4::jsonb) WITH ORDINALITY AS x(e, o)`,
-        [this.queueId, this.nextEvent, at, JSON.stringify(this.events)],
-      );
+      const seqP = vals.push(this.nextEvent);
+      const atP = vals.push(at);
+      const evP = vals.push(JSON.stringify(this.events));
+      parts.push(`e AS (INSERT INTO ${t.queueEvents} (queue_id, seq, at, body)
+         SELECT $1, $${seqP}::bigint + x.o - 1, $${atP}, x.e FROM jsonb_array_elements($${evP}::jsonb) WITH ORDINALITY AS x(e, o))`);
     }
-    if (this.wake) await c.query("SELECT pg_notify($1, $2)", [QUEUE_CHANNEL, `${this.queueId}:${this.origin}`]);
+    const notify = this.wake ? `pg_notify($${vals.push(QUEUE_CHANNEL)}, $${vals.push(`${this.queueId}:${this.origin}`)})` : "NULL";
+    if (parts.length === 0 && !this.wake) return;
+    // $1 is used by the parts only; a lone wake-up still names it so the parameter types resolve.
+    await c.query(`${parts.length > 0 ? `WITH ${parts.join(", ")} ` : ""}SELECT ${notify}, $1::uuid AS queue_id`, vals);
   }
 }
 
@@ -195,6 +247,43 @@ export async function lockQueue(c: Queryable, t: Tables, queueId: string, name: 
   if (r.rows.length === 0) throw new BrokerClosedError(`queue ${name} was deleted`);
   const row = r.rows[0];
   return new LockedQueue(queueId, num(row.next_id), num(row.next_event), num(row.live_jobs), num(row.live_bytes), origin);
+}
+
+/** How long a queue-first transaction waits for a leased job row before it starts again (PG-2). */
+export const LEASED_LOCK_TIMEOUT_MS = 200;
+/** How often it starts again before the caller gets the retriable StorageError. */
+const LOCK_TIMEOUT_RETRIES = 50;
+
+/** Runs `attempt` again while it fails with lock_not_available (55P03: its lock_timeout passed). */
+async function lockTimeoutRetries<T>(attempt: () => Promise<T>): Promise<T> {
+  for (let i = 0; ; i++) {
+    try {
+      return await attempt();
+    } catch (e) {
+      if ((e as { code?: unknown }).code !== "55P03" || i >= LOCK_TIMEOUT_RETRIES) throw e instanceof BrokerError ? e : new StorageError(`queue transaction could not take its job rows: ${(e as Error).message}`, e);
+      // The queue-last transaction it waited for needs the queue row for one statement only.
+      await new Promise((r) => setTimeout(r, 1 + Math.random() * 10));
+    }
+  }
+}
+
+/**
+ * Runs `fn` in one transaction that takes the queue row last, in the statement that writes the
+ * queue's counters and events just before COMMIT (PG-2): `fn` changes job rows it names (by
+ * lease token) and may not allocate ids or read the queue's counts. Holding the queue row only
+ * for that statement and the commit, instead of the whole transaction, lets transactions of one
+ * queue run their job statements at the same time.
+ */
+export async function queueTxLast<T>(ctx: QueueCtx, fn: (c: pg.PoolClient, q: LockedQueue) => Promise<T>): Promise<T> {
+  let last = 0;
+  const out = await ctx.db.tx(async (c) => {
+    const q = LockedQueue.deferred(ctx.queueId, ctx.origin);
+    const r = await fn(c, q);
+    last = await q.flushLocking(c, ctx.t, ctx.now(), ctx.name);
+    return r;
+  });
+  if (last > 0) ctx.eventsWritten?.(last);
+  return out;
 }
 
 /** Another queue a transaction writes too (a dead-letter or redrive target), locked. */
@@ -226,10 +315,24 @@ async function lockRows(c: pg.ClientBase, ctx: QueueCtx, other: string | null): 
  * Runs `fn` in one transaction holding the queue row (and `other`'s, when given: null when it
  * is this queue); resolves once committed (durable).
  */
-export async function queueTx<T>(ctx: QueueCtx, fn: (c: pg.PoolClient, q: LockedQueue, other: OtherQueue | null) => Promise<T>, other: string | null = null): Promise<T> {
+export async function queueTx<T>(
+  ctx: QueueCtx,
+  fn: (c: pg.PoolClient, q: LockedQueue, other: OtherQueue | null) => Promise<T>,
+  other: string | null = null,
+  opts: { locksLeased?: boolean } = {},
+): Promise<T> {
+  if (opts.locksLeased === true) return lockTimeoutRetries(() => runQueueTx(ctx, fn, other, true));
+  return runQueueTx(ctx, fn, other, false);
+}
+
+async function runQueueTx<T>(ctx: QueueCtx, fn: (c: pg.PoolClient, q: LockedQueue, other: OtherQueue | null) => Promise<T>, other: string | null, locksLeased: boolean): Promise<T> {
   let last = 0;
   const out = await ctx.db.tx(async (c) => {
     const { q, o } = await lockRows(c, ctx, other);
+    // PG-2: this transaction holds the queue row and will lock leased (or flow parent) rows,
+    // which a queue-last transaction (queueTxLast) may hold while it waits for the queue row.
+    // It gives up such a wait quickly (and is run again) instead of closing a lock cycle.
+    if (locksLeased) await c.query(`SET LOCAL lock_timeout = '${LEASED_LOCK_TIMEOUT_MS}ms'`);
     const r = await fn(c, q, o);
     const now = ctx.now();
     await q.flush(c, ctx.t, now);

@@ -3,6 +3,11 @@
  * Settlements of a PostgreSQL queue's leases (ack, retry, giveBack, release, extend, progress,
  * and the requeue of an expired lease), each one transaction on the job row.
  *
+ * Why queue-last (queueTxLast, PG-2): a settlement names its job row by lease token and needs
+ * the queue row only to count and number its events, so it takes that row in its last
+ * statement; settlements of one queue then run their job statements side by side and hold the
+ * queue row only for that statement and the commit.
+ *
  * Why `WHERE id = $ AND lease_token = $`: the token is the lease (Q-3). A settlement of a lease
  * that is no longer the row's (expired and requeued, perhaps granted again, by this node or
  * another) matches no row, changes nothing and rejects with LeaseExpiredError. Each resolves
@@ -13,7 +18,7 @@ import { LeaseExpiredError } from "../../../errors.js";
 import type { AttemptRecord } from "../../../queues/types.js";
 import { num } from "../database.js";
 import { childFinished } from "./flows.js";
-import { queueTx, type LockedQueue, type QueueCtx } from "./rows.js";
+import { queueTxLast, type LockedQueue, type QueueCtx } from "./rows.js";
 
 /** What a settlement names: the job and the token of its lease. */
 export interface LeaseRef {
@@ -61,7 +66,7 @@ export interface PendingAck {
 export async function ackJobs(ctx: QueueCtx, acks: readonly PendingAck[]): Promise<void> {
   let held: Set<string>;
   try {
-    held = await queueTx(ctx, (c, q) => ackIn(c, ctx, q, acks));
+    held = await queueTxLast(ctx, (c, q) => ackIn(c, ctx, q, acks));
   } catch (e) {
     for (const a of acks) a.reject(e);
     return;
@@ -143,7 +148,7 @@ export class AckBatcher {
 const HISTORY = `history = coalesce(history, '[]'::jsonb) || jsonb_build_array($5::jsonb), last_error = $6`;
 
 export function retryJob(ctx: QueueCtx, l: LeaseRef, visibleAt: number, failure: AttemptRecord): Promise<void> {
-  return queueTx(ctx, async (c, q) => {
+  return queueTxLast(ctx, async (c, q) => {
     await one(
       c,
       `UPDATE ${ctx.t.jobs} SET state = 'waiting', visible_at = $4, lease_token = NULL, lease_deadline = NULL, ${HISTORY}
@@ -161,7 +166,7 @@ export function retryJob(ctx: QueueCtx, l: LeaseRef, visibleAt: number, failure:
  * and release (`counted` false: never an attempt). Rejects LeaseExpiredError for a lost lease.
  */
 export function returnJob(ctx: QueueCtx, l: LeaseRef, visibleAt: number, counted: boolean): Promise<void> {
-  return queueTx(ctx, async (c, q) => {
+  return queueTxLast(ctx, async (c, q) => {
     await one(
       c,
       `UPDATE ${ctx.t.jobs} SET state = 'waiting', visible_at = $4, lease_token = NULL, lease_deadline = NULL, attempts = attempts - $5
@@ -179,7 +184,7 @@ export async function extendJob(ctx: QueueCtx, l: LeaseRef, deadline: number): P
 }
 
 export function progressJob(ctx: QueueCtx, l: LeaseRef, json: string): Promise<void> {
-  return queueTx(ctx, async (c, q) => {
+  return queueTxLast(ctx, async (c, q) => {
     await one(c, `UPDATE ${ctx.t.jobs} SET progress = $4 WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING id`, [ctx.queueId, l.jobId, l.token, json]);
     q.event({ type: "progress", jobId: l.jobId, attempt: l.attempt, progressText: json });
   });
@@ -190,7 +195,7 @@ export function progressJob(ctx: QueueCtx, l: LeaseRef, json: string): Promise<v
  * when it is at `maxAttempts` (the caller dead-letters it instead) or the lease is gone.
  */
 export function requeueExpired(ctx: QueueCtx, l: LeaseRef, rec: AttemptRecord): Promise<"requeued" | "dead" | "gone"> {
-  return queueTx(ctx, async (c, q) => {
+  return queueTxLast(ctx, async (c, q) => {
     const r = await c.query<{ attempts: number }>(`SELECT attempts FROM ${ctx.t.jobs} WHERE queue_id = $1 AND id = $2 AND lease_token = $3 FOR UPDATE`, [ctx.queueId, l.jobId, l.token]);
     if (r.rows.length === 0) return "gone";
     if (r.rows[0].attempts >= ctx.settings().maxAttempts) return "dead";
