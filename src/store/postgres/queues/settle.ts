@@ -3,10 +3,11 @@
  * Settlements of a PostgreSQL queue's leases (ack, retry, giveBack, release, extend, progress,
  * and the requeue of an expired lease), each one transaction on the job row.
  *
- * Why queue-last (queueTxLast, PG-2): a settlement names its job row by lease token and needs
- * the queue row only to count and number its events, so it takes that row in its last
- * statement; settlements of one queue then run their job statements side by side and hold the
- * queue row only for that statement and the commit.
+ * Why acks are queue-last (queueTxLast, PG-2): a batch of acks names its job rows by lease
+ * token and needs the queue row only to count and number its events, so it takes that row in
+ * its last statement and holds it only for that statement and the commit. The other
+ * settlements take the queue row first (one at a time, as before) and may meet a leased row an
+ * ack batch holds: they wait for it under a short lock_timeout (`locksLeased`).
  *
  * Why `WHERE id = $ AND lease_token = $`: the token is the lease (Q-3). A settlement of a lease
  * that is no longer the row's (expired and requeued, perhaps granted again, by this node or
@@ -18,7 +19,7 @@ import { LeaseExpiredError } from "../../../errors.js";
 import type { AttemptRecord } from "../../../queues/types.js";
 import { num } from "../database.js";
 import { childFinished } from "./flows.js";
-import { queueTxLast, type LockedQueue, type QueueCtx } from "./rows.js";
+import { queueTx, queueTxLast, type LockedQueue, type QueueCtx } from "./rows.js";
 
 /** What a settlement names: the job and the token of its lease. */
 export interface LeaseRef {
@@ -148,17 +149,22 @@ export class AckBatcher {
 const HISTORY = `history = coalesce(history, '[]'::jsonb) || jsonb_build_array($5::jsonb), last_error = $6`;
 
 export function retryJob(ctx: QueueCtx, l: LeaseRef, visibleAt: number, failure: AttemptRecord): Promise<void> {
-  return queueTxLast(ctx, async (c, q) => {
-    await one(
-      c,
-      `UPDATE ${ctx.t.jobs} SET state = 'waiting', visible_at = $4, lease_token = NULL, lease_deadline = NULL, ${HISTORY}
-       WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING id`,
-      [ctx.queueId, l.jobId, l.token, visibleAt, JSON.stringify(failure), failure.error || failure.errorClass],
-    );
-    q.add("retries", 1);
-    q.event({ type: "failed", jobId: l.jobId, attempt: l.attempt, errorClass: failure.errorClass, error: failure.error, willRetry: true, retryAt: visibleAt });
-    q.notify();
-  });
+  return queueTx(
+    ctx,
+    async (c, q) => {
+      await one(
+        c,
+        `UPDATE ${ctx.t.jobs} SET state = 'waiting', visible_at = $4, lease_token = NULL, lease_deadline = NULL, ${HISTORY}
+         WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING id`,
+        [ctx.queueId, l.jobId, l.token, visibleAt, JSON.stringify(failure), failure.error || failure.errorClass],
+      );
+      q.add("retries", 1);
+      q.event({ type: "failed", jobId: l.jobId, attempt: l.attempt, errorClass: failure.errorClass, error: failure.error, willRetry: true, retryAt: visibleAt });
+      q.notify();
+    },
+    null,
+    { locksLeased: true }, // PG-2
+  );
 }
 
 /**
@@ -166,16 +172,21 @@ export function retryJob(ctx: QueueCtx, l: LeaseRef, visibleAt: number, failure:
  * and release (`counted` false: never an attempt). Rejects LeaseExpiredError for a lost lease.
  */
 export function returnJob(ctx: QueueCtx, l: LeaseRef, visibleAt: number, counted: boolean): Promise<void> {
-  return queueTxLast(ctx, async (c, q) => {
-    await one(
-      c,
-      `UPDATE ${ctx.t.jobs} SET state = 'waiting', visible_at = $4, lease_token = NULL, lease_deadline = NULL, attempts = attempts - $5
-       WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING id`,
-      [ctx.queueId, l.jobId, l.token, visibleAt, counted ? 0 : 1],
-    );
-    q.event({ type: "released", jobId: l.jobId, attempt: l.attempt, ...(visibleAt > ctx.now() ? { retryAt: visibleAt } : {}) });
-    q.notify();
-  });
+  return queueTx(
+    ctx,
+    async (c, q) => {
+      await one(
+        c,
+        `UPDATE ${ctx.t.jobs} SET state = 'waiting', visible_at = $4, lease_token = NULL, lease_deadline = NULL, attempts = attempts - $5
+         WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING id`,
+        [ctx.queueId, l.jobId, l.token, visibleAt, counted ? 0 : 1],
+      );
+      q.event({ type: "released", jobId: l.jobId, attempt: l.attempt, ...(visibleAt > ctx.now() ? { retryAt: visibleAt } : {}) });
+      q.notify();
+    },
+    null,
+    { locksLeased: true }, // PG-2
+  );
 }
 
 export async function extendJob(ctx: QueueCtx, l: LeaseRef, deadline: number): Promise<void> {
@@ -184,10 +195,15 @@ export async function extendJob(ctx: QueueCtx, l: LeaseRef, deadline: number): P
 }
 
 export function progressJob(ctx: QueueCtx, l: LeaseRef, json: string): Promise<void> {
-  return queueTxLast(ctx, async (c, q) => {
-    await one(c, `UPDATE ${ctx.t.jobs} SET progress = $4 WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING id`, [ctx.queueId, l.jobId, l.token, json]);
-    q.event({ type: "progress", jobId: l.jobId, attempt: l.attempt, progressText: json });
-  });
+  return queueTx(
+    ctx,
+    async (c, q) => {
+      await one(c, `UPDATE ${ctx.t.jobs} SET progress = $4 WHERE queue_id = $1 AND id = $2 AND lease_token = $3 RETURNING id`, [ctx.queueId, l.jobId, l.token, json]);
+      q.event({ type: "progress", jobId: l.jobId, attempt: l.attempt, progressText: json });
+    },
+    null,
+    { locksLeased: true }, // PG-2
+  );
 }
 
 /**
@@ -195,20 +211,25 @@ export function progressJob(ctx: QueueCtx, l: LeaseRef, json: string): Promise<v
  * when it is at `maxAttempts` (the caller dead-letters it instead) or the lease is gone.
  */
 export function requeueExpired(ctx: QueueCtx, l: LeaseRef, rec: AttemptRecord): Promise<"requeued" | "dead" | "gone"> {
-  return queueTxLast(ctx, async (c, q) => {
-    const r = await c.query<{ attempts: number }>(`SELECT attempts FROM ${ctx.t.jobs} WHERE queue_id = $1 AND id = $2 AND lease_token = $3 FOR UPDATE`, [ctx.queueId, l.jobId, l.token]);
-    if (r.rows.length === 0) return "gone";
-    if (r.rows[0].attempts >= ctx.settings().maxAttempts) return "dead";
-    const now = ctx.now();
-    await c.query(
-      `UPDATE ${ctx.t.jobs} SET state = 'waiting', visible_at = $4, lease_token = NULL, lease_deadline = NULL, ${HISTORY}
-       WHERE queue_id = $1 AND id = $2 AND lease_token = $3`,
-      [ctx.queueId, l.jobId, l.token, now, JSON.stringify(rec), rec.error || rec.errorClass],
-    );
-    q.event({ type: "stalled", jobId: l.jobId, attempt: l.attempt, willRetry: true, retryAt: now });
-    q.notify();
-    return "requeued";
-  });
+  return queueTx(
+    ctx,
+    async (c, q) => {
+      const r = await c.query<{ attempts: number }>(`SELECT attempts FROM ${ctx.t.jobs} WHERE queue_id = $1 AND id = $2 AND lease_token = $3 FOR UPDATE`, [ctx.queueId, l.jobId, l.token]);
+      if (r.rows.length === 0) return "gone";
+      if (r.rows[0].attempts >= ctx.settings().maxAttempts) return "dead";
+      const now = ctx.now();
+      await c.query(
+        `UPDATE ${ctx.t.jobs} SET state = 'waiting', visible_at = $4, lease_token = NULL, lease_deadline = NULL, ${HISTORY}
+         WHERE queue_id = $1 AND id = $2 AND lease_token = $3`,
+        [ctx.queueId, l.jobId, l.token, now, JSON.stringify(rec), rec.error || rec.errorClass],
+      );
+      q.event({ type: "stalled", jobId: l.jobId, attempt: l.attempt, willRetry: true, retryAt: now });
+      q.notify();
+      return "requeued";
+    },
+    null,
+    { locksLeased: true }, // PG-2
+  );
 }
 
 /**
