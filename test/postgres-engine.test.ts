@@ -86,3 +86,41 @@ test("several engines opening one schema at once migrate it once; an append on o
     await dropSchema(schema);
   }
 });
+
+test("time index: the first record at or after a time, with timestamps out of order and after retention; a schema from before the index gets it on open", async () => {
+  const schema = freshSchema();
+  const at = (v: string, timestamp: number) => ({ ...rec(v), timestamp });
+  let e = await openPgEngine(schema);
+  const admin = new pg.Client({ connectionString: PG_TEST_URL });
+  await admin.connect();
+  try {
+    await e.createTopic("t", resolveTopicConfig({}));
+    // Batches (offsets): [0,1] ts 100,300; [2] ts 200; [3,4] ts 400,500; [5] ts 350.
+    await e.append("t", 0, [at("a", 100), at("b", 300)]);
+    await e.append("t", 0, [at("c", 200)]);
+    await e.append("t", 0, [at("d", 400), at("e", 500)]);
+    await e.append("t", 0, [at("f", 350)]);
+    const expect = async (label: string): Promise<void> => {
+      // Kafka's rule: the earliest offset whose timestamp is at or after the time.
+      for (const [ts, offset] of [[0, 0], [100, 0], [150, 1], [300, 1], [301, 3], [450, 4], [500, 4], [501, 6]] as const) {
+        assert.equal(await e.offsetForTimestamp("t", 0, ts), offset, `${label}: offsetForTimestamp(${ts})`);
+      }
+    };
+    await expect("indexed");
+    // A schema migrated before the time index existed: the columns and the index are rebuilt from the batches.
+    await e.close();
+    const s = `"${schema}"`;
+    await admin.query(`DROP INDEX ${s}.batches_time`);
+    await admin.query(`ALTER TABLE ${s}.batches DROP COLUMN time_index`);
+    await admin.query(`ALTER TABLE ${s}.partitions DROP COLUMN max_timestamp`);
+    await admin.query(`DELETE FROM ${s}.schema_version WHERE version >= 4`);
+    e = await openPgEngine(schema);
+    await expect("after the migration");
+    await e.append("t", 0, [at("g", 360)]);
+    assert.equal(await e.offsetForTimestamp("t", 0, 501), 7, "an append after the migration continues the index");
+  } finally {
+    await admin.end();
+    await e.close();
+    await dropSchema(schema);
+  }
+});

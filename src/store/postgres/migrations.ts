@@ -117,6 +117,22 @@ const MIGRATIONS: Migration[] = [
       `CREATE INDEX group_owners_member ON ${t.groupOwners} (group_name, topic, member_id)`,
     ],
   },
+  // A time index (partition-store.ts offsetForTimestamp): each batch row carries the largest
+  // record timestamp of its partition up to and including it, which never decreases along the
+  // offsets, so the first batch reaching a time is one index probe, as with Kafka's time index.
+  {
+    version: 4,
+    statements: (t) => [
+      `ALTER TABLE ${t.partitions} ADD COLUMN max_timestamp bigint NOT NULL DEFAULT -1`,
+      `ALTER TABLE ${t.batches} ADD COLUMN time_index bigint`,
+      `UPDATE ${t.batches} b SET time_index = s.m FROM (
+         SELECT topic_id, partition, base_offset, max(max_timestamp) OVER (PARTITION BY topic_id, partition ORDER BY base_offset) AS m FROM ${t.batches}) s
+        WHERE b.topic_id = s.topic_id AND b.partition = s.partition AND b.base_offset = s.base_offset`,
+      `UPDATE ${t.partitions} p SET max_timestamp = coalesce((SELECT max(b.max_timestamp) FROM ${t.batches} b WHERE b.topic_id = p.topic_id AND b.partition = p.partition), -1)`,
+      `ALTER TABLE ${t.batches} ALTER COLUMN time_index SET NOT NULL`,
+      `CREATE INDEX batches_time ON ${t.batches} (topic_id, partition, time_index, base_offset)`,
+    ],
+  },
 ];
 
 /** The schema version this code writes and understands. */

@@ -120,9 +120,11 @@ export class PartitionStore {
     const t = this.db.t;
     const count = h.count;
     {
-      const p = await c.query<{ next_offset: string }>(`SELECT next_offset FROM ${t.partitions} WHERE topic_id = $1 AND partition = $2 FOR UPDATE`, [topic.topicId, partition]);
+      const p = await c.query<{ next_offset: string; max_timestamp: string }>(`SELECT next_offset, max_timestamp FROM ${t.partitions} WHERE topic_id = $1 AND partition = $2 FOR UPDATE`, [topic.topicId, partition]);
       if (p.rowCount === 0) throw new StaleTopic(topic.name);
       const base = num(p.rows[0].next_offset);
+      // The time index: the partition's largest timestamp so far, this batch's included.
+      const timeIndex = Math.max(num(p.rows[0].max_timestamp), h.maxTimestamp);
       let record: ((baseOffset: number, ts: number) => Promise<void>) | null = null;
       if (producer) {
         await checkProducerEpoch(c, this.db, producer);
@@ -136,12 +138,12 @@ export class PartitionStore {
       else stampBatch(buf, base);
       const end = base + count;
       await c.query(
-        `INSERT INTO ${t.batches} (topic_id, partition, base_offset, last_offset, first_timestamp, max_timestamp, record_count, bytes, data)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-        [topic.topicId, partition, base, end - 1, h.firstTimestamp, h.maxTimestamp, count, buf.length, buf],
+        `INSERT INTO ${t.batches} (topic_id, partition, base_offset, last_offset, first_timestamp, max_timestamp, record_count, bytes, data, time_index)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+        [topic.topicId, partition, base, end - 1, h.firstTimestamp, h.maxTimestamp, count, buf.length, buf, timeIndex],
       );
       if (record !== null) await record(base, h.maxTimestamp);
-      await c.query(`UPDATE ${t.partitions} SET next_offset = $3 WHERE topic_id = $1 AND partition = $2`, [topic.topicId, partition, end]);
+      await c.query(`UPDATE ${t.partitions} SET next_offset = $3, max_timestamp = $4 WHERE topic_id = $1 AND partition = $2`, [topic.topicId, partition, end, timeIndex]);
       await c.query(`SELECT pg_notify($1, $2)`, [APPEND_CHANNEL, `${partitionKey(topic.topicId, partition)}:${end}`]);
       return { baseOffset: base, duplicate: false, end };
     }
@@ -261,19 +263,21 @@ export class PartitionStore {
   async offsetForTimestamp(topic: EngineTopic, partition: number, ts: number): Promise<number> {
     const t = this.db.t;
     const o = await this.offsets(topic, partition);
-    // Batches in offset order, the first whose max timestamp reaches ts holds the answer.
+    // The first batch whose time index (largest timestamp up to it) reaches ts is the first
+    // whose own records do: one probe of batches_time. Its running maximum may come from a
+    // batch retention removed since; then its records are all earlier and the next one is read.
     for (let from = o.logStartOffset; ; ) {
       const r = await this.db.query<BatchRow>(
         `SELECT base_offset, last_offset, bytes, data FROM ${t.batches}
-          WHERE topic_id = $1 AND partition = $2 AND base_offset >= $3 AND max_timestamp >= $4
-          ORDER BY base_offset LIMIT 1`,
+          WHERE topic_id = $1 AND partition = $2 AND time_index >= $4 AND base_offset >= $3
+          ORDER BY time_index, base_offset LIMIT 1`,
         [topic.topicId, partition, from, ts],
       );
       if (r.rows.length === 0) return o.highWatermark;
       const row = r.rows[0];
       const h = this.verify(topic, partition, row);
       for (const rec of decodeRecords(row.data, 0, h, o.logStartOffset)) if (rec.timestamp >= ts) return rec.offset;
-      from = num(row.last_offset) + 1; // unreachable for an intact batch (its max reaches ts)
+      from = num(row.last_offset) + 1;
     }
   }
 }
