@@ -19,8 +19,9 @@ import assert from "node:assert/strict";
 import { connect, type RemoteBrokerHandle } from "../src/client/index.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";
 import type { PublishReceipt } from "../src/types.js";
-import { dropSchema, freshSchema, PG_TEST_URL } from "./fixtures/postgres.js";
+import { dropSchema, freshSchema } from "./fixtures/postgres.js";
 import { spawnServer, type SpawnedServer } from "./fixtures/server-spawn.js";
+import { pgEngineUrl, pgServeArgs, startPgServerOn } from "./fixtures/postgres-serve.js";
 
 const KILLS = Number(process.env.SLUICE_PG_NODES_KILLS ?? 10);
 const NODES = 3;
@@ -32,30 +33,6 @@ const ENQUEUERS = 8;
  * answer was lost with its node is in doubt for the worker: the job's state says).
  */
 const QUEUE = { visibilityTimeoutMs: 3000, resultRetentionMs: 600_000 };
-
-function engineUrl(schema: string): string {
-  const u = new URL(PG_TEST_URL);
-  u.searchParams.set("schema", schema);
-  u.searchParams.set("groupSessionTimeoutMs", "2000");
-  u.searchParams.set("groupHeartbeatMs", "250");
-  return u.toString();
-}
-
-const serveArgs = (schema: string, dir: string, port: number) => ["--engine", engineUrl(schema), "--data", dir, "--port", String(port), "--http-port", "off", "--log-level", "error"];
-
-async function startOn(schema: string, dir: string, port: number): Promise<SpawnedServer> {
-  let last: unknown = null;
-  return waitUntil(
-    () =>
-      spawnServer(serveArgs(schema, dir, port)).then(
-        (x) => x,
-        (e: unknown) => ((last = e), null),
-      ),
-    () => `a server on port ${port} (last failure: ${String(last)})`,
-    20_000,
-    200,
-  );
-}
 
 interface Delivery {
   p: number;
@@ -83,7 +60,8 @@ test(`${NODES} serve --engine postgres nodes, one SIGKILLed at random ${KILLS}x 
   const schema = freshSchema();
   const dirs = Array.from({ length: NODES }, () => tempDir());
   const nodes: SpawnedServer[] = [];
-  for (const d of dirs) nodes.push(await spawnServer(serveArgs(schema, d.dir, 0)));
+  const url = pgEngineUrl(schema, { groupSessionTimeoutMs: "2000", groupHeartbeatMs: "250" });
+  for (const d of dirs) nodes.push(await spawnServer(pgServeArgs(url, d.dir, 0)));
   const ports = nodes.map((n) => n.port);
   const urls = nodes.map((n) => n.url);
   /** Client i tries node i first, then the others. */
@@ -210,7 +188,7 @@ test(`${NODES} serve --engine postgres nodes, one SIGKILLed at random ${KILLS}x 
       killed.push(victim);
       nodes[victim].proc.kill("SIGKILL");
       await nodes[victim].exited;
-      nodes[victim] = await startOn(schema, dirs[victim].dir, ports[victim]);
+      nodes[victim] = await startPgServerOn(url, dirs[victim].dir, ports[victim]);
     }
     const afterKills = acked.size;
     await waitUntil(() => acked.size >= afterKills + 300, "publishes acknowledged after the last restart", 90_000);

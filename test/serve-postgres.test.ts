@@ -10,41 +10,19 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { connect } from "../src/client/index.js";
 import { tempDir, waitUntil } from "../src/testing/helpers.js";
-import { dropSchema, freshSchema, PG_TEST_URL } from "./fixtures/postgres.js";
-import { spawnServer, type SpawnedServer } from "./fixtures/server-spawn.js";
+import { dropSchema, freshSchema } from "./fixtures/postgres.js";
+import { spawnServer } from "./fixtures/server-spawn.js";
+import { pgEngineUrl, pgServeArgs, startPgServerOn } from "./fixtures/postgres-serve.js";
 
 const KILLS = Number(process.env.SLUICE_PG_SERVE_KILLS ?? 4);
 const IN_FLIGHT = 100;
 const PARTITIONS = 4;
 
-function engineUrl(schema: string): string {
-  const u = new URL(PG_TEST_URL);
-  u.searchParams.set("schema", schema);
-  return u.toString();
-}
-
-const serveArgs = (schema: string, dir: string, port: number, params = "") => ["--engine", engineUrl(schema) + params, "--data", dir, "--port", String(port), "--http-port", "off", "--log-level", "error"];
-
-/** Starts a server on `port`; right after a SIGKILL the database may not have ended the old session (and its lock) yet. */
-async function startOn(schema: string, dir: string, port: number): Promise<SpawnedServer> {
-  let last: unknown = null;
-  const s = await waitUntil(
-    () =>
-      spawnServer(serveArgs(schema, dir, port)).then(
-        (x) => x,
-        (e: unknown) => ((last = e), null),
-      ),
-    () => `a server on port ${port} (last failure: ${String(last)})`,
-    20_000,
-    200,
-  );
-  return s;
-}
-
 test(`serve --engine postgres: SIGKILLed ${KILLS}x under load, every acknowledged record stored once at its receipt's offset`, { timeout: 180_000 }, async (t) => {
   const schema = freshSchema();
   const tmp = tempDir();
-  let server = await spawnServer(serveArgs(schema, tmp.dir, 0));
+  const url = pgEngineUrl(schema);
+  let server = await spawnServer(pgServeArgs(url, tmp.dir, 0));
   const port = server.port;
   const client = await connect({ url: server.url, reconnectTimeoutMs: 30_000 });
   let stop = false;
@@ -67,7 +45,7 @@ test(`serve --engine postgres: SIGKILLed ${KILLS}x under load, every acknowledge
       await waitUntil(() => acked.size >= target, `${target} acknowledged publishes`, 60_000);
       server.proc.kill("SIGKILL");
       await server.exited;
-      server = await startOn(schema, tmp.dir, port);
+      server = await startPgServerOn(url, tmp.dir, port);
     }
     await waitUntil(() => acked.size >= 500 + (KILLS + 1) * 200, "publishes acknowledged after the last restart", 60_000);
     stop = true;
@@ -104,9 +82,9 @@ test("serve --engine postgres with exclusive=true: a second server on the same s
   const schema = freshSchema();
   const a = tempDir();
   const b = tempDir();
-  const first = await spawnServer(serveArgs(schema, a.dir, 0, "&exclusive=true"));
+  const first = await spawnServer(pgServeArgs(pgEngineUrl(schema, { exclusive: "true" }), a.dir, 0));
   try {
-    const err = await spawnServer(serveArgs(schema, b.dir, 0, "&exclusive=true")).then(
+    const err = await spawnServer(pgServeArgs(pgEngineUrl(schema, { exclusive: "true" }), b.dir, 0)).then(
       () => null,
       (e: unknown) => e as Error,
     );
